@@ -1,0 +1,137 @@
+//! An encoding context: one codec, its error buffer and its frame counter,
+//! for one stream of same-shaped tensors (one tensor of one peer, say).
+
+use crate::codec::Codec;
+use crate::dispatch::{self, Scratch};
+use crate::error::EncodeError;
+use crate::frame::{FrameHeader, FrameWriter};
+use crate::terngrad;
+
+/// Whether an encoder carries quantization error from one tensor to the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feedback {
+    /// Keep an error buffer: what a tensor could not send is added to the next.
+    On,
+    /// Encode each tensor on its own.
+    Off,
+}
+
+impl Feedback {
+    /// The default for a codec: on for 3LC, 1-bit and top-k, off otherwise.
+    pub fn default_for(codec: &Codec) -> Feedback {
+        if codec.id().feedback_by_default() {
+            Feedback::On
+        } else {
+            Feedback::Off
+        }
+    }
+}
+
+/// One encoding context.
+///
+/// ```
+/// use tlc_codec::{Codec, Encoder, Feedback, Limits, Sparsity, decode};
+///
+/// let mut encoder = Encoder::new(Codec::ThreeLc { sparsity: Sparsity::new(1.5)? }, Feedback::On);
+/// let mut frame = Vec::new();
+/// encoder.encode(&[0.5, -1.0, 0.25, 0.0, 2.0], &mut frame)?;
+/// let mut values = Vec::new();
+/// decode(&frame, &Limits::default(), &mut values)?;
+/// assert_eq!(values.len(), 5);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Encoder {
+    codec: Codec,
+    feedback: Feedback,
+    residual: Vec<f32>,
+    frames: u64,
+    sample: Vec<f32>,
+}
+
+impl Encoder {
+    /// A fresh context (empty error buffer, frame counter at zero).
+    pub fn new(codec: Codec, feedback: Feedback) -> Encoder {
+        Encoder {
+            codec,
+            feedback,
+            residual: Vec::new(),
+            frames: 0,
+            sample: Vec::new(),
+        }
+    }
+
+    /// The codec the next tensor will be encoded with.
+    pub fn codec(&self) -> &Codec {
+        &self.codec
+    }
+
+    /// Whether error feedback is on.
+    pub fn feedback(&self) -> Feedback {
+        self.feedback
+    }
+
+    /// Changes the codec or its settings for the next tensor; the error
+    /// buffer is kept, so a change of `s` does not lose pending error.
+    pub fn set_codec(&mut self, codec: Codec) {
+        self.codec = codec;
+    }
+
+    /// The error buffer: what has been accumulated but not yet sent. Empty
+    /// until the first tensor, and always empty with feedback off.
+    pub fn residual(&self) -> &[f32] {
+        &self.residual
+    }
+
+    /// Number of frames encoded so far.
+    pub fn frames(&self) -> u64 {
+        self.frames
+    }
+
+    /// Forgets the error buffer and restarts the frame counter.
+    pub fn reset(&mut self) {
+        self.residual.clear();
+        self.frames = 0;
+    }
+
+    /// Encodes one tensor and appends its frame to `out`.
+    ///
+    /// A tensor whose length differs from the previous one starts a new
+    /// error buffer (a shape change resets the context). On error the
+    /// context and `out` are as they were, so the caller can send the
+    /// tensor uncompressed and carry on.
+    pub fn encode(
+        &mut self,
+        values: &[f32],
+        out: &mut Vec<u8>,
+    ) -> Result<FrameHeader, EncodeError> {
+        let feedback = self.feedback == Feedback::On;
+        if feedback && self.residual.len() != values.len() {
+            self.residual.clear();
+            self.residual.resize(values.len(), 0.0);
+        }
+        let start = out.len();
+        let writer = FrameWriter::begin(out, self.codec.id());
+        let seed = match self.codec {
+            Codec::TernGrad { seed } => seed,
+            _ => 0,
+        };
+        let scratch = Scratch {
+            stream_key: terngrad::stream_key(seed, self.frames),
+            sample: &mut self.sample,
+        };
+        let e = feedback.then_some(self.residual.as_mut_slice());
+        let result = dispatch::encode(&self.codec, values, e, scratch, out)
+            .and_then(|params| writer.finish(out, params, feedback, values.len()));
+        match result {
+            Ok(header) => {
+                self.frames += 1;
+                Ok(header)
+            }
+            Err(err) => {
+                out.truncate(start);
+                Err(err)
+            }
+        }
+    }
+}

@@ -1,0 +1,430 @@
+//! The frame format: one self-describing, checksummed frame per tensor.
+//!
+//! `codec/FORMAT.md` describes it byte by byte; this module is its only
+//! writer and parser. Parsing checks every field against the caller's
+//! [`Limits`] before anything is allocated or decoded.
+
+use crate::codec::CodecId;
+use crate::error::{DecodeError, EncodeError};
+
+/// The four bytes every frame starts with.
+pub const MAGIC: [u8; 4] = *b"TLCF";
+/// The format version this library writes and reads.
+pub const VERSION: u8 = 1;
+/// dtype byte for 32-bit floats (TensorFlow's `DT_FLOAT` enum value).
+pub const DTYPE_F32: u8 = 1;
+/// Size of the fixed part of the header, before the codec parameters.
+pub const FIXED_HEADER_LEN: usize = 21;
+/// Size of the CRC32C trailer.
+pub const TRAILER_LEN: usize = 4;
+
+const FLAG_FEEDBACK: u8 = 0x01;
+
+/// The per-frame settings a decoder needs, one variant per codec.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Params {
+    /// Raw f32: nothing.
+    None,
+    /// fp16: nothing.
+    Fp16,
+    /// bf16: nothing.
+    Bf16,
+    /// int8: a value is `q * step` with `step = max|x| / 127`.
+    Int8 {
+        /// Size of one quantization level.
+        step: f32,
+    },
+    /// TernGrad: a value is `q * scale`, `q` in {-1, 0, 1}.
+    TernGrad {
+        /// `max|x|`.
+        scale: f32,
+    },
+    /// 1-bit: a set bit decodes to `positive`, a clear one to `negative`.
+    OneBit {
+        /// Mean of the non-negative values.
+        positive: f32,
+        /// Mean of the negative values.
+        negative: f32,
+    },
+    /// Top-k: which share was asked for and how many values were kept.
+    TopK {
+        /// Share of values asked for, in percent.
+        percent: f32,
+        /// Number of values in the payload (set bits in the bitmap).
+        kept: u32,
+    },
+    /// 3LC: a value is `q * scale`, `q` in {-1, 0, 1}.
+    ThreeLc {
+        /// `M = max|acc| * s`.
+        scale: f32,
+        /// The sparsity multiplier the sender used (informational).
+        sparsity: f32,
+    },
+}
+
+impl Params {
+    /// The codec these parameters belong to.
+    pub fn codec(&self) -> CodecId {
+        match self {
+            Params::None => CodecId::None,
+            Params::Fp16 => CodecId::Fp16,
+            Params::Bf16 => CodecId::Bf16,
+            Params::Int8 { .. } => CodecId::Int8,
+            Params::TernGrad { .. } => CodecId::TernGrad,
+            Params::OneBit { .. } => CodecId::OneBit,
+            Params::TopK { .. } => CodecId::TopK,
+            Params::ThreeLc { .. } => CodecId::ThreeLc,
+        }
+    }
+
+    /// Length in bytes of a codec's parameters on the wire.
+    pub fn wire_len(codec: CodecId) -> usize {
+        match codec {
+            CodecId::None | CodecId::Fp16 | CodecId::Bf16 => 0,
+            CodecId::Int8 | CodecId::TernGrad => 4,
+            CodecId::OneBit | CodecId::TopK | CodecId::ThreeLc => 8,
+        }
+    }
+
+    fn write(&self, out: &mut [u8]) {
+        let (a, b): (Option<[u8; 4]>, Option<[u8; 4]>) = match *self {
+            Params::None | Params::Fp16 | Params::Bf16 => (None, None),
+            Params::Int8 { step: v } | Params::TernGrad { scale: v } => {
+                (Some(v.to_le_bytes()), None)
+            }
+            Params::OneBit { positive, negative } => {
+                (Some(positive.to_le_bytes()), Some(negative.to_le_bytes()))
+            }
+            Params::TopK { percent, kept } => {
+                (Some(percent.to_le_bytes()), Some(kept.to_le_bytes()))
+            }
+            Params::ThreeLc { scale, sparsity } => {
+                (Some(scale.to_le_bytes()), Some(sparsity.to_le_bytes()))
+            }
+        };
+        if let Some(a) = a {
+            out[..4].copy_from_slice(&a);
+        }
+        if let Some(b) = b {
+            out[4..8].copy_from_slice(&b);
+        }
+    }
+
+    /// Reads and validates parameters; `bytes` has exactly `wire_len(codec)` bytes.
+    fn parse(codec: CodecId, bytes: &[u8], elements: u64) -> Result<Params, DecodeError> {
+        let word = |at: usize| -> [u8; 4] {
+            let mut w = [0u8; 4];
+            w.copy_from_slice(&bytes[at..at + 4]);
+            w
+        };
+        let float = |at: usize| f32::from_le_bytes(word(at));
+        let scale = |name: &str, v: f32| {
+            if v.is_finite() && v >= 0.0 {
+                Ok(v)
+            } else {
+                Err(DecodeError::BadParams(format!(
+                    "{name} {v} must be finite and >= 0"
+                )))
+            }
+        };
+        let params = match codec {
+            CodecId::None => Params::None,
+            CodecId::Fp16 => Params::Fp16,
+            CodecId::Bf16 => Params::Bf16,
+            CodecId::Int8 => Params::Int8 {
+                step: scale("int8 step", float(0))?,
+            },
+            CodecId::TernGrad => Params::TernGrad {
+                scale: scale("terngrad scale", float(0))?,
+            },
+            CodecId::OneBit => {
+                let (positive, negative) = (float(0), float(4));
+                if !(positive.is_finite()
+                    && positive >= 0.0
+                    && negative.is_finite()
+                    && negative <= 0.0)
+                {
+                    return Err(DecodeError::BadParams(format!(
+                        "onebit means ({positive}, {negative}) must be finite, >= 0 and <= 0"
+                    )));
+                }
+                Params::OneBit { positive, negative }
+            }
+            CodecId::TopK => {
+                let percent = float(0);
+                let kept = u32::from_le_bytes(word(4));
+                if !(percent > 0.0 && percent <= 100.0) {
+                    return Err(DecodeError::BadParams(format!(
+                        "topk share {percent} not in (0, 100]"
+                    )));
+                }
+                if u64::from(kept) > elements {
+                    return Err(DecodeError::BadParams(format!(
+                        "topk keeps {kept} of {elements} values"
+                    )));
+                }
+                Params::TopK { percent, kept }
+            }
+            CodecId::ThreeLc => {
+                let sparsity = float(4);
+                if !(1.0..2.0).contains(&sparsity) {
+                    return Err(DecodeError::BadParams(format!(
+                        "3lc sparsity {sparsity} not in [1, 2)"
+                    )));
+                }
+                Params::ThreeLc {
+                    scale: scale("3lc scale", float(0))?,
+                    sparsity,
+                }
+            }
+        };
+        Ok(params)
+    }
+}
+
+/// Everything the header of a frame says.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FrameHeader {
+    /// Codec and its parameters.
+    pub params: Params,
+    /// Whether the sender encoded with error feedback (informational).
+    pub feedback: bool,
+    /// Number of values in the tensor.
+    pub elements: u64,
+    /// Length of the codec payload in bytes.
+    pub payload_len: u32,
+}
+
+impl FrameHeader {
+    /// The frame's codec.
+    pub fn codec(&self) -> CodecId {
+        self.params.codec()
+    }
+
+    /// Bytes of header before the payload (fixed part and parameters).
+    pub fn header_len(&self) -> usize {
+        FIXED_HEADER_LEN + Params::wire_len(self.codec())
+    }
+
+    /// Bytes of the whole frame: header, payload and checksum.
+    pub fn frame_len(&self) -> usize {
+        self.header_len() + self.payload_len as usize + TRAILER_LEN
+    }
+}
+
+/// Caller-given bounds on what a frame may ask the decoder to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The most values one frame may hold; the decoder never allocates more.
+    pub max_elements: u64,
+}
+
+impl Default for Limits {
+    /// 512 Mi values (2 GiB of f32), TensorFlow's own message ceiling.
+    fn default() -> Self {
+        Limits {
+            max_elements: 512 * 1024 * 1024,
+        }
+    }
+}
+
+/// A parsed, checksum-verified frame borrowing its payload from the input.
+#[derive(Debug, Clone, Copy)]
+pub struct Frame<'a> {
+    /// The header fields.
+    pub header: FrameHeader,
+    /// The codec payload.
+    pub payload: &'a [u8],
+}
+
+impl<'a> Frame<'a> {
+    /// Parses the frame at the start of `bytes` (trailing bytes are left for
+    /// the next frame: see [`FrameHeader::frame_len`]). Checks magic,
+    /// version, codec, dtype, flags, the element limit, the parameters, the
+    /// payload length for the codec, and the checksum.
+    pub fn parse(bytes: &'a [u8], limits: &Limits) -> Result<Frame<'a>, DecodeError> {
+        let truncated = |needed: u64| DecodeError::Truncated {
+            needed,
+            available: bytes.len(),
+        };
+        let fixed = bytes
+            .get(..FIXED_HEADER_LEN)
+            .ok_or(truncated(FIXED_HEADER_LEN as u64))?;
+        let magic = [fixed[0], fixed[1], fixed[2], fixed[3]];
+        if magic != MAGIC {
+            return Err(DecodeError::BadMagic(magic));
+        }
+        if fixed[4] != VERSION {
+            return Err(DecodeError::UnsupportedVersion(fixed[4]));
+        }
+        let codec = CodecId::from_byte(fixed[5]).ok_or(DecodeError::UnknownCodec(fixed[5]))?;
+        if fixed[6] != DTYPE_F32 {
+            return Err(DecodeError::UnsupportedDtype(fixed[6]));
+        }
+        let flags = fixed[7];
+        if flags & !FLAG_FEEDBACK != 0 {
+            return Err(DecodeError::ReservedFlags(flags));
+        }
+        let mut elements_bytes = [0u8; 8];
+        elements_bytes.copy_from_slice(&fixed[8..16]);
+        let elements = u64::from_le_bytes(elements_bytes);
+        if elements > limits.max_elements {
+            return Err(DecodeError::TooManyElements {
+                elements,
+                limit: limits.max_elements,
+            });
+        }
+        let payload_len = u32::from_le_bytes([fixed[16], fixed[17], fixed[18], fixed[19]]);
+        let params_len = usize::from(fixed[20]);
+        if params_len != Params::wire_len(codec) {
+            return Err(DecodeError::BadParams(format!(
+                "{codec} takes {} parameter bytes, frame has {params_len}",
+                Params::wire_len(codec)
+            )));
+        }
+        let header_len = FIXED_HEADER_LEN + params_len;
+        let frame_len = header_len as u64 + u64::from(payload_len) + TRAILER_LEN as u64;
+        if (bytes.len() as u64) < frame_len {
+            return Err(truncated(frame_len));
+        }
+        // Checked above: frame_len <= bytes.len(), so it fits usize.
+        let frame_len = frame_len as usize;
+        let body_len = frame_len - TRAILER_LEN;
+        let stored = u32::from_le_bytes([
+            bytes[body_len],
+            bytes[body_len + 1],
+            bytes[body_len + 2],
+            bytes[body_len + 3],
+        ]);
+        let computed = crc32c::crc32c(&bytes[..body_len]);
+        if stored != computed {
+            return Err(DecodeError::Checksum { stored, computed });
+        }
+        let params = Params::parse(codec, &bytes[FIXED_HEADER_LEN..header_len], elements)?;
+        let header = FrameHeader {
+            params,
+            feedback: flags & FLAG_FEEDBACK != 0,
+            elements,
+            payload_len,
+        };
+        check_payload_len(&header)?;
+        Ok(Frame {
+            header,
+            payload: &bytes[header_len..body_len],
+        })
+    }
+
+    /// Decodes the payload into `out`, which must hold exactly
+    /// `header.elements` values. On error `out` holds unspecified values and
+    /// must not be used.
+    pub fn decode_into(&self, out: &mut [f32]) -> Result<(), DecodeError> {
+        if out.len() as u64 != self.header.elements {
+            return Err(DecodeError::OutputLength {
+                expected: self.header.elements,
+                actual: out.len(),
+            });
+        }
+        crate::dispatch::decode(&self.header.params, self.payload, out)
+    }
+
+    /// Payload bits per tensor value (header and checksum not counted).
+    pub fn payload_bits_per_value(&self) -> f64 {
+        if self.header.elements == 0 {
+            0.0
+        } else {
+            self.payload.len() as f64 * 8.0 / self.header.elements as f64
+        }
+    }
+}
+
+/// Checks that the payload length is possible for the codec and count.
+fn check_payload_len(header: &FrameHeader) -> Result<(), DecodeError> {
+    let n = header.elements;
+    let actual = u64::from(header.payload_len);
+    let bitmap = n.div_ceil(8);
+    let quartic = n.div_ceil(5);
+    let exact = match header.params {
+        Params::None => Some(n.saturating_mul(4)),
+        Params::Fp16 | Params::Bf16 => Some(n.saturating_mul(2)),
+        Params::Int8 { .. } => Some(n),
+        Params::TernGrad { .. } => Some(quartic),
+        Params::OneBit { .. } => Some(bitmap),
+        Params::TopK { kept, .. } => Some(bitmap + 4 * u64::from(kept)),
+        // Zero-run encoding makes the length data-dependent: at most one
+        // byte per quartic byte, at least one byte per 14 of them.
+        Params::ThreeLc { .. } => None,
+    };
+    let codec = header.codec().name();
+    match exact {
+        Some(expected) if expected != actual => Err(DecodeError::PayloadLength {
+            codec,
+            elements: n,
+            expected,
+            actual,
+        }),
+        Some(_) => Ok(()),
+        None if actual > quartic || actual < quartic.div_ceil(14) => {
+            Err(DecodeError::PayloadLength {
+                codec,
+                elements: n,
+                expected: quartic,
+                actual,
+            })
+        }
+        None => Ok(()),
+    }
+}
+
+/// Writes a frame around a payload that the caller appends in between.
+///
+/// `begin` reserves the header, the codec appends its payload to the same
+/// buffer, and `finish` fills in the header and appends the checksum.
+pub(crate) struct FrameWriter {
+    start: usize,
+    header_len: usize,
+}
+
+impl FrameWriter {
+    pub(crate) fn begin(out: &mut Vec<u8>, codec: CodecId) -> FrameWriter {
+        let start = out.len();
+        let header_len = FIXED_HEADER_LEN + Params::wire_len(codec);
+        out.resize(start + header_len, 0);
+        FrameWriter { start, header_len }
+    }
+
+    /// Offset in `out` where the payload starts.
+    pub(crate) fn payload_start(&self) -> usize {
+        self.start + self.header_len
+    }
+
+    pub(crate) fn finish(
+        self,
+        out: &mut Vec<u8>,
+        params: Params,
+        feedback: bool,
+        elements: usize,
+    ) -> Result<FrameHeader, EncodeError> {
+        let payload_len = out.len() - self.payload_start();
+        let payload_len =
+            u32::try_from(payload_len).map_err(|_| EncodeError::TooLarge { elements })?;
+        let header = FrameHeader {
+            params,
+            feedback,
+            elements: elements as u64,
+            payload_len,
+        };
+        let head = &mut out[self.start..self.payload_start()];
+        head[..4].copy_from_slice(&MAGIC);
+        head[4] = VERSION;
+        head[5] = params.codec() as u8;
+        head[6] = DTYPE_F32;
+        head[7] = if feedback { FLAG_FEEDBACK } else { 0 };
+        head[8..16].copy_from_slice(&header.elements.to_le_bytes());
+        head[16..20].copy_from_slice(&payload_len.to_le_bytes());
+        head[20] = Params::wire_len(params.codec()) as u8;
+        params.write(&mut head[FIXED_HEADER_LEN..]);
+        let crc = crc32c::crc32c(&out[self.start..]);
+        out.extend_from_slice(&crc.to_le_bytes());
+        Ok(header)
+    }
+}

@@ -1,0 +1,30 @@
+//! `none`: raw little-endian f32, lossless.
+
+use crate::error::DecodeError;
+use crate::feedback::Accumulator;
+use crate::frame::Params;
+
+/// Appends `acc` as little-endian f32. Everything is sent, so the residual
+/// becomes zero; non-finite values pass through unchanged.
+pub fn encode(mut acc: Accumulator<'_>, out: &mut Vec<u8>) -> Params {
+    out.reserve(acc.len() * 4);
+    for i in 0..acc.len() {
+        let v = acc.get(i);
+        out.extend_from_slice(&v.to_le_bytes());
+        acc.settle(i, v);
+    }
+    Params::None
+}
+
+/// Reads little-endian f32 values.
+pub fn decode(payload: &[u8], out: &mut [f32]) -> Result<(), DecodeError> {
+    if payload.len() != out.len() * 4 {
+        return Err(DecodeError::CorruptPayload(
+            "raw payload length does not match tensor",
+        ));
+    }
+    for (v, bytes) in out.iter_mut().zip(payload.chunks_exact(4)) {
+        *v = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+    }
+    Ok(())
+}
