@@ -1,0 +1,84 @@
+//! Encode and decode throughput of every codec against memcpy of the same
+//! buffer, on gradient-like data pushed through one context.
+//!
+//! `cargo bench -p tlc-codec --bench codecs` (add `-- 3lc` to filter).
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use tlc_codec::{Codec, Encoder, Feedback, Frame, Limits, Sparsity, TopKPercent};
+
+const ELEMENTS: usize = 4 << 20;
+
+/// Heavy-tailed values centred on zero, typically around 1e-3.
+fn gradient_like(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut uniform = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        ((state >> 40) as f32 + 0.5) / (1u64 << 24) as f32
+    };
+    (0..n)
+        .map(|_| {
+            // Laplace with a log-normal-ish spread of scales.
+            let sign = if uniform() < 0.5 { -1.0 } else { 1.0 };
+            let scale = 1e-3 * (2.0 * (uniform() - 0.5)).exp();
+            sign * scale * -uniform().ln()
+        })
+        .collect()
+}
+
+fn codecs() -> Vec<(String, Codec)> {
+    let mut list = vec![
+        ("none".to_string(), Codec::None),
+        ("fp16".to_string(), Codec::Fp16),
+        ("int8".to_string(), Codec::Int8),
+        ("terngrad".to_string(), Codec::TernGrad { seed: 1 }),
+        ("onebit".to_string(), Codec::OneBit),
+        ("topk5".to_string(), Codec::TopK { percent: TopKPercent::P5 }),
+    ];
+    for s in [1.0, 1.75] {
+        let sparsity = Sparsity::new(s).expect("valid sparsity");
+        list.push((format!("3lc_s{s}"), Codec::ThreeLc { sparsity }));
+    }
+    list
+}
+
+fn bench(c: &mut Criterion) {
+    let tensors: Vec<Vec<f32>> = (0..4).map(|s| gradient_like(ELEMENTS, s)).collect();
+    let bytes = (ELEMENTS * 4) as u64;
+
+    let mut group = c.benchmark_group("memcpy");
+    group.throughput(Throughput::Bytes(bytes));
+    let mut copy = vec![0f32; ELEMENTS];
+    group.bench_function("4M", |b| b.iter(|| copy.copy_from_slice(black_box(&tensors[0]))));
+    group.finish();
+
+    for (name, codec) in codecs() {
+        let mut group = c.benchmark_group(name.as_str());
+        group.throughput(Throughput::Bytes(bytes));
+        group.sample_size(20);
+        let mut encoder = Encoder::new(codec, Feedback::default_for(&codec));
+        let mut frame = Vec::with_capacity(ELEMENTS * 4 + 64);
+        let mut step = 0;
+        group.bench_function(BenchmarkId::new("encode", "4M"), |b| {
+            b.iter(|| {
+                frame.clear();
+                step = (step + 1) % tensors.len();
+                encoder.encode(black_box(&tensors[step]), &mut frame).expect("encodes");
+            })
+        });
+        let mut out = vec![0f32; ELEMENTS];
+        group.bench_function(BenchmarkId::new("decode", "4M"), |b| {
+            b.iter(|| {
+                let parsed = Frame::parse(black_box(&frame), &Limits::default()).expect("parses");
+                parsed.decode_into(&mut out).expect("decodes");
+            })
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
