@@ -69,6 +69,13 @@ fn bench(c: &mut Criterion) {
                 encoder.encode(black_box(&tensors[step]), &mut frame).expect("encodes");
             })
         });
+        // Decode a frame from a fixed point of the stream (the 8th tensor
+        // through a fresh context), not whatever the encode loop left.
+        let mut fresh = Encoder::new(codec, Feedback::default_for(&codec));
+        for step in 0..8 {
+            frame.clear();
+            fresh.encode(&tensors[step % tensors.len()], &mut frame).expect("encodes");
+        }
         let mut out = vec![0f32; ELEMENTS];
         group.bench_function(BenchmarkId::new("decode", "4M"), |b| {
             b.iter(|| {
