@@ -1,1 +1,71 @@
-fn main(){}
+//! `tlcctl`: the operator's command-line tool for tlc.
+//!
+//! This file only parses the command line, dispatches to a command group and
+//! turns an error into one line on stderr (`tlcctl: error: ...`, exit 1).
+//! Usage errors are clap's own (exit 2).
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+mod codec;
+
+/// The operator's tool for tlc, the TensorFlow tensor-compressing sidecar.
+#[derive(Debug, Parser)]
+#[command(name = "tlcctl", version, about, long_about = None)]
+struct Cli {
+    /// Print a short summary of what was done to stderr.
+    #[arg(short, long, global = true)]
+    verbose: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The command groups.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Encode, decode, inspect and benchmark tensor codecs offline.
+    #[command(subcommand)]
+    Codec(codec::CodecCommand),
+    /// Print a shell completion script to stdout.
+    Completions {
+        /// The shell to generate completions for.
+        shell: clap_complete::Shell,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Codec(command) => codec::run(command, cli.verbose),
+        Command::Completions { shell } => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "tlcctl", &mut std::io::stdout());
+            Ok(())
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) => {
+            // `{:#}` joins anyhow's context chain with ": ". Flatten any
+            // newline inside a message so the error stays one line.
+            let message = format!("{err:#}").replace('\n', " ");
+            let _ = std::io::stdout().flush();
+            eprintln!("tlcctl: error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Whether the error is stdout closing early (`tlcctl ... | head`), which is
+/// not worth a message.
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
