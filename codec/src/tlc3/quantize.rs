@@ -102,14 +102,12 @@ mod kernel {
         let part = |j: usize| x.get(j * len..j * len + full).unwrap_or_default();
         let (x0, x1, x2, x3, x4) = (part(0), part(1), part(2), part(3), part(4));
         // Without feedback the residual slices stay empty and are never touched.
-        let (e0, e1, e2, e3, e4): (&mut [f32], &mut [f32], &mut [f32], &mut [f32], &mut [f32]) =
-            if FEEDBACK {
-                let mut chunks = e.chunks_mut(len.max(1)).map(|c| &mut c[..full]);
-                let mut next = || chunks.next().unwrap_or_default();
-                (next(), next(), next(), next(), next())
-            } else {
-                (&mut [], &mut [], &mut [], &mut [], &mut [])
-            };
+        let [e0, e1, e2, e3, e4]: [&mut [f32]; 5] = if FEEDBACK {
+            let mut chunks = e.chunks_mut(len.max(1)).map(|c| &mut c[..full]);
+            std::array::from_fn(|_| chunks.next().unwrap_or_default())
+        } else {
+            Default::default()
+        };
         let out_full = &mut out[..full];
         let mut unused = 0f32;
         for i in 0..full {

@@ -181,7 +181,8 @@ mod tests {
         let mut out = [0u8; 2];
         pack(layout, &mut out, |at| trits[at]);
         // byte 0: digits of positions 0,2,4,6,pad = 2,1,0,2,1
-        assert_eq!(out[0], 2 * 81 + 27 + 0 * 9 + 2 * 3 + 1);
+        // digits 2,1,0,2,1
+        assert_eq!(out[0], 162 + 27 + 6 + 1);
         // byte 1: positions 1,3,5,pad,pad = 0,2,0,1,1
         assert_eq!(out[1], 2 * 27 + 3 + 1);
         let mut back = [9f32; 7];
