@@ -36,7 +36,12 @@ fn codecs() -> Vec<(String, Codec)> {
         ("int8".to_string(), Codec::Int8),
         ("terngrad".to_string(), Codec::TernGrad { seed: 1 }),
         ("onebit".to_string(), Codec::OneBit),
-        ("topk5".to_string(), Codec::TopK { percent: TopKPercent::P5 }),
+        (
+            "topk5".to_string(),
+            Codec::TopK {
+                percent: TopKPercent::P5,
+            },
+        ),
     ];
     for s in [1.0, 1.75] {
         let sparsity = Sparsity::new(s).expect("valid sparsity");
@@ -52,7 +57,9 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("memcpy");
     group.throughput(Throughput::Bytes(bytes));
     let mut copy = vec![0f32; ELEMENTS];
-    group.bench_function("4M", |b| b.iter(|| copy.copy_from_slice(black_box(&tensors[0]))));
+    group.bench_function("4M", |b| {
+        b.iter(|| copy.copy_from_slice(black_box(&tensors[0])))
+    });
     group.finish();
 
     for (name, codec) in codecs() {
@@ -66,7 +73,9 @@ fn bench(c: &mut Criterion) {
             b.iter(|| {
                 frame.clear();
                 step = (step + 1) % tensors.len();
-                encoder.encode(black_box(&tensors[step]), &mut frame).expect("encodes");
+                encoder
+                    .encode(black_box(&tensors[step]), &mut frame)
+                    .expect("encodes");
             })
         });
         // Decode a frame from a fixed point of the stream (the 8th tensor
@@ -74,7 +83,9 @@ fn bench(c: &mut Criterion) {
         let mut fresh = Encoder::new(codec, Feedback::default_for(&codec));
         for step in 0..8 {
             frame.clear();
-            fresh.encode(&tensors[step % tensors.len()], &mut frame).expect("encodes");
+            fresh
+                .encode(&tensors[step % tensors.len()], &mut frame)
+                .expect("encodes");
         }
         let mut out = vec![0f32; ELEMENTS];
         group.bench_function(BenchmarkId::new("decode", "4M"), |b| {
