@@ -1,0 +1,173 @@
+//! The daemon's configuration: built-in defaults, then a TOML file, then
+//! flags. Validated once at start with errors that name the key.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde::Deserialize;
+use thiserror::Error;
+
+/// Which side of a tensor's path a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Next to the task that asks for tensors: calls from the local
+    /// TensorFlow task go out through this listener to a remote peer. This
+    /// side announces that it can decode and restores compressed responses.
+    Outbound,
+    /// Next to the task that holds tensors: calls from remote peers come in
+    /// through this listener to the local TensorFlow task. This side
+    /// compresses responses for peers that announced a sidecar.
+    Inbound,
+}
+
+/// One explicit route: connections accepted on `listen` are proxied to `upstream`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// Address to accept connections on.
+    pub listen: SocketAddr,
+    /// Address to forward them to.
+    pub upstream: SocketAddr,
+    /// Which side of the path this route is.
+    pub role: Role,
+}
+
+/// Everything `tlcd` is configured with.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Explicit routes (listen address → upstream address).
+    pub routes: Vec<Route>,
+    /// Seconds to let in-flight calls finish on shutdown.
+    pub drain_seconds: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            routes: Vec::new(),
+            drain_seconds: 30,
+        }
+    }
+}
+
+/// A configuration that cannot be used, with the key at fault.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// What the TOML parser said, with line and key.
+        message: String,
+    },
+    /// A value is out of its allowed range.
+    #[error("{key} = {value}: {allowed}")]
+    Invalid {
+        /// The key, as written in the file.
+        key: String,
+        /// The offending value.
+        value: String,
+        /// What is allowed.
+        allowed: String,
+    },
+}
+
+impl Config {
+    /// Reads a TOML file over the defaults.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Config::from_toml(&text).map_err(|err| match err {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.display().to_string(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses TOML text over the defaults and validates it.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|err| ConfigError::Parse {
+            path: "<text>".into(),
+            message: err.to_string().trim().replace('\n', " "),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks values that the types alone do not constrain.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (i, route) in self.routes.iter().enumerate() {
+            if route.listen == route.upstream {
+                return Err(ConfigError::Invalid {
+                    key: format!("routes[{i}].upstream"),
+                    value: route.upstream.to_string(),
+                    allowed: "must differ from the listen address (it would loop)".into(),
+                });
+            }
+            if let Some(j) = self.routes[..i]
+                .iter()
+                .position(|r| r.listen == route.listen)
+            {
+                return Err(ConfigError::Invalid {
+                    key: format!("routes[{i}].listen"),
+                    value: route.listen.to_string(),
+                    allowed: format!("must differ from routes[{j}].listen"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_parse_and_validate() {
+        let config = Config::from_toml(
+            r#"
+            [[routes]]
+            listen = "127.0.0.1:3000"
+            upstream = "127.0.0.1:4000"
+            role = "outbound"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(config.routes.len(), 1);
+        assert_eq!(config.routes[0].role, Role::Outbound);
+        assert_eq!(config.drain_seconds, 30);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let err = Config::from_toml(
+            "[[routes]]\nlisten = \"127.0.0.1:3000\"\nupstream = \"127.0.0.1:3000\"\nrole = \"inbound\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("routes[0].upstream = 127.0.0.1:3000"),
+            "{err}"
+        );
+        let err = Config::from_toml("[[routes]]\nlisten = \"nowhere\"\n").unwrap_err();
+        assert!(err.to_string().contains("listen"), "{err}");
+        let err = Config::from_toml("colour = 3\n").unwrap_err();
+        assert!(err.to_string().contains("colour"), "{err}");
+    }
+}

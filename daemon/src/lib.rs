@@ -1,0 +1,5 @@
+//! tlcd, the tlc sidecar: intercepts a TensorFlow task's gRPC traffic and
+//! compresses `RecvTensor` responses between two sidecars.
+
+pub mod config;
+pub mod proxy;

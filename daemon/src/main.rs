@@ -1,0 +1,121 @@
+//! `tlcd`: the tlc sidecar daemon.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use tlc_daemon::config::{Config, Role, Route};
+use tlc_daemon::proxy::Proxy;
+use tracing::info;
+use tracing_subscriber::EnvFilter;
+
+/// The tlc sidecar: proxies a TensorFlow task's gRPC traffic and
+/// compresses tensors between sidecars.
+#[derive(Debug, Parser)]
+#[command(name = "tlcd", version)]
+struct Args {
+    /// TOML configuration file (over the built-in defaults).
+    #[arg(long, env = "TLC_CONFIG")]
+    config: Option<PathBuf>,
+
+    /// An explicit route, LISTEN=UPSTREAM,ROLE with ROLE outbound or inbound,
+    /// e.g. 127.0.0.1:3000=127.0.0.1:4000,outbound (repeatable; added to the
+    /// config file's routes).
+    #[arg(long = "route", value_name = "LISTEN=UPSTREAM,ROLE")]
+    routes: Vec<String>,
+
+    /// Log format.
+    #[arg(long, value_enum, default_value = "human", env = "TLC_LOG_FORMAT")]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Human,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    init_logging(args.log_format);
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("tlcd: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Human => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn run(args: Args) -> Result<()> {
+    let mut config = match &args.config {
+        Some(path) => Config::from_file(path)?,
+        None => Config::default(),
+    };
+    for text in &args.routes {
+        config
+            .routes
+            .push(parse_route(text).with_context(|| format!("--route {text}"))?);
+    }
+    config.validate()?;
+    if config.routes.is_empty() {
+        bail!("no routes: give --route LISTEN=UPSTREAM,ROLE or a config file with [[routes]]");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let proxy = Proxy::start(&config).await?;
+        wait_for_signal().await?;
+        info!("shutting down");
+        proxy.shutdown().await;
+        Ok(())
+    })
+}
+
+fn parse_route(text: &str) -> Result<Route> {
+    let (listen, rest) = text
+        .split_once('=')
+        .context("expected LISTEN=UPSTREAM,ROLE")?;
+    let (upstream, role) = rest
+        .split_once(',')
+        .context("expected LISTEN=UPSTREAM,ROLE")?;
+    let role = match role {
+        "outbound" => Role::Outbound,
+        "inbound" => Role::Inbound,
+        other => bail!("role '{other}' is neither outbound nor inbound"),
+    };
+    Ok(Route {
+        listen: listen
+            .parse()
+            .with_context(|| format!("listen address '{listen}'"))?,
+        upstream: upstream
+            .parse()
+            .with_context(|| format!("upstream address '{upstream}'"))?,
+        role,
+    })
+}
+
+/// Waits for SIGINT or SIGTERM.
+async fn wait_for_signal() -> Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result.context("cannot listen for SIGINT")?,
+        _ = term.recv() => {}
+    }
+    Ok(())
+}

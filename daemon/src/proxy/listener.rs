@@ -1,0 +1,73 @@
+//! Accepting connections on one route and serving each as HTTP/2.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use hyper::server::conn::http2;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn, Instrument};
+
+use super::body;
+use super::forward::forward;
+use super::tuning;
+use super::upstream::Upstream;
+use crate::config::Route;
+
+/// Serves one route until `shutdown` is cancelled; every connection is
+/// spawned on `tracker` so shutdown can wait for them to drain.
+pub async fn serve(
+    listener: TcpListener,
+    route: Route,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+) {
+    info!(listen = %route.listen, upstream = %route.upstream, role = ?route.role, "route ready");
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = shutdown.cancelled() => break,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let span = tracing::debug_span!("connection", %peer, listen = %route.listen);
+                tracker.spawn(connection(stream, route.clone(), shutdown.clone()).instrument(span));
+            }
+            // Running out of file descriptors and the like: keep serving the
+            // connections that exist, try again shortly.
+            Err(err) => {
+                warn!(listen = %route.listen, error = %err, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// One accepted connection: HTTP/2 with prior knowledge (h2c), as TensorFlow speaks it.
+async fn connection(stream: TcpStream, route: Route, shutdown: CancellationToken) {
+    tuning::tcp(&stream);
+    let upstream = Arc::new(Upstream::new(route.upstream));
+    let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
+        let upstream = upstream.clone();
+        async move { Ok::<_, Infallible>(forward(&upstream, request.map(body::stream)).await) }
+    });
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    tuning::server(&mut builder);
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let result = tokio::select! {
+        result = connection.as_mut() => result,
+        () = shutdown.cancelled() => {
+            // GOAWAY: no new calls, in-flight ones finish.
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    match result {
+        Ok(()) => debug!("connection closed"),
+        Err(err) => debug!(error = %err, "connection ended with an error"),
+    }
+}

@@ -1,0 +1,106 @@
+//! The HTTP/2 connection to the upstream address of one accepted connection.
+//!
+//! Each connection TensorFlow opens to the sidecar gets its own upstream
+//! connection, made on first use and made again if it closes. Keeping the
+//! one-to-one mapping keeps TensorFlow's view of connections intact: a task
+//! that sees its peer's connection go away learns it the same way it would
+//! without a sidecar.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use hyper::client::conn::http2::{self, SendRequest};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use thiserror::Error;
+use tokio::net::TcpStream;
+use tokio::sync::Mutex;
+use tracing::{debug, warn};
+
+use super::body::ProxyBody;
+use super::tuning;
+
+/// The upstream could not be reached.
+#[derive(Debug, Error)]
+pub enum UpstreamError {
+    /// TCP connect failed.
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        /// The upstream address.
+        addr: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The HTTP/2 handshake failed.
+    #[error("HTTP/2 handshake with {addr} failed: {source}")]
+    Handshake {
+        /// The upstream address.
+        addr: SocketAddr,
+        /// hyper's error.
+        source: hyper::Error,
+    },
+    /// Connecting took too long.
+    #[error("connecting to {addr} timed out")]
+    Timeout {
+        /// The upstream address.
+        addr: SocketAddr,
+    },
+}
+
+/// A lazily made, self-healing HTTP/2 client connection.
+pub struct Upstream {
+    addr: SocketAddr,
+    sender: Mutex<Option<SendRequest<ProxyBody>>>,
+}
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Upstream {
+    /// An upstream at `addr`; nothing is connected until the first request.
+    pub fn new(addr: SocketAddr) -> Upstream {
+        Upstream {
+            addr,
+            sender: Mutex::new(None),
+        }
+    }
+
+    /// The address requests go to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A handle to send one request on, connecting first if needed.
+    pub async fn sender(&self) -> Result<SendRequest<ProxyBody>, UpstreamError> {
+        let mut slot = self.sender.lock().await;
+        if let Some(sender) = slot.as_ref() {
+            if !sender.is_closed() {
+                return Ok(sender.clone());
+            }
+            debug!(upstream = %self.addr, "upstream connection closed; reconnecting");
+        }
+        let sender = tokio::time::timeout(CONNECT_TIMEOUT, self.connect())
+            .await
+            .map_err(|_| UpstreamError::Timeout { addr: self.addr })??;
+        *slot = Some(sender.clone());
+        Ok(sender)
+    }
+
+    async fn connect(&self) -> Result<SendRequest<ProxyBody>, UpstreamError> {
+        let addr = self.addr;
+        let tcp = TcpStream::connect(addr)
+            .await
+            .map_err(|source| UpstreamError::Connect { addr, source })?;
+        tuning::tcp(&tcp);
+        let mut builder = http2::Builder::new(TokioExecutor::new());
+        tuning::client(&mut builder);
+        let (sender, connection) = builder
+            .handshake(TokioIo::new(tcp))
+            .await
+            .map_err(|source| UpstreamError::Handshake { addr, source })?;
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                warn!(upstream = %addr, error = %err, "upstream connection ended with an error");
+            }
+        });
+        Ok(sender)
+    }
+}

@@ -1,0 +1,115 @@
+//! Test peers: a small h2c server that answers like a gRPC service, and a
+//! client that calls it, both on hyper.
+
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, Request, Response};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What a test server does with a call: echo the body back with trailers.
+pub async fn start_echo_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let service = service_fn(|request: Request<Incoming>| async move {
+                    let path = request.uri().path().to_owned();
+                    let echo_header = request.headers().get("x-echo").cloned();
+                    let body = request.into_body().collect().await.unwrap().to_bytes();
+                    let mut trailers = HeaderMap::new();
+                    trailers.insert("grpc-status", "0".parse().unwrap());
+                    trailers.insert("x-path", path.parse().unwrap());
+                    trailers.insert("x-len", body.len().to_string().parse().unwrap());
+                    let frames = vec![
+                        Ok::<_, Infallible>(Frame::data(body)),
+                        Ok(Frame::trailers(trailers)),
+                    ];
+                    let mut response =
+                        Response::new(StreamBody::new(futures_util::stream::iter(frames)));
+                    response
+                        .headers_mut()
+                        .insert("content-type", "application/grpc".parse().unwrap());
+                    if let Some(value) = echo_header {
+                        response.headers_mut().insert("x-echo", value);
+                    }
+                    Ok::<_, Infallible>(response)
+                });
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// A client connection with prior-knowledge HTTP/2.
+pub struct Client {
+    sender: hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+    addr: SocketAddr,
+}
+
+/// A finished call: status, headers, body and trailers.
+pub struct Reply {
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    pub trailers: HeaderMap,
+}
+
+impl Client {
+    pub async fn connect(addr: SocketAddr) -> Client {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .initial_stream_window_size(8 << 20)
+            .initial_connection_window_size(32 << 20)
+            .handshake(TokioIo::new(tcp))
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        Client { sender, addr }
+    }
+
+    pub async fn call(&self, path: &str, headers: &[(&str, &str)], body: Bytes) -> Reply {
+        let mut builder = Request::post(format!("http://{}{}", self.addr, path))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers");
+        for (k, v) in headers {
+            builder = builder.header(*k, *v);
+        }
+        let request = builder.body(Full::new(body)).unwrap();
+        let mut sender = self.sender.clone();
+        let response = sender.send_request(request).await.unwrap();
+        let headers = response.headers().clone();
+        let mut body = response.into_body();
+        let mut data = BytesMut::new();
+        let mut trailers = HeaderMap::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.unwrap();
+            match frame.into_data() {
+                Ok(chunk) => data.extend_from_slice(&chunk),
+                Err(frame) => {
+                    if let Ok(t) = frame.into_trailers() {
+                        trailers = t;
+                    }
+                }
+            }
+        }
+        Reply {
+            headers,
+            body: data.freeze(),
+            trailers,
+        }
+    }
+}
