@@ -5,8 +5,11 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use std::sync::Arc;
 use tlc_daemon::config::{Config, Role, Route};
 use tlc_daemon::proxy::Proxy;
+use tlc_daemon::sidecar::record::Recorder;
+use tlc_daemon::sidecar::Sidecar;
 use tracing::info;
 use tracing_subscriber::EnvFilter;
 
@@ -24,6 +27,15 @@ struct Args {
     /// config file's routes).
     #[arg(long = "route", value_name = "LISTEN=UPSTREAM,ROLE")]
     routes: Vec<String>,
+
+    /// Record RecvTensor calls seen on outbound routes into this directory
+    /// (request, response, headers and trailers per call), for fixtures and debugging.
+    #[arg(long, value_name = "DIR")]
+    record: Option<PathBuf>,
+
+    /// Most calls to record.
+    #[arg(long, default_value_t = 64)]
+    record_limit: u64,
 
     /// Log format.
     #[arg(long, value_enum, default_value = "human", env = "TLC_LOG_FORMAT")]
@@ -73,12 +85,20 @@ fn run(args: Args) -> Result<()> {
     if config.routes.is_empty() {
         bail!("no routes: give --route LISTEN=UPSTREAM,ROLE or a config file with [[routes]]");
     }
+    let recorder = match &args.record {
+        Some(dir) => Some(
+            Recorder::new(dir, args.record_limit)
+                .with_context(|| format!("cannot record into {}", dir.display()))?,
+        ),
+        None => None,
+    };
+    let sidecar = Sidecar { recorder };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let proxy = Proxy::start(&config).await?;
+        let proxy = Proxy::start(&config, Arc::new(sidecar)).await?;
         wait_for_signal().await?;
         info!("shutting down");
         proxy.shutdown().await;

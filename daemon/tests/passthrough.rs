@@ -17,7 +17,7 @@ async fn proxy_to(upstream: std::net::SocketAddr) -> Proxy {
         }],
         drain_seconds: 5,
     };
-    Proxy::start(&config).await.unwrap()
+    Proxy::start(&config, Default::default()).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,3 +31,119 @@ pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
 pub fn empty() -> ProxyBody {
     Empty::new().map_err(|never| match never {}).boxed_unsync()
 }
+
+/// A body of chunks already in memory, then optional trailers: how a
+/// rebuilt gRPC response goes out (prefix, message header, tensor bytes,
+/// `grpc-status` trailers) without concatenating the chunks.
+pub fn chunks(chunks: Vec<Bytes>, trailers: Option<http::HeaderMap>) -> ProxyBody {
+    Chunks {
+        chunks: chunks.into_iter(),
+        trailers,
+    }
+    .boxed_unsync()
+}
+
+struct Chunks {
+    chunks: std::vec::IntoIter<Bytes>,
+    trailers: Option<http::HeaderMap>,
+}
+
+impl http_body::Body for Chunks {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        let frame = match self.chunks.by_ref().find(|c| !c.is_empty()) {
+            Some(chunk) => Some(http_body::Frame::data(chunk)),
+            None => self.trailers.take().map(http_body::Frame::trailers),
+        };
+        std::task::Poll::Ready(frame.map(Ok))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.chunks.as_slice().iter().all(Bytes::is_empty) && self.trailers.is_none()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        let data: usize = self.chunks.as_slice().iter().map(Bytes::len).sum();
+        let mut hint = http_body::SizeHint::new();
+        hint.set_lower(data as u64);
+        if self.trailers.is_none() {
+            hint.set_upper(data as u64);
+        }
+        hint
+    }
+}
+
+/// A body read to its end: its data and its trailers.
+#[derive(Debug, Default)]
+pub struct Collected {
+    /// The data chunks as they arrived.
+    pub chunks: Vec<Bytes>,
+    /// The trailers, if any.
+    pub trailers: Option<http::HeaderMap>,
+}
+
+impl Collected {
+    /// Total data length.
+    pub fn len(&self) -> usize {
+        self.chunks.iter().map(Bytes::len).sum()
+    }
+
+    /// Whether there is no data.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The data as one buffer (no copy when it arrived in one chunk).
+    pub fn to_bytes(&self) -> Bytes {
+        match self.chunks.as_slice() {
+            [] => Bytes::new(),
+            [one] => one.clone(),
+            many => {
+                let mut all = bytes::BytesMut::with_capacity(self.len());
+                many.iter().for_each(|c| all.extend_from_slice(c));
+                all.freeze()
+            }
+        }
+    }
+}
+
+/// The body was longer than the caller allows.
+#[derive(Debug, thiserror::Error)]
+#[error("body longer than {limit} bytes")]
+pub struct TooLong {
+    /// The limit.
+    pub limit: usize,
+}
+
+/// Reads a body to its end, keeping at most `limit` bytes of data.
+pub async fn collect<B>(mut body: B, limit: usize) -> Result<Collected, BoxError>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    let mut collected = Collected::default();
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(Into::into)?;
+        match frame.into_data() {
+            Ok(chunk) => {
+                total += chunk.len();
+                if total > limit {
+                    return Err(Box::new(TooLong { limit }));
+                }
+                collected.chunks.push(chunk);
+            }
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    collected.trailers = Some(trailers);
+                }
+            }
+        }
+    }
+    Ok(collected)
+}

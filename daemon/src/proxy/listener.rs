@@ -12,16 +12,17 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn, Instrument};
 
 use super::body;
-use super::forward::forward;
 use super::tuning;
 use super::upstream::Upstream;
 use crate::config::Route;
+use crate::sidecar::Sidecar;
 
 /// Serves one route until `shutdown` is cancelled; every connection is
 /// spawned on `tracker` so shutdown can wait for them to drain.
 pub async fn serve(
     listener: TcpListener,
     route: Route,
+    sidecar: Arc<Sidecar>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
@@ -34,7 +35,10 @@ pub async fn serve(
         match accepted {
             Ok((stream, peer)) => {
                 let span = tracing::debug_span!("connection", %peer, listen = %route.listen);
-                tracker.spawn(connection(stream, route.clone(), shutdown.clone()).instrument(span));
+                tracker.spawn(
+                    connection(stream, route.clone(), sidecar.clone(), shutdown.clone())
+                        .instrument(span),
+                );
             }
             // Running out of file descriptors and the like: keep serving the
             // connections that exist, try again shortly.
@@ -47,12 +51,24 @@ pub async fn serve(
 }
 
 /// One accepted connection: HTTP/2 with prior knowledge (h2c), as TensorFlow speaks it.
-async fn connection(stream: TcpStream, route: Route, shutdown: CancellationToken) {
+async fn connection(
+    stream: TcpStream,
+    route: Route,
+    sidecar: Arc<Sidecar>,
+    shutdown: CancellationToken,
+) {
     tuning::tcp(&stream);
     let upstream = Arc::new(Upstream::new(route.upstream));
+    let role = route.role;
     let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
         let upstream = upstream.clone();
-        async move { Ok::<_, Infallible>(forward(&upstream, request.map(body::stream)).await) }
+        let sidecar = sidecar.clone();
+        async move {
+            let response = sidecar
+                .handle(role, &upstream, request.map(body::stream))
+                .await;
+            Ok::<_, Infallible>(response)
+        }
     });
     let mut builder = http2::Builder::new(TokioExecutor::new());
     tuning::server(&mut builder);

@@ -20,7 +20,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
+use std::sync::Arc;
+
 use crate::config::{Config, Route};
+use crate::sidecar::Sidecar;
 
 /// A route's listener could not be opened.
 #[derive(Debug, Error)]
@@ -41,8 +44,9 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Binds every route's listener (all or nothing) and starts serving.
-    pub async fn start(config: &Config) -> Result<Proxy, BindError> {
+    /// Binds every route's listener (all or nothing) and starts serving,
+    /// with `sidecar` deciding what happens to each call.
+    pub async fn start(config: &Config, sidecar: Arc<Sidecar>) -> Result<Proxy, BindError> {
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
         let mut listeners = Vec::new();
@@ -66,6 +70,7 @@ impl Proxy {
             tracker.spawn(listener::serve(
                 listener,
                 route,
+                sidecar.clone(),
                 shutdown.clone(),
                 tracker.clone(),
             ));

@@ -1,0 +1,94 @@
+//! Recording `RecvTensor` calls to files, to keep real TensorFlow traffic
+//! as test fixtures and to debug what crosses the wire.
+//!
+//! Each call `N` becomes `N.request.grpc` and `N.response.grpc` (the gRPC
+//! message bytes exactly as they travelled: 5-byte prefix and protobuf)
+//! and `N.meta.txt` (path, headers and trailers).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use http::HeaderMap;
+use tracing::warn;
+
+/// Writes recorded calls into one directory.
+#[derive(Debug)]
+pub struct Recorder {
+    dir: PathBuf,
+    next: AtomicU64,
+    limit: u64,
+}
+
+impl Recorder {
+    /// Records up to `limit` calls into `dir` (created if missing).
+    pub fn new(dir: &Path, limit: u64) -> std::io::Result<Recorder> {
+        std::fs::create_dir_all(dir)?;
+        Ok(Recorder {
+            dir: dir.to_path_buf(),
+            next: AtomicU64::new(0),
+            limit,
+        })
+    }
+
+    /// Claims the number of the next call, or `None` once `limit` calls are recorded.
+    pub fn claim(&self) -> Option<u64> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        (n < self.limit).then_some(n)
+    }
+
+    /// Writes one call. Failures are logged, never passed to the call.
+    pub fn write(&self, n: u64, call: &RecordedCall<'_>) {
+        let base = self.dir.join(format!("{n:06}"));
+        let mut meta = format!("path: {}\n", call.path);
+        for (title, headers) in [
+            ("request headers", call.request_headers),
+            ("response headers", call.response_headers),
+            ("response trailers", call.response_trailers),
+        ] {
+            let _ = writeln!(meta, "[{title}]");
+            for (name, value) in headers {
+                let _ = writeln!(
+                    meta,
+                    "{name}: {}",
+                    String::from_utf8_lossy(value.as_bytes())
+                );
+            }
+        }
+        let files = [
+            (base.with_extension("request.grpc"), concat(call.request)),
+            (base.with_extension("response.grpc"), concat(call.response)),
+            (base.with_extension("meta.txt"), Bytes::from(meta)),
+        ];
+        for (path, bytes) in files {
+            if let Err(err) = std::fs::write(&path, &bytes) {
+                warn!(path = %path.display(), error = %err, "cannot write recording");
+            }
+        }
+    }
+}
+
+/// What one recorded call consists of.
+pub struct RecordedCall<'a> {
+    /// The gRPC method path.
+    pub path: &'a str,
+    /// Request headers.
+    pub request_headers: &'a HeaderMap,
+    /// Request body chunks.
+    pub request: &'a [Bytes],
+    /// Response headers.
+    pub response_headers: &'a HeaderMap,
+    /// Response body chunks.
+    pub response: &'a [Bytes],
+    /// Response trailers.
+    pub response_trailers: &'a HeaderMap,
+}
+
+fn concat(chunks: &[Bytes]) -> Bytes {
+    chunks
+        .iter()
+        .flat_map(|c| c.iter().copied())
+        .collect::<Vec<u8>>()
+        .into()
+}
