@@ -33,12 +33,45 @@ pub struct Route {
     pub role: Role,
 }
 
+/// Transparent interception: listeners for connections that iptables
+/// redirected (`deploy/iptables.sh`), forwarded to their original destination.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Transparent {
+    /// Where outgoing connections of the local task are redirected to.
+    pub outbound: SocketAddr,
+    /// Where incoming connections to the local task are redirected to.
+    pub inbound: SocketAddr,
+}
+
+/// Where a listener sends the connections it accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Always this address (explicit mode).
+    Fixed(SocketAddr),
+    /// Wherever the connection was going before iptables redirected it.
+    OriginalDestination,
+}
+
+/// One listening socket and what it does with connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listener {
+    /// Address to accept on.
+    pub listen: SocketAddr,
+    /// Where to forward.
+    pub target: Target,
+    /// Which side of the path.
+    pub role: Role,
+}
+
 /// Everything `tlcd` is configured with.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Explicit routes (listen address → upstream address).
     pub routes: Vec<Route>,
+    /// Transparent interception listeners, if any.
+    pub transparent: Option<Transparent>,
     /// Seconds to let in-flight calls finish on shutdown.
     pub drain_seconds: u64,
 }
@@ -47,6 +80,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             routes: Vec::new(),
+            transparent: None,
             drain_seconds: 30,
         }
     }
@@ -109,8 +143,40 @@ impl Config {
         Ok(config)
     }
 
+    /// Every listener: explicit routes first, then the transparent pair.
+    pub fn listeners(&self) -> Vec<Listener> {
+        let mut listeners: Vec<Listener> = self
+            .routes
+            .iter()
+            .map(|r| Listener {
+                listen: r.listen,
+                target: Target::Fixed(r.upstream),
+                role: r.role,
+            })
+            .collect();
+        if let Some(t) = &self.transparent {
+            for (listen, role) in [(t.outbound, Role::Outbound), (t.inbound, Role::Inbound)] {
+                listeners.push(Listener {
+                    listen,
+                    target: Target::OriginalDestination,
+                    role,
+                });
+            }
+        }
+        listeners
+    }
+
     /// Checks values that the types alone do not constrain.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(t) = &self.transparent {
+            if t.outbound == t.inbound {
+                return Err(ConfigError::Invalid {
+                    key: "transparent.inbound".into(),
+                    value: t.inbound.to_string(),
+                    allowed: "must differ from transparent.outbound".into(),
+                });
+            }
+        }
         for (i, route) in self.routes.iter().enumerate() {
             if route.listen == route.upstream {
                 return Err(ConfigError::Invalid {

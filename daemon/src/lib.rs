@@ -2,5 +2,6 @@
 //! compresses `RecvTensor` responses between two sidecars.
 
 pub mod config;
+pub mod intercept;
 pub mod proxy;
 pub mod sidecar;

@@ -82,8 +82,8 @@ fn run(args: Args) -> Result<()> {
             .push(parse_route(text).with_context(|| format!("--route {text}"))?);
     }
     config.validate()?;
-    if config.routes.is_empty() {
-        bail!("no routes: give --route LISTEN=UPSTREAM,ROLE or a config file with [[routes]]");
+    if config.listeners().is_empty() {
+        bail!("nothing to listen on: give --route LISTEN=UPSTREAM,ROLE, or a config file with [[routes]] or [transparent]");
     }
     let recorder = match &args.record {
         Some(dir) => Some(

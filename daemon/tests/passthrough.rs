@@ -15,6 +15,7 @@ async fn proxy_to(upstream: std::net::SocketAddr) -> Proxy {
             upstream,
             role: Role::Outbound,
         }],
+        transparent: None,
         drain_seconds: 5,
     };
     Proxy::start(&config, Default::default()).await.unwrap()

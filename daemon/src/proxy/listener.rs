@@ -14,19 +14,20 @@ use tracing::{debug, info, warn, Instrument};
 use super::body;
 use super::tuning;
 use super::upstream::Upstream;
-use crate::config::Route;
+use crate::config::Listener;
+use crate::intercept;
 use crate::sidecar::Sidecar;
 
 /// Serves one route until `shutdown` is cancelled; every connection is
 /// spawned on `tracker` so shutdown can wait for them to drain.
 pub async fn serve(
     listener: TcpListener,
-    route: Route,
+    route: Listener,
     sidecar: Arc<Sidecar>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
-    info!(listen = %route.listen, upstream = %route.upstream, role = ?route.role, "route ready");
+    info!(listen = %route.listen, target = ?route.target, role = ?route.role, "listening");
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -36,8 +37,7 @@ pub async fn serve(
             Ok((stream, peer)) => {
                 let span = tracing::debug_span!("connection", %peer, listen = %route.listen);
                 tracker.spawn(
-                    connection(stream, route.clone(), sidecar.clone(), shutdown.clone())
-                        .instrument(span),
+                    connection(stream, route, sidecar.clone(), shutdown.clone()).instrument(span),
                 );
             }
             // Running out of file descriptors and the like: keep serving the
@@ -53,12 +53,18 @@ pub async fn serve(
 /// One accepted connection: HTTP/2 with prior knowledge (h2c), as TensorFlow speaks it.
 async fn connection(
     stream: TcpStream,
-    route: Route,
+    route: Listener,
     sidecar: Arc<Sidecar>,
     shutdown: CancellationToken,
 ) {
     tuning::tcp(&stream);
-    let upstream = Arc::new(Upstream::new(route.upstream));
+    let upstream = match intercept::upstream_of(&stream, route.target) {
+        Ok(addr) => Arc::new(Upstream::new(addr)),
+        Err(err) => {
+            warn!(error = %err, "closing connection");
+            return;
+        }
+    };
     let role = route.role;
     let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
         let upstream = upstream.clone();

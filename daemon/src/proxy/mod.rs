@@ -22,7 +22,7 @@ use tracing::{info, warn};
 
 use std::sync::Arc;
 
-use crate::config::{Config, Route};
+use crate::config::{Config, Listener};
 use crate::sidecar::Sidecar;
 
 /// A route's listener could not be opened.
@@ -50,20 +50,20 @@ impl Proxy {
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
         let mut listeners = Vec::new();
-        for route in &config.routes {
+        for route in config.listeners() {
             let listener = TcpListener::bind(route.listen)
                 .await
                 .map_err(|source| BindError {
                     addr: route.listen,
                     source,
                 })?;
-            listeners.push((listener, route.clone()));
+            listeners.push((listener, route));
         }
         let mut bound = Vec::new();
         for (listener, route) in listeners {
             let local = listener.local_addr().unwrap_or(route.listen);
             bound.push(local);
-            let route = Route {
+            let route = Listener {
                 listen: local,
                 ..route
             };
