@@ -74,6 +74,8 @@ pub struct Config {
     pub transparent: Option<Transparent>,
     /// Seconds to let in-flight calls finish on shutdown.
     pub drain_seconds: u64,
+    /// Which tensors are compressed and how.
+    pub policy: crate::policy::PolicySettings,
 }
 
 impl Default for Config {
@@ -82,6 +84,7 @@ impl Default for Config {
             routes: Vec::new(),
             transparent: None,
             drain_seconds: 30,
+            policy: Default::default(),
         }
     }
 }
@@ -168,6 +171,7 @@ impl Config {
 
     /// Checks values that the types alone do not constrain.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        crate::policy::Policy::new(&self.policy)?;
         if let Some(t) = &self.transparent {
             if t.outbound == t.inbound {
                 return Err(ConfigError::Invalid {

@@ -3,5 +3,6 @@
 
 pub mod config;
 pub mod intercept;
+pub mod policy;
 pub mod proxy;
 pub mod sidecar;

@@ -17,6 +17,7 @@ async fn proxy_to(upstream: std::net::SocketAddr) -> Proxy {
         }],
         transparent: None,
         drain_seconds: 5,
+        policy: Default::default(),
     };
     Proxy::start(&config, Default::default()).await.unwrap()
 }

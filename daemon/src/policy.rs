@@ -1,0 +1,445 @@
+//! Which tensors are compressed, and how: the `[policy]` table of the
+//! config file.
+//!
+//! ```toml
+//! [policy]
+//! parameter_jobs = ["ps"]   # jobs whose tasks hold the model
+//! min_bytes = 65536         # smaller tensors pass as they are
+//!
+//! [policy.push]             # gradients, worker -> parameter task
+//! codec = "3lc"
+//! sparsity = 1.0
+//!
+//! [policy.pull]             # model values, parameter task -> worker
+//! codec = "3lc"
+//! sparsity = 1.0
+//!
+//! [[policy.overrides]]      # first match wins
+//! tensor = "*batch_norm*"   # glob over the tensor's node name
+//! direction = "both"        # push, pull or both
+//! skip = true               # or codec = ..., sparsity = ...
+//! ```
+
+use globset::{Glob, GlobMatcher};
+use serde::Deserialize;
+use tlc_codec::{Codec, CodecId, Feedback, Sparsity, TopKPercent};
+
+use crate::config::ConfigError;
+
+/// Which way a tensor travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// A gradient, from a worker to a parameter task (error feedback on the worker side).
+    Push,
+    /// A model value, from a parameter task to a worker (replicas and deltas).
+    Pull,
+}
+
+impl Direction {
+    /// `push` or `pull`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::Push => "push",
+            Direction::Pull => "pull",
+        }
+    }
+}
+
+/// Codec settings as written in the file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CodecSettings {
+    /// Codec name: none, fp16, bf16, int8, terngrad, onebit, topk, 3lc.
+    pub codec: String,
+    /// 3LC sparsity multiplier, `1 <= s < 2`.
+    pub sparsity: Option<f32>,
+    /// Top-k share in percent.
+    pub k: Option<f32>,
+    /// TernGrad seed.
+    pub seed: Option<u64>,
+    /// Error feedback (default: the codec's own default).
+    pub feedback: Option<bool>,
+}
+
+impl Default for CodecSettings {
+    fn default() -> Self {
+        CodecSettings {
+            codec: "3lc".into(),
+            sparsity: Some(1.0),
+            k: None,
+            seed: None,
+            feedback: None,
+        }
+    }
+}
+
+/// A codec ready to use, with its feedback mode.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CodecChoice {
+    /// The codec and its settings.
+    pub codec: Codec,
+    /// Whether push contexts keep an error buffer.
+    pub feedback: Feedback,
+}
+
+impl CodecSettings {
+    /// Validates the settings; `key` names the table in errors.
+    pub fn resolve(&self, key: &str) -> Result<CodecChoice, ConfigError> {
+        let invalid = |field: &str, value: String, allowed: String| ConfigError::Invalid {
+            key: format!("{key}.{field}"),
+            value,
+            allowed,
+        };
+        let id: CodecId = self.codec.parse().map_err(|e: tlc_codec::SpecError| {
+            invalid("codec", self.codec.clone(), e.to_string())
+        })?;
+        let only = |field: &str, set: bool, codec: CodecId| {
+            if set && id != codec {
+                Err(invalid(
+                    field,
+                    "set".into(),
+                    format!("applies only to codec \"{}\"", codec.name()),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        only("sparsity", self.sparsity.is_some(), CodecId::ThreeLc)?;
+        only("k", self.k.is_some(), CodecId::TopK)?;
+        only("seed", self.seed.is_some(), CodecId::TernGrad)?;
+        let codec = match id {
+            CodecId::ThreeLc => {
+                let s = self.sparsity.unwrap_or(1.0);
+                let sparsity = Sparsity::new(s)
+                    .map_err(|e| invalid("sparsity", s.to_string(), e.to_string()))?;
+                Codec::ThreeLc { sparsity }
+            }
+            CodecId::TopK => {
+                let k = self.k.unwrap_or(TopKPercent::P25.get());
+                let percent =
+                    TopKPercent::new(k).map_err(|e| invalid("k", k.to_string(), e.to_string()))?;
+                Codec::TopK { percent }
+            }
+            CodecId::TernGrad => Codec::TernGrad {
+                seed: self.seed.unwrap_or(0),
+            },
+            other => other.with_defaults(),
+        };
+        let feedback = match self.feedback {
+            Some(true) => Feedback::On,
+            Some(false) => Feedback::Off,
+            None => Feedback::default_for(&codec),
+        };
+        Ok(CodecChoice { codec, feedback })
+    }
+}
+
+/// Which directions an override applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Directions {
+    /// Gradients only.
+    Push,
+    /// Model values only.
+    Pull,
+    /// Both.
+    #[default]
+    Both,
+}
+
+/// One override as written in the file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverrideSettings {
+    /// Glob over the tensor's node name (for example `*batch_norm*`).
+    pub tensor: String,
+    /// Directions it applies to.
+    #[serde(default)]
+    pub direction: Directions,
+    /// Leave matching tensors uncompressed.
+    #[serde(default)]
+    pub skip: bool,
+    /// Codec for matching tensors (default: the direction's codec).
+    pub codec: Option<String>,
+    /// 3LC sparsity for matching tensors.
+    pub sparsity: Option<f32>,
+    /// Top-k share for matching tensors.
+    pub k: Option<f32>,
+}
+
+/// The `[policy]` table as written in the file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicySettings {
+    /// Jobs whose tasks hold parameters.
+    pub parameter_jobs: Vec<String>,
+    /// Tensors smaller than this many bytes pass uncompressed.
+    pub min_bytes: u64,
+    /// Codec for gradients.
+    pub push: CodecSettings,
+    /// Codec for model values.
+    pub pull: CodecSettings,
+    /// Per-tensor exceptions, first match wins.
+    pub overrides: Vec<OverrideSettings>,
+}
+
+impl Default for PolicySettings {
+    fn default() -> Self {
+        PolicySettings {
+            parameter_jobs: vec!["ps".into()],
+            min_bytes: 64 * 1024,
+            push: CodecSettings::default(),
+            pull: CodecSettings::default(),
+            overrides: Vec::new(),
+        }
+    }
+}
+
+/// What to do with one tensor.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Decision {
+    /// Compress with this codec.
+    Compress(CodecChoice),
+    /// Leave it as it is.
+    Pass(PassReason),
+}
+
+/// Why a tensor is left as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassReason {
+    /// Below `min_bytes`.
+    Small,
+    /// An override says `skip`, or the codec is `none`.
+    Skipped,
+}
+
+struct Override {
+    matcher: GlobMatcher,
+    direction: Directions,
+    choice: Option<CodecChoice>,
+}
+
+/// The validated policy, ready to answer per tensor.
+pub struct Policy {
+    parameter_jobs: Vec<String>,
+    min_bytes: u64,
+    push: CodecChoice,
+    pull: CodecChoice,
+    overrides: Vec<Override>,
+}
+
+impl std::fmt::Debug for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policy")
+            .field("parameter_jobs", &self.parameter_jobs)
+            .field("min_bytes", &self.min_bytes)
+            .field("push", &self.push)
+            .field("pull", &self.pull)
+            .field("overrides", &self.overrides.len())
+            .finish()
+    }
+}
+
+impl Policy {
+    /// Validates settings, naming the key of the first bad value.
+    pub fn new(settings: &PolicySettings) -> Result<Policy, ConfigError> {
+        if settings.parameter_jobs.is_empty() {
+            return Err(ConfigError::Invalid {
+                key: "policy.parameter_jobs".into(),
+                value: "[]".into(),
+                allowed: "at least one job name (TensorFlow's default is \"ps\")".into(),
+            });
+        }
+        let push = settings.push.resolve("policy.push")?;
+        let pull = settings.pull.resolve("policy.pull")?;
+        let mut overrides = Vec::new();
+        for (i, o) in settings.overrides.iter().enumerate() {
+            let key = format!("policy.overrides[{i}]");
+            let glob = Glob::new(&o.tensor).map_err(|e| ConfigError::Invalid {
+                key: format!("{key}.tensor"),
+                value: o.tensor.clone(),
+                allowed: format!("a glob pattern ({e})"),
+            })?;
+            let choice = if o.skip {
+                None
+            } else {
+                let base = match o.direction {
+                    Directions::Pull => &settings.pull,
+                    _ => &settings.push,
+                };
+                let codec = o.codec.clone().unwrap_or_else(|| base.codec.clone());
+                let same_codec = codec == base.codec;
+                let settings = CodecSettings {
+                    sparsity: o.sparsity.or(if same_codec { base.sparsity } else { None }),
+                    k: o.k.or(if same_codec { base.k } else { None }),
+                    seed: if same_codec { base.seed } else { None },
+                    feedback: base.feedback,
+                    codec,
+                };
+                Some(settings.resolve(&key)?)
+            };
+            overrides.push(Override {
+                matcher: glob.compile_matcher(),
+                direction: o.direction,
+                choice,
+            });
+        }
+        Ok(Policy {
+            parameter_jobs: settings.parameter_jobs.clone(),
+            min_bytes: settings.min_bytes,
+            push,
+            pull,
+            overrides,
+        })
+    }
+
+    /// Whether tasks of `job` hold parameters (their tensors are pulls).
+    pub fn is_parameter_job(&self, job: &str) -> bool {
+        self.parameter_jobs.iter().any(|j| j == job)
+    }
+
+    /// The codec for a direction before overrides.
+    pub fn codec_for(&self, direction: Direction) -> CodecChoice {
+        match direction {
+            Direction::Push => self.push,
+            Direction::Pull => self.pull,
+        }
+    }
+
+    /// What to do with a tensor of `bytes` bytes named `tensor` travelling `direction`.
+    pub fn decide(&self, direction: Direction, tensor: &str, bytes: u64) -> Decision {
+        if bytes < self.min_bytes {
+            return Decision::Pass(PassReason::Small);
+        }
+        let applies = |d: Directions| {
+            matches!(
+                (d, direction),
+                (Directions::Both, _)
+                    | (Directions::Push, Direction::Push)
+                    | (Directions::Pull, Direction::Pull)
+            )
+        };
+        let choice = match self
+            .overrides
+            .iter()
+            .find(|o| applies(o.direction) && o.matcher.is_match(tensor))
+        {
+            Some(o) => o.choice,
+            None => Some(self.codec_for(direction)),
+        };
+        match choice {
+            Some(choice) if choice.codec != Codec::None => Decision::Compress(choice),
+            _ => Decision::Pass(PassReason::Skipped),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(toml_text: &str) -> Result<Policy, ConfigError> {
+        #[derive(Deserialize)]
+        struct File {
+            #[serde(default)]
+            policy: PolicySettings,
+        }
+        let file: File = toml::from_str(toml_text).expect("test TOML parses");
+        Policy::new(&file.policy)
+    }
+
+    #[test]
+    fn defaults_compress_large_tensors_with_3lc() {
+        let p = policy("").unwrap();
+        assert!(p.is_parameter_job("ps"));
+        assert!(!p.is_parameter_job("worker"));
+        assert_eq!(
+            p.decide(Direction::Push, "w1", 1000),
+            Decision::Pass(PassReason::Small)
+        );
+        let Decision::Compress(choice) = p.decide(Direction::Pull, "w1", 1 << 20) else {
+            panic!("large tensor not compressed")
+        };
+        assert_eq!(
+            choice.codec,
+            Codec::ThreeLc {
+                sparsity: Sparsity::ONE
+            }
+        );
+        assert_eq!(choice.feedback, Feedback::On);
+    }
+
+    #[test]
+    fn overrides_first_match_wins() {
+        let p = policy(
+            r#"
+            [policy]
+            min_bytes = 0
+            [policy.push]
+            codec = "3lc"
+            sparsity = 1.5
+            [[policy.overrides]]
+            tensor = "*batch_norm*"
+            skip = true
+            [[policy.overrides]]
+            tensor = "dense_2/*"
+            direction = "push"
+            sparsity = 1.9
+            [[policy.overrides]]
+            tensor = "dense_2/*"
+            codec = "topk"
+            k = 5
+            "#,
+        )
+        .unwrap();
+        assert_eq!(
+            p.decide(Direction::Pull, "bn/batch_norm/gamma", 10),
+            Decision::Pass(PassReason::Skipped)
+        );
+        let three = |s| Codec::ThreeLc {
+            sparsity: Sparsity::new(s).unwrap(),
+        };
+        assert!(
+            matches!(p.decide(Direction::Push, "dense_2/kernel", 10), Decision::Compress(c) if c.codec == three(1.9))
+        );
+        assert!(
+            matches!(p.decide(Direction::Pull, "dense_2/kernel", 10), Decision::Compress(c) if c.codec == Codec::TopK { percent: TopKPercent::new(5.0).unwrap() })
+        );
+        assert!(
+            matches!(p.decide(Direction::Push, "dense_1/kernel", 10), Decision::Compress(c) if c.codec == three(1.5))
+        );
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let err = policy("[policy.push]\ncodec = \"3lc\"\nsparsity = 2.5\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "policy.push.sparsity = 2.5: sparsity 2.5 is out of range [1.0, 2.0)"
+        );
+        let err = policy("[policy.pull]\ncodec = \"int8\"\nsparsity = 1.5\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("policy.pull.sparsity = set: applies only to codec \"3lc\""),
+            "{err}"
+        );
+        let err = policy("[policy.push]\ncodec = \"gzip\"\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("policy.push.codec = gzip: unknown codec"),
+            "{err}"
+        );
+        let err = policy("[[policy.overrides]]\ntensor = \"[\"\nskip = true\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("policy.overrides[0].tensor = ["),
+            "{err}"
+        );
+        let err = policy("[policy]\nparameter_jobs = []\n").unwrap_err();
+        assert!(
+            err.to_string().starts_with("policy.parameter_jobs"),
+            "{err}"
+        );
+    }
+}
