@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod intercept;
+pub mod peer;
 pub mod policy;
 pub mod proxy;
 pub mod sidecar;

@@ -1,0 +1,106 @@
+//! What two sidecars tell each other, in HTTP/2 headers of the calls they
+//! carry. TensorFlow never sees these: the sidecar next to it adds them on
+//! the way out and removes them on the way in.
+//!
+//! | header | on | meaning |
+//! |---|---|---|
+//! | `tlc-peer: 1` | request | a sidecar sent this call and decodes envelopes of version 1 |
+//! | `tlc-replica: EPOCH-VERSION` | request | for pulls: the requester's replica of this tensor (epoch in hex) |
+//! | `tlc-envelope: 1` | response | the response's `tensor_content` is an envelope, not the tensor |
+//! | `tlc-fallback: TOKEN` | request to [`FALLBACK_PATH`] | asks for the original response of an envelope |
+
+use http::{HeaderMap, HeaderValue};
+
+/// Request header: the caller is a sidecar.
+pub const PEER: &str = "tlc-peer";
+/// Request header: the caller's replica state for the tensor.
+pub const REPLICA: &str = "tlc-replica";
+/// Response header: tensor bytes are an envelope.
+pub const ENVELOPE: &str = "tlc-envelope";
+/// Request header of a fallback call: which response is wanted.
+pub const FALLBACK: &str = "tlc-fallback";
+/// The envelope version this build speaks.
+pub const PROTOCOL: &str = "1";
+/// gRPC path of the sidecar-to-sidecar fallback call; answered by the
+/// sidecar itself, never forwarded to TensorFlow.
+pub const FALLBACK_PATH: &str = "/tlc.Sidecar/Fallback";
+
+/// A requester's replica of one tensor, as far as the holder needs to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaHeader {
+    /// Epoch of the holder sidecar the replica was built from.
+    pub epoch: u64,
+    /// Version of the replica.
+    pub version: u64,
+}
+
+impl ReplicaHeader {
+    /// `EPOCH-VERSION`, epoch in hex.
+    pub fn to_header(self) -> HeaderValue {
+        // Hex digits, a dash and decimal digits: always a valid header value.
+        HeaderValue::try_from(format!("{:x}-{}", self.epoch, self.version))
+            .unwrap_or_else(|_| HeaderValue::from_static("0-0"))
+    }
+
+    /// Parses `EPOCH-VERSION`; anything else is `None` (treated as no replica).
+    pub fn parse(value: &HeaderValue) -> Option<ReplicaHeader> {
+        let text = value.to_str().ok()?;
+        let (epoch, version) = text.split_once('-')?;
+        Some(ReplicaHeader {
+            epoch: u64::from_str_radix(epoch, 16).ok()?,
+            version: version.parse().ok()?,
+        })
+    }
+}
+
+/// Whether a request came from a sidecar that speaks our envelope version.
+pub fn is_peer(headers: &HeaderMap) -> bool {
+    headers.get(PEER).is_some_and(|v| v == PROTOCOL)
+}
+
+/// Whether a response carries an envelope of our version.
+pub fn has_envelope(headers: &HeaderMap) -> bool {
+    headers.get(ENVELOPE).is_some_and(|v| v == PROTOCOL)
+}
+
+/// Removes every `tlc-*` header, so TensorFlow sees exactly what it sent.
+pub fn strip(headers: &mut HeaderMap) {
+    for name in [PEER, REPLICA, ENVELOPE, FALLBACK] {
+        headers.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replica_header_round_trips_and_rejects_junk() {
+        let header = ReplicaHeader {
+            epoch: 0xdead_beef_0123_4567,
+            version: 42,
+        };
+        let value = header.to_header();
+        assert_eq!(value, "deadbeef01234567-42");
+        assert_eq!(ReplicaHeader::parse(&value), Some(header));
+        for junk in ["", "12", "x-1", "1-y", "1-2-3", "-5"] {
+            assert_eq!(
+                ReplicaHeader::parse(&HeaderValue::from_static(junk)),
+                None,
+                "{junk}"
+            );
+        }
+    }
+
+    #[test]
+    fn strip_removes_only_tlc_headers() {
+        let mut headers = HeaderMap::new();
+        headers.insert(PEER, HeaderValue::from_static(PROTOCOL));
+        headers.insert(REPLICA, HeaderValue::from_static("1-2"));
+        headers.insert("grpc-timeout", HeaderValue::from_static("5S"));
+        assert!(is_peer(&headers));
+        strip(&mut headers);
+        assert!(!is_peer(&headers));
+        assert_eq!(headers.len(), 1);
+    }
+}
