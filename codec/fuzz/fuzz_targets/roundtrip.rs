@@ -1,0 +1,125 @@
+//! Arbitrary f32 tensors and codec settings through one encoder: whatever
+//! encodes must decode, to the right length, to finite values when the
+//! input was finite, and with feedback the residual must be `acc - decoded`.
+//! An encode error must be one the input deserves.
+
+#![no_main]
+
+use libfuzzer_sys::arbitrary::{Result, Unstructured};
+use libfuzzer_sys::fuzz_target;
+use tlc_codec::{decode, Codec, EncodeError, Encoder, Feedback, Limits, Sparsity, TopKPercent};
+
+const LIMITS: Limits = Limits {
+    max_elements: 1 << 16,
+};
+
+fn codec(u: &mut Unstructured<'_>) -> Result<Codec> {
+    Ok(match u.int_in_range(0u8..=7)? {
+        0 => Codec::None,
+        1 => Codec::Fp16,
+        2 => Codec::Bf16,
+        3 => Codec::Int8,
+        4 => Codec::TernGrad {
+            seed: u.arbitrary()?,
+        },
+        5 => Codec::OneBit,
+        6 => Codec::TopK {
+            percent: TopKPercent::new(f32::from(u.int_in_range(1u16..=1000)?) / 10.0).unwrap(),
+        },
+        _ => Codec::ThreeLc {
+            sparsity: Sparsity::new(1.0 + f32::from(u.int_in_range(0u16..=999)?) / 1000.0).unwrap(),
+        },
+    })
+}
+
+fn run(data: &[u8]) -> Result<()> {
+    let mut u = Unstructured::new(data);
+    let mut encoder = Encoder::new(
+        codec(&mut u)?,
+        if u.arbitrary()? {
+            Feedback::On
+        } else {
+            Feedback::Off
+        },
+    );
+    let steps = u.int_in_range(1u8..=3)?;
+    let n = u.int_in_range(0usize..=2000)?;
+    let mut x = Vec::with_capacity(n);
+    for _ in 0..n {
+        // Raw bits: NaN, infinities and subnormals included.
+        x.push(f32::from_bits(u.arbitrary()?));
+    }
+    for step in 0..steps {
+        if step > 0 {
+            // Later tensors: the same shape, so the residual carries over;
+            // sometimes a new codec on the same context.
+            if !x.is_empty() {
+                x.rotate_left(1);
+            }
+            if u.arbitrary()? {
+                encoder.set_codec(codec(&mut u)?);
+            }
+        }
+        check(&mut encoder, &x);
+    }
+    Ok(())
+}
+
+fn check(encoder: &mut Encoder, x: &[f32]) {
+    let codec = *encoder.codec();
+    let feedback = encoder.feedback() == Feedback::On;
+    let acc: Vec<f32> = if feedback && encoder.residual().len() == x.len() {
+        x.iter()
+            .zip(encoder.residual())
+            .map(|(x, e)| x + e)
+            .collect()
+    } else if feedback {
+        x.iter().map(|x| x + 0.0).collect()
+    } else {
+        x.to_vec()
+    };
+    let finite = acc.iter().all(|a| a.is_finite());
+    let max = acc.iter().fold(0f32, |m, a| m.max(a.abs()));
+    let mut out = Vec::new();
+    match encoder.encode(x, &mut out) {
+        Ok(header) => {
+            assert_eq!(header.frame_len(), out.len());
+            let mut values = Vec::new();
+            let frame = decode(&out, &LIMITS, &mut values)
+                .unwrap_or_else(|e| panic!("{codec}: own frame refused: {e}"));
+            assert_eq!(frame.header, header);
+            assert_eq!(values.len(), x.len());
+            // Known bug (tests/roundtrip.rs int8_of_f32_max_decodes_finite):
+            // int8 decodes level 127 to infinity when max|acc| == f32::MAX.
+            let int8_at_max = codec == Codec::Int8 && max == f32::MAX;
+            if finite && !int8_at_max {
+                assert!(
+                    values.iter().all(|v| v.is_finite()),
+                    "{codec}: non-finite output"
+                );
+                if feedback {
+                    for ((a, d), e) in acc.iter().zip(&values).zip(encoder.residual()) {
+                        assert_eq!((a - d).to_bits(), e.to_bits(), "{codec}: residual");
+                    }
+                }
+            }
+        }
+        Err(EncodeError::NonFinite) => assert!(!finite, "{codec}: NonFinite on finite input"),
+        Err(EncodeError::OutOfRange {
+            codec: name, value, ..
+        }) => {
+            assert!(finite);
+            match name {
+                "fp16" => assert!(value.abs() >= 65520.0),
+                "bf16" => assert!(value.abs() > 3.3e38),
+                "3lc" => assert!(max > f32::MAX / 2.0),
+                other => panic!("{other} out of range"),
+            }
+        }
+        Err(err) => panic!("{codec}: {err}"),
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let _ = run(data);
+});
