@@ -119,7 +119,9 @@ pub enum EnvelopeError {
         reason: &'static str,
     },
     /// The frame count is not the one the kind and versions require.
-    #[error("{kind} envelope declares {declared} frames, its kind and versions require {expected}")]
+    #[error(
+        "{kind} envelope declares {declared} frames, its kind and versions require {expected}"
+    )]
     FrameCount {
         /// The envelope's kind.
         kind: Kind,
@@ -294,7 +296,8 @@ impl EnvelopeHeader {
             needed: HEADER_LEN,
             available: bytes.len(),
         })?;
-        let u32_at = |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
+        let u32_at =
+            |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
         let u64_at = |at: usize| {
             let mut word = [0u8; 8];
             word.copy_from_slice(&head[at..at + 8]);
@@ -354,8 +357,8 @@ impl<'a> Envelope<'a> {
         let mut frames = Vec::new();
         let mut rest = &bytes[HEADER_LEN..];
         for index in 0..header.frame_count {
-            let frame =
-                Frame::parse(rest, limits).map_err(|source| EnvelopeError::Frame { index, source })?;
+            let frame = Frame::parse(rest, limits)
+                .map_err(|source| EnvelopeError::Frame { index, source })?;
             // Frame::parse checked that frame_len bytes are present.
             rest = &rest[frame.header.frame_len()..];
             frames.push(frame);
@@ -481,7 +484,12 @@ mod tests {
         let limits = Limits::default();
 
         let mut push = Vec::new();
-        write_envelope(&EnvelopeHeader::push(3), &[frame(three_lc(), &values)], &mut push).unwrap();
+        write_envelope(
+            &EnvelopeHeader::push(3),
+            &[frame(three_lc(), &values)],
+            &mut push,
+        )
+        .unwrap();
         let env = Envelope::parse(&push, &limits).unwrap();
         assert_eq!(env.header, EnvelopeHeader::push(3));
         assert_eq!(env.frames().len(), 1);
@@ -515,13 +523,22 @@ mod tests {
 
         assert!(matches!(
             Envelope::parse(&good[..47], &limits),
-            Err(EnvelopeError::Truncated { needed: 48, available: 47 })
+            Err(EnvelopeError::Truncated {
+                needed: 48,
+                available: 47
+            })
         ));
-        assert!(matches!(Envelope::parse(&[], &limits), Err(EnvelopeError::Truncated { .. })));
+        assert!(matches!(
+            Envelope::parse(&[], &limits),
+            Err(EnvelopeError::Truncated { .. })
+        ));
 
         let mut bad = good.clone();
         bad[0] = b'X';
-        assert!(matches!(Envelope::parse(&bad, &limits), Err(EnvelopeError::BadMagic(_))));
+        assert!(matches!(
+            Envelope::parse(&bad, &limits),
+            Err(EnvelopeError::BadMagic(_))
+        ));
 
         let mut bad = good.clone();
         bad[4] = 2;
@@ -532,17 +549,26 @@ mod tests {
 
         let mut bad = good.clone();
         bad[20] ^= 1; // epoch, without resealing
-        assert!(matches!(Envelope::parse(&bad, &limits), Err(EnvelopeError::Checksum { .. })));
+        assert!(matches!(
+            Envelope::parse(&bad, &limits),
+            Err(EnvelopeError::Checksum { .. })
+        ));
 
         let mut bad = good.clone();
         bad[5] = 9;
         reseal(&mut bad);
-        assert_eq!(Envelope::parse(&bad, &limits).unwrap_err(), EnvelopeError::UnknownKind(9));
+        assert_eq!(
+            Envelope::parse(&bad, &limits).unwrap_err(),
+            EnvelopeError::UnknownKind(9)
+        );
 
         let mut bad = good.clone();
         bad[7] = 1;
         reseal(&mut bad);
-        assert_eq!(Envelope::parse(&bad, &limits).unwrap_err(), EnvelopeError::Reserved(0x0100));
+        assert_eq!(
+            Envelope::parse(&bad, &limits).unwrap_err(),
+            EnvelopeError::Reserved(0x0100)
+        );
     }
 
     #[test]
@@ -560,29 +586,70 @@ mod tests {
         };
         let push = EnvelopeHeader::push(0);
         assert!(matches!(
-            with(EnvelopeHeader { epoch: 1, ..push }, &[one.clone()]),
-            Err(EnvelopeError::Field { kind: Kind::Push, .. })
+            with(
+                EnvelopeHeader { epoch: 1, ..push },
+                std::slice::from_ref(&one)
+            ),
+            Err(EnvelopeError::Field {
+                kind: Kind::Push,
+                ..
+            })
         ));
         assert!(matches!(
-            with(EnvelopeHeader { frame_count: 2, ..push }, &[one.clone(), one.clone()]),
-            Err(EnvelopeError::FrameCount { declared: 2, expected: 1, .. })
+            with(
+                EnvelopeHeader {
+                    frame_count: 2,
+                    ..push
+                },
+                &[one.clone(), one.clone()]
+            ),
+            Err(EnvelopeError::FrameCount {
+                declared: 2,
+                expected: 1,
+                ..
+            })
         ));
         assert!(matches!(
-            with(EnvelopeHeader { frame_count: 0, ..push }, &[]),
-            Err(EnvelopeError::FrameCount { declared: 0, expected: 1, .. })
+            with(
+                EnvelopeHeader {
+                    frame_count: 0,
+                    ..push
+                },
+                &[]
+            ),
+            Err(EnvelopeError::FrameCount {
+                declared: 0,
+                expected: 1,
+                ..
+            })
         ));
         let key = EnvelopeHeader::keyframe(0, 5, 3);
         assert!(matches!(
-            with(EnvelopeHeader { epoch: 0, ..key }, &[frame(Codec::None, &[1.0])]),
-            Err(EnvelopeError::Field { kind: Kind::Keyframe, .. })
+            with(
+                EnvelopeHeader { epoch: 0, ..key },
+                &[frame(Codec::None, &[1.0])]
+            ),
+            Err(EnvelopeError::Field {
+                kind: Kind::Keyframe,
+                ..
+            })
         ));
         assert!(matches!(
-            with(EnvelopeHeader { target_version: 0, ..key }, &[frame(Codec::None, &[1.0])]),
-            Err(EnvelopeError::Field { kind: Kind::Keyframe, .. })
+            with(
+                EnvelopeHeader {
+                    target_version: 0,
+                    ..key
+                },
+                &[frame(Codec::None, &[1.0])]
+            ),
+            Err(EnvelopeError::Field {
+                kind: Kind::Keyframe,
+                ..
+            })
         ));
         // A keyframe must be lossless.
         assert_eq!(
-            with(key, &[one.clone()]).unwrap_err(),
+            with(key, std::slice::from_ref(&one)).unwrap_err(),
             EnvelopeError::KeyframeCodec(CodecId::ThreeLc)
         );
         // A chain's count is target - base.
@@ -590,7 +657,11 @@ mod tests {
         c.frame_count = 2;
         assert!(matches!(
             with(c, &[one.clone(), one.clone()]),
-            Err(EnvelopeError::FrameCount { declared: 2, expected: 1, .. })
+            Err(EnvelopeError::FrameCount {
+                declared: 2,
+                expected: 1,
+                ..
+            })
         ));
         let backwards = EnvelopeHeader {
             base_version: 5,
@@ -598,7 +669,10 @@ mod tests {
             frame_count: 0,
             ..c
         };
-        assert!(matches!(with(backwards, &[]), Err(EnvelopeError::Field { .. })));
+        assert!(matches!(
+            with(backwards, &[]),
+            Err(EnvelopeError::Field { .. })
+        ));
         assert!(EnvelopeHeader::chain(0, 5, 5, 4).is_err());
         assert!(EnvelopeHeader::chain(0, 5, 0, 1).is_err());
         assert!(EnvelopeHeader::chain(0, 5, 1, 1 + (1 << 32)).is_err());
@@ -614,7 +688,11 @@ mod tests {
         .unwrap();
         assert!(matches!(
             Envelope::parse(&out, &limits),
-            Err(EnvelopeError::ChainLength { index: 1, elements: 3, first: 2 })
+            Err(EnvelopeError::ChainLength {
+                index: 1,
+                elements: 3,
+                first: 2
+            })
         ));
     }
 
@@ -628,24 +706,36 @@ mod tests {
         let cut = &good[..good.len() - 1];
         assert!(matches!(
             Envelope::parse(cut, &limits),
-            Err(EnvelopeError::Frame { index: 1, source: DecodeError::Truncated { .. } })
+            Err(EnvelopeError::Frame {
+                index: 1,
+                source: DecodeError::Truncated { .. }
+            })
         ));
         // Header only, frames missing.
         assert!(matches!(
             Envelope::parse(&good[..HEADER_LEN], &limits),
-            Err(EnvelopeError::Frame { index: 0, source: DecodeError::Truncated { .. } })
+            Err(EnvelopeError::Frame {
+                index: 0,
+                source: DecodeError::Truncated { .. }
+            })
         ));
         // Trailing bytes.
         let mut long = good.clone();
         long.push(0);
-        assert_eq!(Envelope::parse(&long, &limits).unwrap_err(), EnvelopeError::TrailingBytes(1));
+        assert_eq!(
+            Envelope::parse(&long, &limits).unwrap_err(),
+            EnvelopeError::TrailingBytes(1)
+        );
         // A bad frame checksum.
         let mut bad = good.clone();
         let last = bad.len() - 1;
         bad[last] ^= 0xff;
         assert!(matches!(
             Envelope::parse(&bad, &limits),
-            Err(EnvelopeError::Frame { index: 1, source: DecodeError::Checksum { .. } })
+            Err(EnvelopeError::Frame {
+                index: 1,
+                source: DecodeError::Checksum { .. }
+            })
         ));
         // Declares more frames than present (count and versions agree).
         let mut more = Vec::new();
@@ -654,7 +744,10 @@ mod tests {
         more.extend_from_slice(&one);
         assert!(matches!(
             Envelope::parse(&more, &limits),
-            Err(EnvelopeError::Frame { index: 2, source: DecodeError::Truncated { .. } })
+            Err(EnvelopeError::Frame {
+                index: 2,
+                source: DecodeError::Truncated { .. }
+            })
         ));
     }
 
@@ -665,19 +758,45 @@ mod tests {
         let mut f = frame(Codec::None, &[1.0, 2.0]);
         f[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
         let bytes = chain(1, 2, &[f]);
-        let limits = Limits { max_elements: 1 << 20 };
+        let limits = Limits {
+            max_elements: 1 << 20,
+        };
         assert!(matches!(
             Envelope::parse(&bytes, &limits),
             Err(EnvelopeError::Frame {
                 index: 0,
-                source: DecodeError::TooManyElements { elements: 1_099_511_627_776, limit: 1_048_576 }
+                source: DecodeError::TooManyElements {
+                    elements: 1_099_511_627_776,
+                    limit: 1_048_576
+                }
             })
         ));
-        // Within the limit but beyond the bytes present: truncated.
-        let limits = Limits { max_elements: u64::MAX };
+        // Without a limit, and with the frame's checksum made right, the
+        // payload length gives the lie away.
+        let limits = Limits {
+            max_elements: u64::MAX,
+        };
+        let mut f = frame(Codec::None, &[1.0, 2.0]);
+        f[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        let body = f.len() - 4;
+        let crc = crc32c::crc32c(&f[..body]);
+        f[body..].copy_from_slice(&crc.to_le_bytes());
         assert!(matches!(
-            Envelope::parse(&bytes, &limits),
-            Err(EnvelopeError::Frame { index: 0, source: DecodeError::Truncated { .. } })
+            Envelope::parse(&chain(1, 2, &[f.clone()]), &limits),
+            Err(EnvelopeError::Frame {
+                index: 0,
+                source: DecodeError::PayloadLength { .. }
+            })
+        ));
+        // A payload length matching the claim runs past the bytes present.
+        f[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
+        f[8..16].copy_from_slice(&(u64::from(u32::MAX) / 4).to_le_bytes());
+        assert!(matches!(
+            Envelope::parse(&chain(1, 2, &[f]), &limits),
+            Err(EnvelopeError::Frame {
+                index: 0,
+                source: DecodeError::Truncated { .. }
+            })
         ));
     }
 
@@ -701,7 +820,14 @@ mod tests {
         // A cheap deterministic sweep: every prefix and every single-byte
         // corruption of a valid envelope parses or fails, never panics.
         let limits = Limits { max_elements: 64 };
-        let good = chain(1, 3, &[frame(three_lc(), &[1.0, -2.0, 3.0]), frame(Codec::None, &[0.0, 1.0, 2.0])]);
+        let good = chain(
+            1,
+            3,
+            &[
+                frame(three_lc(), &[1.0, -2.0, 3.0]),
+                frame(Codec::None, &[0.0, 1.0, 2.0]),
+            ],
+        );
         for len in 0..good.len() {
             let _ = Envelope::parse(&good[..len], &limits);
         }

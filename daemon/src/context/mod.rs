@@ -1,0 +1,23 @@
+//! Per-tensor contexts: the state two sidecars keep so that a tensor can
+//! cross the network compressed, and the envelope it crosses in.
+//!
+//! - [`envelope`]: the bytes sent in place of a tensor's content;
+//! - [`push`]: gradients (error feedback on the worker side);
+//! - [`pull`]: model values (a shared replica per tensor on the parameter
+//!   side, one replica per holder and tensor on the worker side);
+//! - [`table`]: keeps contexts bounded by age and memory.
+//!
+//! Pure logic: no sockets, no async, no global state; time is passed in.
+
+pub mod envelope;
+pub mod pull;
+pub mod push;
+pub mod table;
+
+pub use envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind};
+pub use pull::{
+    replica_hash, ApplyError, EpochGenerator, PullServed, PullSource, Replica, ReplicaKey,
+    ReplicaState, ReplicaStore, ServeError,
+};
+pub use push::{decode_push, PushContext, PushError, PushKey};
+pub use table::{ContextMemory, ContextTable, TableLimits};
