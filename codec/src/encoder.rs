@@ -106,10 +106,16 @@ impl Encoder {
         out: &mut Vec<u8>,
     ) -> Result<FrameHeader, EncodeError> {
         let feedback = self.feedback == Feedback::On;
-        if feedback && self.residual.len() != values.len() {
-            self.residual.clear();
-            self.residual.resize(values.len(), 0.0);
-        }
+        // A new shape starts from a fresh buffer, swapped in only once the
+        // tensor has encoded, so a failed tensor leaves the old one alone.
+        let reshaped = feedback && self.residual.len() != values.len();
+        let mut fresh = Vec::new();
+        let residual = if reshaped {
+            fresh.resize(values.len(), 0.0);
+            &mut fresh
+        } else {
+            &mut self.residual
+        };
         let start = out.len();
         let writer = FrameWriter::begin(out, self.codec.id());
         let seed = match self.codec {
@@ -120,11 +126,14 @@ impl Encoder {
             stream_key: terngrad::stream_key(seed, self.frames),
             sample: &mut self.sample,
         };
-        let e = feedback.then_some(self.residual.as_mut_slice());
+        let e = feedback.then_some(residual.as_mut_slice());
         let result = dispatch::encode(&self.codec, values, e, scratch, out)
             .and_then(|params| writer.finish(out, params, feedback, values.len()));
         match result {
             Ok(header) => {
+                if reshaped {
+                    self.residual = fresh;
+                }
                 self.frames += 1;
                 Ok(header)
             }

@@ -49,6 +49,14 @@ impl<'a> Accumulator<'a> {
         }
     }
 
+    /// Records that every value was sent exactly: the error buffer becomes
+    /// zero. (Not `acc - acc`, which is NaN for a NaN or an infinity.)
+    pub fn settle_all_exactly(&mut self) {
+        if let Some(e) = &mut self.e {
+            e.fill(0.0);
+        }
+    }
+
     /// `max|acc|`, or [`EncodeError::NonFinite`] if any value is NaN or infinite.
     pub fn max_abs(&self) -> Result<f32, EncodeError> {
         let m = quantize::max_abs(self.x, self.e.as_deref());
@@ -57,6 +65,14 @@ impl<'a> Accumulator<'a> {
         } else {
             Err(EncodeError::NonFinite)
         }
+    }
+
+    /// The position and value of the first `acc` whose magnitude is `max`.
+    pub fn find_magnitude(&self, max: f32) -> (usize, f32) {
+        (0..self.len())
+            .map(|i| (i, self.get(i)))
+            .find(|(_, a)| a.abs() == max)
+            .unwrap_or((0, max))
     }
 
     /// The raw parts, for codecs with their own fused loops.

@@ -131,9 +131,15 @@ impl Params {
             CodecId::None => Params::None,
             CodecId::Fp16 => Params::Fp16,
             CodecId::Bf16 => Params::Bf16,
-            CodecId::Int8 => Params::Int8 {
-                step: scale("int8 step", float(0))?,
-            },
+            CodecId::Int8 => {
+                let step = scale("int8 step", float(0))?;
+                if !(step * 127.0).is_finite() {
+                    return Err(DecodeError::BadParams(format!(
+                        "int8 step {step} overflows at level 127"
+                    )));
+                }
+                Params::Int8 { step }
+            }
             CodecId::TernGrad => Params::TernGrad {
                 scale: scale("terngrad scale", float(0))?,
             },

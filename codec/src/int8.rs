@@ -6,7 +6,17 @@ use crate::frame::Params;
 
 /// Appends one signed byte per value.
 pub fn encode(mut acc: Accumulator<'_>, out: &mut Vec<u8>) -> Result<Params, EncodeError> {
-    let step = acc.max_abs()? / 127.0;
+    let max = acc.max_abs()?;
+    let step = max / 127.0;
+    // At max = f32::MAX the division rounds up and 127 * step overflows.
+    if !(step * 127.0).is_finite() {
+        let (index, value) = acc.find_magnitude(max);
+        return Err(EncodeError::OutOfRange {
+            codec: "int8",
+            value,
+            index,
+        });
+    }
     out.reserve(acc.len());
     for i in 0..acc.len() {
         let q = round_level(acc.get(i) / step);

@@ -9,10 +9,9 @@ use crate::frame::Params;
 pub fn encode(mut acc: Accumulator<'_>, out: &mut Vec<u8>) -> Params {
     out.reserve(acc.len() * 4);
     for i in 0..acc.len() {
-        let v = acc.get(i);
-        out.extend_from_slice(&v.to_le_bytes());
-        acc.settle(i, v);
+        out.extend_from_slice(&acc.get(i).to_le_bytes());
     }
+    acc.settle_all_exactly();
     Params::None
 }
 

@@ -280,7 +280,6 @@ fn larger_sparsity_sends_fewer_bytes() {
 }
 
 #[test]
-#[ignore = "bug: int8 with max|x| == f32::MAX: 127 * (f32::MAX / 127) rounds to infinity"]
 fn int8_of_f32_max_decodes_finite() {
     // step = f32::MAX / 127 rounds up, so level 127 decodes to +inf: the
     // receiver gets an infinity for a finite input, and with feedback the
@@ -300,7 +299,6 @@ fn int8_of_f32_max_decodes_finite() {
 }
 
 #[test]
-#[ignore = "bug: tlc3::encode reports OutOfRange with index 0 instead of the position of the largest value"]
 fn three_lc_out_of_range_names_the_offending_value() {
     // EncodeError::OutOfRange documents `index` as the position of the
     // offending value; fp16 and bf16 report it, 3LC always says 0.

@@ -8,6 +8,7 @@ pub mod zero_run;
 
 use crate::codec::Sparsity;
 use crate::error::{DecodeError, EncodeError};
+use crate::feedback::Accumulator;
 use crate::frame::Params;
 
 use quartic::Unpacker;
@@ -16,7 +17,7 @@ use quartic::Unpacker;
 /// zero-run-encoded payload to `out`. On error neither `e` nor `out` is changed.
 pub fn encode(
     x: &[f32],
-    e: Option<&mut [f32]>,
+    mut e: Option<&mut [f32]>,
     sparsity: Sparsity,
     out: &mut Vec<u8>,
 ) -> Result<Params, EncodeError> {
@@ -27,10 +28,11 @@ pub fn encode(
     let scale = max * sparsity.get();
     if !scale.is_finite() {
         // max|acc| * s overflowed f32: the scale cannot be sent.
+        let (index, value) = Accumulator::new(x, e.as_deref_mut()).find_magnitude(max);
         return Err(EncodeError::OutOfRange {
             codec: "3lc",
-            value: max,
-            index: 0,
+            value,
+            index,
         });
     }
     let start = out.len();
