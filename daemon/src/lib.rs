@@ -2,6 +2,7 @@
 //! compresses `RecvTensor` responses between two sidecars.
 
 pub mod config;
+pub mod context;
 pub mod intercept;
 pub mod peer;
 pub mod policy;
