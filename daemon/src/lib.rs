@@ -8,3 +8,4 @@ pub mod peer;
 pub mod policy;
 pub mod proxy;
 pub mod sidecar;
+pub mod tf;

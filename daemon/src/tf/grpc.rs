@@ -226,7 +226,10 @@ mod tests {
     fn prefix_is_big_endian() {
         assert_eq!(prefix(0).unwrap(), [0, 0, 0, 0, 0]);
         assert_eq!(prefix(0x0102_0304).unwrap(), [0, 1, 2, 3, 4]);
-        assert_eq!(prefix(u32::MAX as usize).unwrap(), [0, 0xff, 0xff, 0xff, 0xff]);
+        assert_eq!(
+            prefix(u32::MAX as usize).unwrap(),
+            [0, 0xff, 0xff, 0xff, 0xff]
+        );
     }
 
     #[cfg(target_pointer_width = "64")]
