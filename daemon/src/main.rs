@@ -7,9 +7,10 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use std::sync::Arc;
 use tlc_daemon::config::{Config, Role, Route};
+use tlc_daemon::policy::Policy;
 use tlc_daemon::proxy::Proxy;
 use tlc_daemon::sidecar::record::Recorder;
-use tlc_daemon::sidecar::Sidecar;
+use tlc_daemon::sidecar::{Options, Sidecar};
 use tracing::info;
 use tracing_subscriber::EnvFilter;
 
@@ -92,13 +93,23 @@ fn run(args: Args) -> Result<()> {
         ),
         None => None,
     };
-    let sidecar = Sidecar { recorder };
+    let policy = Policy::new(&config.policy)?;
+    let sidecar = Arc::new(Sidecar::new(policy, Options::default(), recorder));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let proxy = Proxy::start(&config, Arc::new(sidecar)).await?;
+        let proxy = Proxy::start(&config, sidecar.clone()).await?;
+        // Contexts are bounded by age and memory; check every few seconds.
+        let housekeeping = sidecar.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                housekeeping.evict();
+            }
+        });
         wait_for_signal().await?;
         info!("shutting down");
         proxy.shutdown().await;

@@ -241,6 +241,14 @@ impl std::fmt::Debug for Policy {
     }
 }
 
+impl Default for Policy {
+    /// The built-in defaults: 3LC at s = 1.0 both ways above 64 KiB, `ps` holds parameters.
+    fn default() -> Self {
+        // The built-in settings are constants of this program, tested below.
+        Policy::new(&PolicySettings::default()).expect("built-in policy settings are valid")
+    }
+}
+
 impl Policy {
     /// Validates settings, naming the key of the first bad value.
     pub fn new(settings: &PolicySettings) -> Result<Policy, ConfigError> {

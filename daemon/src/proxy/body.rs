@@ -147,3 +147,56 @@ where
     }
     Ok(collected)
 }
+
+/// A body read as far as the caller wanted to look.
+pub enum Peeked {
+    /// Read to its end within the limit.
+    Whole(Collected),
+    /// Longer than the limit: what was read, and the rest still unread.
+    Partial(Collected, ProxyBody),
+}
+
+impl Peeked {
+    /// The whole body again, ready to forward: the chunks read, then the
+    /// unread rest streamed.
+    pub fn into_body(self) -> ProxyBody {
+        match self {
+            Peeked::Whole(c) => chunks(c.chunks, c.trailers),
+            Peeked::Partial(c, rest) => {
+                let head = futures_util::stream::iter(
+                    c.chunks
+                        .into_iter()
+                        .map(|c| Ok::<_, BoxError>(http_body::Frame::data(c))),
+                );
+                let tail = http_body_util::BodyStream::new(rest);
+                http_body_util::StreamBody::new(futures_util::StreamExt::chain(head, tail))
+                    .boxed_unsync()
+            }
+        }
+    }
+}
+
+/// Reads a body to its end if it is at most `limit` bytes; a longer one
+/// is handed back with what was read, so it can still be forwarded.
+pub async fn peek(mut body: ProxyBody, limit: usize) -> Result<Peeked, BoxError> {
+    let mut collected = Collected::default();
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame?;
+        match frame.into_data() {
+            Ok(chunk) => {
+                total += chunk.len();
+                collected.chunks.push(chunk);
+                if total > limit {
+                    return Ok(Peeked::Partial(collected, body));
+                }
+            }
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    collected.trailers = Some(trailers);
+                }
+            }
+        }
+    }
+    Ok(Peeked::Whole(collected))
+}

@@ -1,36 +1,122 @@
-//! What the sidecar does to a call beyond forwarding it: `RecvTensor`
-//! responses are where tensors travel, so that is the one method it
-//! looks inside. Every other call is forwarded untouched.
+//! What the sidecar does to a call beyond forwarding it. `RecvTensor` is
+//! where tensors travel, so it is the one method the sidecar looks inside:
+//! [`outbound`] next to the task that asks, [`inbound`] next to the task
+//! that holds the tensor. Every other call is forwarded untouched.
 
+pub mod fallback;
+pub mod inbound;
+pub mod outbound;
 pub mod record;
+pub mod request_key;
+pub mod stats;
+pub mod tensor_bytes;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use http::{Request, Response};
+use tracing::debug;
 
 use crate::config::Role;
-use crate::proxy::body::{self, ProxyBody};
+use crate::context::pull::random_seed;
+use crate::context::{
+    ContextTable, EpochGenerator, PullSource, PushContext, PushKey, ReplicaStore, TableLimits,
+};
+use crate::peer;
+use crate::policy::Policy;
+use crate::proxy::body::ProxyBody;
 use crate::proxy::forward::forward;
-use crate::proxy::grpc_status;
 use crate::proxy::upstream::Upstream;
-use record::{RecordedCall, Recorder};
+use fallback::FallbackCache;
+use record::Recorder;
+use stats::Stats;
 
 /// The gRPC method TensorFlow moves tensors with.
 pub const RECV_TENSOR: &str = "/tensorflow.WorkerService/RecvTensor";
 
 /// Largest request body read (RecvTensor requests are a few hundred bytes).
-const MAX_REQUEST: usize = 1 << 20;
+pub const MAX_REQUEST: usize = 1 << 20;
 /// Largest response body read: TensorFlow's own 2 GiB message limit plus the gRPC prefix.
-const MAX_RESPONSE: usize = (2 << 30) + 5;
+pub const MAX_RESPONSE: usize = (2 << 30) + 5;
+
+/// Bounds and sizes of the sidecar's state.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Push contexts (error buffers), by memory and idle time.
+    pub push_limits: TableLimits,
+    /// Pull sources (the holder's replicas and delta caches).
+    pub pull_limits: TableLimits,
+    /// Replicas kept by the requester side.
+    pub replica_limits: TableLimits,
+    /// Deltas each pull source keeps for workers that fall behind.
+    pub pull_cache_len: usize,
+    /// Bytes of original responses kept for fallbacks.
+    pub fallback_bytes: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        let limits = TableLimits {
+            max_bytes: 4 << 30,
+            max_age: Duration::from_secs(600),
+        };
+        Options {
+            push_limits: limits,
+            pull_limits: limits,
+            replica_limits: limits,
+            pull_cache_len: crate::context::pull::DEFAULT_CACHE_LEN,
+            fallback_bytes: 512 << 20,
+        }
+    }
+}
 
 /// State shared by every call through this sidecar.
-#[derive(Debug, Default)]
 pub struct Sidecar {
-    /// Where to record RecvTensor calls, if anywhere.
-    pub recorder: Option<Recorder>,
+    policy: Policy,
+    options: Options,
+    /// Holder side: error-feedback contexts of gradients.
+    pub push: ContextTable<PushKey, PushContext>,
+    /// Holder side: replicas and delta caches of model values.
+    pub pull: ContextTable<String, PullSource>,
+    /// Requester side: replicas of model values.
+    pub replicas: ReplicaStore,
+    /// Holder side: original responses kept for fallbacks.
+    pub fallbacks: FallbackCache,
+    /// What happened so far.
+    pub stats: Stats,
+    epochs: EpochGenerator,
+    recorder: Option<Recorder>,
+}
+
+impl Default for Sidecar {
+    /// The default policy and bounds, nothing recorded.
+    fn default() -> Self {
+        Sidecar::new(Policy::default(), Options::default(), None)
+    }
 }
 
 impl Sidecar {
+    /// A sidecar with empty contexts.
+    pub fn new(policy: Policy, options: Options, recorder: Option<Recorder>) -> Sidecar {
+        let seed = random_seed();
+        Sidecar {
+            policy,
+            options,
+            push: ContextTable::new(options.push_limits),
+            pull: ContextTable::new(options.pull_limits),
+            replicas: ReplicaStore::new(options.replica_limits),
+            fallbacks: FallbackCache::new(options.fallback_bytes, seed.rotate_left(32)),
+            stats: Stats::default(),
+            epochs: EpochGenerator::new(seed),
+            recorder,
+        }
+    }
+
+    /// The compression policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
     /// Handles one call arriving on a route with `role`.
     pub async fn handle(
         self: Arc<Self>,
@@ -38,67 +124,34 @@ impl Sidecar {
         upstream: &Upstream,
         request: Request<ProxyBody>,
     ) -> Response<ProxyBody> {
-        if request.uri().path() != RECV_TENSOR {
-            return forward(upstream, request).await;
-        }
-        match (&self.recorder, role) {
-            (Some(recorder), Role::Outbound) => match recorder.claim() {
-                Some(n) => record_call(recorder, n, upstream, request).await,
-                None => forward(upstream, request).await,
+        let path = request.uri().path();
+        match role {
+            Role::Inbound if path == peer::FALLBACK_PATH => {
+                self.stats
+                    .fallbacks_served
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.fallbacks.serve(&request)
+            }
+            Role::Inbound if path == RECV_TENSOR => {
+                inbound::recv_tensor(&self, upstream, request).await
+            }
+            Role::Outbound if path == RECV_TENSOR => match &self.recorder {
+                Some(recorder) => match recorder.claim() {
+                    Some(n) => record::record_call(recorder, n, upstream, request).await,
+                    None => outbound::recv_tensor(&self, upstream, request).await,
+                },
+                None => outbound::recv_tensor(&self, upstream, request).await,
             },
             _ => forward(upstream, request).await,
         }
     }
-}
 
-/// Forwards a call with both bodies read whole, and writes them to files.
-async fn record_call(
-    recorder: &Recorder,
-    n: u64,
-    upstream: &Upstream,
-    request: Request<ProxyBody>,
-) -> Response<ProxyBody> {
-    let (parts, request_body) = request.into_parts();
-    let request_body = match body::collect(request_body, MAX_REQUEST).await {
-        Ok(collected) => collected,
-        Err(err) => {
-            return grpc_status::response(
-                grpc_status::INTERNAL,
-                &format!("tlcd: reading request: {err}"),
-            )
-        }
-    };
-    let request_headers = parts.headers.clone();
-    let path = parts.uri.path().to_owned();
-    let request = Request::from_parts(
-        parts,
-        body::chunks(request_body.chunks.clone(), request_body.trailers.clone()),
-    );
-    let response = forward(upstream, request).await;
-    let (parts, response_body) = response.into_parts();
-    let response_body = match body::collect(response_body, MAX_RESPONSE).await {
-        Ok(collected) => collected,
-        Err(err) => {
-            return grpc_status::response(
-                grpc_status::UNAVAILABLE,
-                &format!("tlcd: reading response: {err}"),
-            )
-        }
-    };
-    let empty = http::HeaderMap::new();
-    recorder.write(
-        n,
-        &RecordedCall {
-            path: &path,
-            request_headers: &request_headers,
-            request: &request_body.chunks,
-            response_headers: &parts.headers,
-            response: &response_body.chunks,
-            response_trailers: response_body.trailers.as_ref().unwrap_or(&empty),
-        },
-    );
-    Response::from_parts(
-        parts,
-        body::chunks(response_body.chunks, response_body.trailers),
-    )
+    /// Drops contexts idle too long or beyond the memory budgets.
+    pub fn evict(&self) {
+        let now = Instant::now();
+        let push = self.push.evict(now);
+        let pull = self.pull.evict(now);
+        let replicas = self.replicas.table().evict(now);
+        debug!(?push, ?pull, ?replicas, "evicted contexts");
+    }
 }

@@ -13,6 +13,14 @@ use bytes::Bytes;
 use http::HeaderMap;
 use tracing::warn;
 
+use http::{Request, Response};
+
+use super::{MAX_REQUEST, MAX_RESPONSE};
+use crate::proxy::body::{self, ProxyBody};
+use crate::proxy::forward::forward;
+use crate::proxy::grpc_status;
+use crate::proxy::upstream::Upstream;
+
 /// Writes recorded calls into one directory.
 #[derive(Debug)]
 pub struct Recorder {
@@ -91,4 +99,57 @@ fn concat(chunks: &[Bytes]) -> Bytes {
         .flat_map(|c| c.iter().copied())
         .collect::<Vec<u8>>()
         .into()
+}
+
+/// Forwards a call with both bodies read whole, and writes them to files.
+/// The call itself passes through as it is (no compression).
+pub async fn record_call(
+    recorder: &Recorder,
+    n: u64,
+    upstream: &Upstream,
+    request: Request<ProxyBody>,
+) -> Response<ProxyBody> {
+    let (parts, request_body) = request.into_parts();
+    let request_body = match body::collect(request_body, MAX_REQUEST).await {
+        Ok(collected) => collected,
+        Err(err) => {
+            return grpc_status::response(
+                grpc_status::INTERNAL,
+                &format!("tlcd: reading request: {err}"),
+            )
+        }
+    };
+    let request_headers = parts.headers.clone();
+    let path = parts.uri.path().to_owned();
+    let request = Request::from_parts(
+        parts,
+        body::chunks(request_body.chunks.clone(), request_body.trailers.clone()),
+    );
+    let response = forward(upstream, request).await;
+    let (parts, response_body) = response.into_parts();
+    let response_body = match body::collect(response_body, MAX_RESPONSE).await {
+        Ok(collected) => collected,
+        Err(err) => {
+            return grpc_status::response(
+                grpc_status::UNAVAILABLE,
+                &format!("tlcd: reading response: {err}"),
+            )
+        }
+    };
+    let empty = http::HeaderMap::new();
+    recorder.write(
+        n,
+        &RecordedCall {
+            path: &path,
+            request_headers: &request_headers,
+            request: &request_body.chunks,
+            response_headers: &parts.headers,
+            response: &response_body.chunks,
+            response_trailers: response_body.trailers.as_ref().unwrap_or(&empty),
+        },
+    );
+    Response::from_parts(
+        parts,
+        body::chunks(response_body.chunks, response_body.trailers),
+    )
 }

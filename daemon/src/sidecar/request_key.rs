@@ -1,0 +1,46 @@
+//! Reading a `RecvTensor` request: which tensor, between which tasks, in
+//! which direction.
+
+use bytes::Bytes;
+use prost::Message;
+
+use crate::policy::{Direction, Policy};
+use crate::tf::grpc;
+use crate::tf::proto::RecvTensorRequest;
+use crate::tf::rendezvous::RendezvousKey;
+
+use super::MAX_REQUEST;
+
+/// What the sidecars need to know about one `RecvTensor` call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorCall {
+    /// The tensor's context name (the node part of the rendezvous name).
+    pub tensor: String,
+    /// The task holding the tensor (`/job:ps/replica:0/task:0`).
+    pub holder_task: String,
+    /// The task asking for it.
+    pub peer_task: String,
+    /// Pull when the holder is a parameter task, else push.
+    pub direction: Direction,
+}
+
+/// Reads the call from a request body (one gRPC message); `None` if it
+/// cannot be read, in which case the call passes through untouched.
+pub fn read(body: &Bytes, policy: &Policy) -> Option<TensorCall> {
+    let message = grpc::parse_single(body.clone(), MAX_REQUEST).ok()?;
+    let request = RecvTensorRequest::decode(message).ok()?;
+    let key = RendezvousKey::parse(&request.rendezvous_key).ok()?;
+    let holder = key.src_task()?;
+    let peer = key.dst_task()?;
+    let direction = if policy.is_parameter_job(&holder.job) {
+        Direction::Pull
+    } else {
+        Direction::Push
+    };
+    Some(TensorCall {
+        tensor: key.context_name().to_owned(),
+        holder_task: holder.prefix(),
+        peer_task: peer.prefix(),
+        direction,
+    })
+}
