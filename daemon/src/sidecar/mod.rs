@@ -32,7 +32,7 @@ use record::Recorder;
 use stats::Stats;
 
 /// The gRPC method TensorFlow moves tensors with.
-pub const RECV_TENSOR: &str = "/tensorflow.WorkerService/RecvTensor";
+pub use crate::tf::RECV_TENSOR_PATH as RECV_TENSOR;
 
 /// Largest request body read (RecvTensor requests are a few hundred bytes).
 pub const MAX_REQUEST: usize = 1 << 20;

@@ -113,3 +113,4 @@ impl Client {
         }
     }
 }
+pub mod tf;

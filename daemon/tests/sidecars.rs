@@ -1,0 +1,245 @@
+//! Two sidecars between a requesting task and a holding task: tensors
+//! arrive compressed on the hop between them and restored for TensorFlow,
+//! gradients with error feedback, model values through bit-identical
+//! replicas; everything else passes as it was.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use support::tf::{recv, response_body, start_tensor_server, Tensors};
+use support::Client;
+use tlc_daemon::config::{Config, Role, Route};
+use tlc_daemon::context::{replica_hash, PushKey, ReplicaKey};
+use tlc_daemon::proxy::Proxy;
+use tlc_daemon::sidecar::stats::Stats;
+use tlc_daemon::sidecar::Sidecar;
+
+const WORKER0: &str = "/job:worker/replica:0/task:0/device:CPU:0";
+const WORKER1: &str = "/job:worker/replica:0/task:1/device:CPU:0";
+const PS: &str = "/job:ps/replica:0/task:0/device:CPU:0";
+
+fn key(src: &str, dst: &str, edge: u32, node: &str) -> String {
+    format!("{src};0000000000000001;{dst};edge_{edge}_{node};0:0")
+}
+
+async fn start(route_role: Role, upstream: SocketAddr, sidecar: Arc<Sidecar>) -> Proxy {
+    let config = Config {
+        routes: vec![Route {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            upstream,
+            role: route_role,
+        }],
+        ..Config::default()
+    };
+    Proxy::start(&config, sidecar).await.unwrap()
+}
+
+/// A requester sidecar → holder sidecar → tensor server chain.
+struct Path {
+    requester: Arc<Sidecar>,
+    holder: Arc<Sidecar>,
+    client: Client,
+    _proxies: (Proxy, Proxy),
+}
+
+async fn path_to(server: SocketAddr, holder: Arc<Sidecar>) -> Path {
+    let inbound = start(Role::Inbound, server, holder.clone()).await;
+    let requester = Arc::new(Sidecar::default());
+    let outbound = start(Role::Outbound, inbound.local_addrs()[0], requester.clone()).await;
+    let client = Client::connect(outbound.local_addrs()[0]).await;
+    Path {
+        requester,
+        holder,
+        client,
+        _proxies: (outbound, inbound),
+    }
+}
+
+/// Gradient-like values that change with the step.
+fn gradient(n: usize, step: i64) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let x = (i as f32 * 0.618 + step as f32 * 1.7).sin();
+            x * x * x * 1e-3
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gradients_cross_compressed_with_error_feedback() {
+    let n = 100_000;
+    let tensors: Tensors =
+        Arc::new(move |_key: &str, step: i64| (vec![250, 400], gradient(n, step)));
+    let server = start_tensor_server(tensors).await;
+    let path = path_to(server, Arc::new(Sidecar::default())).await;
+    // The parameter task asks worker 0 for a gradient: a push.
+    let key = key(WORKER0, PS, 12, "gradients/dense/MatMul_grad/MatMul_1");
+    let mut sent = vec![0f64; n];
+    let mut received = vec![0f64; n];
+    for step in 0..20 {
+        let got = recv(&path.client, &key, step).await;
+        assert!(
+            !got.headers.contains_key("tlc-envelope"),
+            "sidecar header leaked to TF"
+        );
+        let dims: Vec<i64> = got
+            .response
+            .tensor
+            .as_ref()
+            .unwrap()
+            .tensor_shape
+            .as_ref()
+            .unwrap()
+            .dim
+            .iter()
+            .map(|d| d.size)
+            .collect();
+        assert_eq!(dims, vec![250, 400]);
+        assert_eq!(
+            got.response.send_start_micros, 1234,
+            "other fields preserved"
+        );
+        let m = got.values.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert!(
+            got.values.iter().all(|v| *v == 0.0 || v.abs() == m),
+            "3LC values are 0 or ±M"
+        );
+        for (i, v) in gradient(n, step).iter().enumerate() {
+            sent[i] += f64::from(*v);
+        }
+        for (i, v) in got.values.iter().enumerate() {
+            received[i] += f64::from(*v);
+        }
+    }
+    // Error feedback: what was sent plus what is still pending is what was produced.
+    let context = path.holder.push.get(
+        &PushKey {
+            requester_task: "/job:ps/replica:0/task:0".into(),
+            tensor: "gradients/dense/MatMul_grad/MatMul_1".into(),
+        },
+        Instant::now(),
+    );
+    let context = context.expect("a push context on the holder side");
+    let residual = tlc_daemon::context::table::lock(&context)
+        .residual()
+        .to_vec();
+    for i in 0..n {
+        let diff = sent[i] - received[i] - f64::from(residual[i]);
+        assert!(
+            diff.abs() < 1e-6,
+            "value {i}: sent {} received {} residual {}",
+            sent[i],
+            received[i],
+            residual[i]
+        );
+    }
+    let push = &path.holder.stats.push;
+    let (raw, wire) = (Stats::get(&push.raw_bytes), Stats::get(&push.wire_bytes));
+    assert_eq!(raw, 20 * n as u64 * 4);
+    assert!(
+        raw > 10 * wire,
+        "ratio {} is below 10x",
+        raw as f64 / wire as f64
+    );
+    assert_eq!(Stats::get(&path.requester.stats.restored), 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_values_share_one_encode_and_replicas_agree() {
+    let n = 60_000;
+    let model = move |step: i64| -> Vec<f32> {
+        (0..n)
+            .map(|i| (i as f32 * 0.001).cos() + step as f32 * 1e-3 * ((i % 7) as f32 - 3.0))
+            .collect()
+    };
+    let tensors: Tensors = Arc::new(move |_key: &str, step: i64| (vec![n as u64], model(step)));
+    let server = start_tensor_server(tensors).await;
+    let holder = Arc::new(Sidecar::default());
+    // Two workers, each with its own sidecar, pull from one parameter task.
+    let worker0 = path_to(server, holder.clone()).await;
+    let worker1 = path_to(server, holder.clone()).await;
+    for step in 0..15 {
+        for (worker, edge, path) in [(WORKER0, 7, &worker0), (WORKER1, 9, &worker1)] {
+            // Edge ids differ between workers for the same variable.
+            let key = key(PS, worker, edge, "dense/kernel/read");
+            let got = recv(&path.client, &key, step).await;
+            let replica_key = ReplicaKey {
+                holder: "/job:ps/replica:0/task:0".into(),
+                tensor: "dense/kernel/read".into(),
+            };
+            let requester_hash = path
+                .requester
+                .replicas
+                .replica_hash(&replica_key, Instant::now());
+            let source = holder
+                .pull
+                .get(&"dense/kernel/read".to_string(), Instant::now())
+                .unwrap();
+            let holder_hash = tlc_daemon::context::table::lock(&source).replica_hash();
+            assert_eq!(
+                requester_hash,
+                Some(holder_hash),
+                "replicas differ at step {step}"
+            );
+            assert_eq!(replica_hash(&got.values), holder_hash, "TF got the replica");
+            // The replica follows the model closely.
+            let truth = model(step);
+            let err: f32 = truth
+                .iter()
+                .zip(&got.values)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            assert!(err < 0.05, "step {step}: max error {err}");
+        }
+    }
+    let pull = &holder.stats.pull;
+    let (raw, wire) = (Stats::get(&pull.raw_bytes), Stats::get(&pull.wire_bytes));
+    // Two keyframes (one per worker), then deltas.
+    assert!(
+        raw > 4 * wire,
+        "pull ratio {} too low",
+        raw as f64 / wire as f64
+    );
+    let source = holder
+        .pull
+        .get(&"dense/kernel/read".to_string(), Instant::now())
+        .unwrap();
+    let counters = tlc_daemon::context::table::lock(&source).counters();
+    assert_eq!(
+        counters.deltas, 14,
+        "one encode per new value, shared by both workers"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_tensors_and_calls_without_a_peer_pass_unchanged() {
+    let tensors: Tensors = Arc::new(|key: &str, step: i64| {
+        let n = if key.contains("big") { 50_000 } else { 100 };
+        (vec![n as u64], gradient(n, step))
+    });
+    let server = start_tensor_server(tensors).await;
+    let path = path_to(server, Arc::new(Sidecar::default())).await;
+    let small = key(WORKER0, PS, 3, "small_bias");
+    let got = recv(&path.client, &small, 1).await;
+    assert_eq!(
+        got.body,
+        response_body(&[100], &gradient(100, 1)),
+        "small tensor byte for byte"
+    );
+    assert_eq!(path.holder.stats.passed_by_reason().get("small"), Some(&1));
+
+    // A requester without a sidecar talks straight to the holder's sidecar.
+    let holder_only = Sidecar::default();
+    let inbound = start(Role::Inbound, server, Arc::new(holder_only)).await;
+    let direct = Client::connect(inbound.local_addrs()[0]).await;
+    let big = key(WORKER0, PS, 4, "big");
+    let got = recv(&direct, &big, 2).await;
+    assert_eq!(
+        got.body,
+        response_body(&[50_000], &gradient(50_000, 2)),
+        "no peer: untouched"
+    );
+}
