@@ -113,6 +113,7 @@ fn run(args: Args) -> Result<()> {
         wait_for_signal().await?;
         info!("shutting down");
         proxy.shutdown().await;
+        info!("sidecar totals {}", sidecar.stats.summary());
         Ok(())
     })
 }

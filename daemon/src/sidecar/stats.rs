@@ -69,6 +69,32 @@ impl Stats {
             .clone()
     }
 
+    /// One line with every counter, for the log at shutdown.
+    pub fn summary(&self) -> String {
+        let direction = |name: &str, d: &DirectionStats| {
+            let (raw, wire) = (Stats::get(&d.raw_bytes), Stats::get(&d.wire_bytes));
+            let ratio = if wire == 0 {
+                0.0
+            } else {
+                raw as f64 / wire as f64
+            };
+            format!(
+                "{name}: tensors={} raw_bytes={raw} wire_bytes={wire} ratio={ratio:.1}",
+                Stats::get(&d.compressed)
+            )
+        };
+        format!(
+            "{}; {}; restored={} decode_failures={} fallbacks={} fallbacks_served={} passed={:?}",
+            direction("push", &self.push),
+            direction("pull", &self.pull),
+            Stats::get(&self.restored),
+            Stats::get(&self.decode_failures),
+            Stats::get(&self.fallbacks),
+            Stats::get(&self.fallbacks_served),
+            self.passed_by_reason(),
+        )
+    }
+
     /// Shorthand for an atomic's value.
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Runs deploy/tf/run_local.sh (1 ps + 2 workers of an unmodified TF job on
+# loopback) with one tlcd per task in explicit mode: every task's peers are
+# pointed at its own sidecar's outbound ports, every sidecar forwards to the
+# peer task's sidecar inbound port, which forwards to the task.
+#
+#   deploy/tf/run_with_tlcd.sh [--tlcd PATH] [--config FILE] [--record DIR] [--out DIR] [-- train.py flags]
+#
+#   ps      TF :2322  <- tlcd-ps inbound :4322 ; tlcd-ps outbound :5323 -> w0 :4323, :5324 -> w1 :4324
+#   worker0 TF :2323  <- tlcd-w0 inbound :4323 ; tlcd-w0 outbound :5322 -> ps :4322
+#   worker1 TF :2324  <- tlcd-w1 inbound :4324 ; tlcd-w1 outbound :6322 -> ps :4322
+#
+# --config is given to every tlcd (a TOML file: policy, codec, sparsity);
+# --record DIR records the RecvTensor calls each sidecar sends (DIR/ps, DIR/w0, DIR/w1).
+# Prints run_local.sh's summary and each sidecar's counters; logs in --out
+# (the sidecars' in --out/sidecars).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+TLCD=${TLCD:-$root/target/release/tlcd}
+config=""; record=""; OUT=${OUT:-$(mktemp -d /tmp/tlc-tlcd.XXXXXX)}
+while (($#)); do
+    case $1 in
+        --tlcd) TLCD=$2; shift 2 ;;
+        --config) config=$2; shift 2 ;;
+        --record) record=$2; shift 2 ;;
+        --out) OUT=$2; shift 2 ;;
+        --) shift; break ;;
+        *) echo "run_with_tlcd: unknown argument '$1'" >&2; exit 2 ;;
+    esac
+done
+[[ -x $TLCD ]] || { echo "run_with_tlcd: no tlcd at $TLCD (cargo build --release -p tlc-daemon)" >&2; exit 1; }
+mkdir -p "$OUT/sidecars"
+
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+start_tlcd() { # name, then --route arguments
+    local name=$1; shift
+    local args=("$@")
+    [[ -n $config ]] && args+=(--config "$config")
+    [[ -n $record ]] && args+=(--record "$record/$name")
+    RUST_LOG=${RUST_LOG:-info} "$TLCD" "${args[@]}" >"$OUT/sidecars/tlcd-$name.log" 2>&1 &
+    pids+=($!)
+}
+start_tlcd ps --route 127.0.0.1:4322=127.0.0.1:2322,inbound \
+    --route 127.0.0.1:5323=127.0.0.1:4323,outbound --route 127.0.0.1:5324=127.0.0.1:4324,outbound
+start_tlcd w0 --route 127.0.0.1:4323=127.0.0.1:2323,inbound --route 127.0.0.1:5322=127.0.0.1:4322,outbound
+start_tlcd w1 --route 127.0.0.1:4324=127.0.0.1:2324,inbound --route 127.0.0.1:6322=127.0.0.1:4322,outbound
+sleep 0.5
+for pid in "${pids[@]}"; do
+    kill -0 "$pid" 2>/dev/null || { echo "run_with_tlcd: a tlcd did not start:" >&2; tail -n 3 "$OUT"/sidecars/tlcd-*.log >&2; exit 1; }
+done
+
+status=0
+PS_PORT=2322 WORKER_PORT=2323 "$here/run_local.sh" --out "$OUT" \
+    --peer ps:worker0=127.0.0.1:5323 --peer ps:worker1=127.0.0.1:5324 \
+    --peer worker0:ps=127.0.0.1:5322 --peer worker1:ps=127.0.0.1:6322 \
+    -- "$@" || status=$?
+cleanup
+trap - EXIT
+for name in ps w0 w1; do
+    echo "tlcd-$name: $(grep -a 'sidecar totals' "$OUT/sidecars/tlcd-$name.log" | tail -n 1 | sed 's/.*sidecar totals/sidecar totals/')"
+done
+exit "$status"
