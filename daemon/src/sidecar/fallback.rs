@@ -127,7 +127,25 @@ pub async fn fetch(upstream: &Upstream, token: u64) -> Result<Response<ProxyBody
             String::from_utf8_lossy(status.as_bytes())
         ));
     }
-    Ok(response.map(body::stream))
+    // Read it whole: only a complete, successful response may reach TensorFlow.
+    let (parts, response_body) = response.into_parts();
+    let collected = body::collect(response_body, super::MAX_RESPONSE)
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = collected
+        .trailers
+        .as_ref()
+        .and_then(|t| t.get("grpc-status"))
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    if status.as_deref() != Some("0") {
+        return Err(format!("peer's fallback ended with grpc-status {status:?}"));
+    }
+    crate::tf::grpc::parse_single(collected.to_bytes(), super::MAX_RESPONSE)
+        .map_err(|e| format!("peer's fallback is not one gRPC message: {e}"))?;
+    Ok(Response::from_parts(
+        parts,
+        body::chunks(collected.chunks, collected.trailers),
+    ))
 }
 
 #[cfg(test)]
