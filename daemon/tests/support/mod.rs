@@ -23,6 +23,8 @@ pub async fn start_echo_server() -> SocketAddr {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
+            // As TensorFlow's gRPC does: no Nagle delay on small writes.
+            let _ = stream.set_nodelay(true);
             tokio::spawn(async move {
                 let service = service_fn(|request: Request<Incoming>| async move {
                     let path = request.uri().path().to_owned();
@@ -71,6 +73,7 @@ pub struct Reply {
 impl Client {
     pub async fn connect(addr: SocketAddr) -> Client {
         let tcp = TcpStream::connect(addr).await.unwrap();
+        tcp.set_nodelay(true).unwrap();
         let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
             .initial_stream_window_size(8 << 20)
             .initial_connection_window_size(32 << 20)

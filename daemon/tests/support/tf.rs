@@ -54,6 +54,8 @@ pub async fn start_tensor_server(tensors: Tensors) -> SocketAddr {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
+            // As TensorFlow's gRPC does: no Nagle delay on small writes.
+            let _ = stream.set_nodelay(true);
             let tensors = tensors.clone();
             tokio::spawn(async move {
                 let service = service_fn(move |request: Request<Incoming>| {

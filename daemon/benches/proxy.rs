@@ -1,0 +1,149 @@
+//! What the sidecars cost on an unlimited loopback, in one process:
+//! `RecvTensor` calls made directly to a stand-in TensorFlow task, and the
+//! same calls through a requester sidecar and a holder sidecar, passing
+//! through (codec none) and compressing (3LC). Prints latency of small
+//! calls, throughput of 16 MiB tensors, and the CPU time the sidecars add
+//! per byte (process CPU time through the sidecars minus directly).
+//!
+//! `cargo bench -p tlc-daemon --bench proxy`
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use support::tf::{recv, start_tensor_server, Tensors};
+use support::Client;
+use tlc_daemon::config::{Config, Role, Route};
+use tlc_daemon::policy::{CodecSettings, Policy, PolicySettings};
+use tlc_daemon::proxy::Proxy;
+use tlc_daemon::sidecar::{Options, Sidecar};
+
+const BIG: usize = 4 << 20;
+const SMALL_KEY: &str = "/job:worker/replica:0/task:0/device:CPU:0;0000000000000001;/job:ps/replica:0/task:0/device:CPU:0;edge_1_small;0:0";
+const BIG_KEY: &str = "/job:worker/replica:0/task:0/device:CPU:0;0000000000000001;/job:ps/replica:0/task:0/device:CPU:0;edge_2_big;0:0";
+
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct we pass and nothing else.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer to a rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
+    t(usage.ru_utime) + t(usage.ru_stime)
+}
+
+fn policy(codec: &str) -> Policy {
+    let settings = CodecSettings {
+        codec: codec.into(),
+        sparsity: (codec == "3lc").then_some(1.0),
+        ..CodecSettings::default()
+    };
+    Policy::new(&PolicySettings {
+        push: settings.clone(),
+        pull: settings,
+        ..PolicySettings::default()
+    })
+    .expect("valid policy")
+}
+
+async fn through_sidecars(server: std::net::SocketAddr, codec: &str) -> (Client, Vec<Proxy>) {
+    let start = |role, upstream, sidecar| async move {
+        let config = Config {
+            routes: vec![Route {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                upstream,
+                role,
+            }],
+            ..Config::default()
+        };
+        Proxy::start(&config, sidecar).await.unwrap()
+    };
+    let holder = Arc::new(Sidecar::new(policy(codec), Options::default(), None));
+    let requester = Arc::new(Sidecar::new(policy(codec), Options::default(), None));
+    let inbound = start(Role::Inbound, server, holder).await;
+    let outbound = start(Role::Outbound, inbound.local_addrs()[0], requester).await;
+    let client = Client::connect(outbound.local_addrs()[0]).await;
+    (client, vec![outbound, inbound])
+}
+
+struct Measured {
+    small_us: f64,
+    big_gbps: f64,
+    big_cpu: f64,
+}
+
+async fn measure(client: &Client) -> Measured {
+    for step in 0..20 {
+        recv(client, SMALL_KEY, step).await;
+    }
+    let calls = 2000;
+    let t = Instant::now();
+    for step in 0..calls {
+        recv(client, SMALL_KEY, step).await;
+    }
+    let small_us = t.elapsed().as_secs_f64() * 1e6 / calls as f64;
+    recv(client, BIG_KEY, 0).await;
+    let calls = 40;
+    let (t, cpu) = (Instant::now(), cpu_seconds());
+    for step in 1..=calls {
+        recv(client, BIG_KEY, step).await;
+    }
+    let seconds = t.elapsed().as_secs_f64().max(1e-9);
+    let bytes = (calls as usize * BIG * 4) as f64;
+    Measured {
+        small_us,
+        big_gbps: bytes / seconds / 1e9,
+        big_cpu: cpu_seconds() - cpu,
+    }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let big: Arc<Vec<f32>> =
+            Arc::new((0..BIG).map(|i| (i as f32 * 0.37).sin() * 1e-3).collect());
+        let tensors: Tensors = Arc::new(move |key: &str, _step: i64| {
+            if key.contains("big") {
+                (vec![BIG as u64], big.as_ref().clone())
+            } else {
+                (vec![64], vec![0.5; 64])
+            }
+        });
+        let server = start_tensor_server(tensors).await;
+        let direct = measure(&Client::connect(server).await).await;
+        println!("16 MiB tensors; small calls are 256 B tensors; one process, 2 runtime threads");
+        println!(
+            "{:<22} {:>14} {:>12} {:>14} {:>22}",
+            "path", "small call µs", "big GB/s", "big CPU s", "sidecar GB/s per core"
+        );
+        let row = |name: &str, m: &Measured, extra: Option<f64>| {
+            let per_core = extra.map_or("-".to_string(), |e| format!("{e:.2}"));
+            println!(
+                "{name:<22} {:>14.1} {:>12.3} {:>14.3} {:>22}",
+                m.small_us, m.big_gbps, m.big_cpu, per_core
+            );
+        };
+        row("direct", &direct, None);
+        for codec in ["none", "3lc"] {
+            let (client, proxies) = through_sidecars(server, codec).await;
+            let m = measure(&client).await;
+            // Bytes the sidecars moved per CPU-second they added (both sidecars together).
+            let bytes = 40.0 * (BIG * 4) as f64;
+            let extra = (m.big_cpu - direct.big_cpu).max(1e-9);
+            row(
+                &format!("2 sidecars, {codec}"),
+                &m,
+                Some(bytes / extra / 1e9),
+            );
+            for proxy in proxies {
+                proxy.shutdown().await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    });
+}
