@@ -38,6 +38,11 @@ struct Args {
     #[arg(long, default_value_t = 64)]
     record_limit: u64,
 
+    /// Threads serving connections (default: one per CPU). A sidecar shares
+    /// the pod's CPUs with TensorFlow; fewer threads mean less contention.
+    #[arg(long, env = "TLC_THREADS")]
+    threads: Option<usize>,
+
     /// Log format.
     #[arg(long, value_enum, default_value = "human", env = "TLC_LOG_FORMAT")]
     log_format: LogFormat,
@@ -95,7 +100,14 @@ fn run(args: Args) -> Result<()> {
     };
     let policy = Policy::new(&config.policy)?;
     let sidecar = Arc::new(Sidecar::new(policy, Options::default(), recorder));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = args.threads {
+        if threads == 0 {
+            bail!("--threads must be at least 1");
+        }
+        runtime.worker_threads(threads);
+    }
+    let runtime = runtime
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;

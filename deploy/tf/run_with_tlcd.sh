@@ -45,6 +45,7 @@ start_tlcd() { # name, then --route arguments
     local args=("$@")
     [[ -n $config ]] && args+=(--config "$config")
     [[ -n $record ]] && args+=(--record "$record/$name")
+    [[ -n ${TLC_THREADS:-} ]] && args+=(--threads "$TLC_THREADS")
     RUST_LOG=${RUST_LOG:-info} "$TLCD" "${args[@]}" >"$OUT/sidecars/tlcd-$name.log" 2>&1 &
     pids+=($!)
 }
