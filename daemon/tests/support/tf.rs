@@ -45,8 +45,21 @@ pub fn response_body(dims: &[u64], values: &[f32]) -> Bytes {
         .into()
 }
 
-/// Starts the stand-in; returns its address.
+/// What a raw stand-in answers: the whole gRPC body for a request.
+pub type Bodies = Arc<dyn Fn(&RecvTensorRequest) -> Bytes + Send + Sync>;
+
+/// Starts the stand-in answering with tensors; returns its address.
 pub async fn start_tensor_server(tensors: Tensors) -> SocketAddr {
+    start_raw_server(Arc::new(move |request: &RecvTensorRequest| {
+        let (dims, values) = tensors(&request.rendezvous_key, request.step_id);
+        response_body(&dims, &values)
+    }))
+    .await
+}
+
+/// Starts a stand-in answering with given gRPC bodies (recorded from real
+/// TensorFlow, say); returns its address.
+pub async fn start_raw_server(bodies: Bodies) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -56,10 +69,10 @@ pub async fn start_tensor_server(tensors: Tensors) -> SocketAddr {
             };
             // As TensorFlow's gRPC does: no Nagle delay on small writes.
             let _ = stream.set_nodelay(true);
-            let tensors = tensors.clone();
+            let bodies = bodies.clone();
             tokio::spawn(async move {
                 let service = service_fn(move |request: Request<Incoming>| {
-                    let tensors = tensors.clone();
+                    let bodies = bodies.clone();
                     async move {
                         assert_eq!(request.uri().path(), RECV_TENSOR_PATH);
                         assert!(
@@ -72,11 +85,10 @@ pub async fn start_tensor_server(tensors: Tensors) -> SocketAddr {
                         let body = request.into_body().collect().await.unwrap().to_bytes();
                         let message = grpc::parse_single(body, 1 << 20).unwrap();
                         let request = RecvTensorRequest::decode(message).unwrap();
-                        let (dims, values) = tensors(&request.rendezvous_key, request.step_id);
                         let mut trailers = HeaderMap::new();
                         trailers.insert("grpc-status", "0".parse().unwrap());
                         let frames = vec![
-                            Ok::<_, Infallible>(Frame::data(response_body(&dims, &values))),
+                            Ok::<_, Infallible>(Frame::data(bodies(&request))),
                             Ok(Frame::trailers(trailers)),
                         ];
                         let mut response =

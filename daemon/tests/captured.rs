@@ -1,0 +1,191 @@
+//! RecvTensor calls recorded from a real TensorFlow 2.21 parameter-server
+//! job (`tlcd --record`, see fixtures/captured/README.md): the parser reads
+//! them as TensorFlow wrote them, and through two sidecars TensorFlow gets
+//! back exactly its own bytes where nothing is compressed, a lossless
+//! keyframe on a first pull, and a fast-path response on a compressed push.
+
+mod support;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use support::tf::{start_raw_server, Bodies};
+use support::Client;
+use tlc_daemon::config::{Config, Role, Route};
+use tlc_daemon::policy::{Direction, Policy};
+use tlc_daemon::proxy::Proxy;
+use tlc_daemon::sidecar::request_key;
+use tlc_daemon::sidecar::Sidecar;
+use tlc_daemon::tf::proto::RecvTensorRequest;
+use tlc_daemon::tf::recv_tensor::{self, PassReason};
+use tlc_daemon::tf::{fast_parse, grpc, RECV_TENSOR_PATH};
+
+struct Capture {
+    request: Bytes,
+    response: Bytes,
+}
+
+fn capture(name: &str) -> Capture {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/captured");
+    let read =
+        |suffix: &str| Bytes::from(std::fs::read(dir.join(format!("{name}.{suffix}"))).unwrap());
+    Capture {
+        request: read("request.grpc"),
+        response: read("response.grpc"),
+    }
+}
+
+const ALL: [&str; 9] = [
+    "push_w0_dense2_grad",
+    "push_w0_dense0_grad",
+    "pull_w0_w2_read",
+    "pull_w1_w2_read",
+    "pull_w0_w0_read",
+    "pull_w0_b1_read",
+    "dead_float",
+    "int64_global_step",
+    "bool_pred",
+];
+
+#[test]
+fn requests_name_tensors_and_directions() {
+    let policy = Policy::default();
+    let call =
+        |name: &str| request_key::read(&capture(name).request, &policy).expect("readable request");
+    let push = call("push_w0_dense2_grad");
+    assert_eq!(push.direction, Direction::Push);
+    assert_eq!(
+        push.tensor,
+        "gradients/MatMul_2_grad/tuple/control_dependency_1"
+    );
+    assert_eq!(push.holder_task, "/job:worker/replica:0/task:0");
+    assert_eq!(push.peer_task, "/job:ps/replica:0/task:0");
+    // Both workers pull the same variable under one context name.
+    let (w0, w1) = (call("pull_w0_w2_read"), call("pull_w1_w2_read"));
+    assert_eq!(
+        (w0.direction, w1.direction),
+        (Direction::Pull, Direction::Pull)
+    );
+    assert_eq!(w0.tensor, "w2/read");
+    assert_eq!(w1.tensor, "w2/read");
+    assert_eq!(w0.holder_task, "/job:ps/replica:0/task:0");
+    assert_eq!(w1.peer_task, "/job:worker/replica:0/task:1");
+}
+
+#[test]
+fn responses_classify_as_tensorflow_wrote_them() {
+    for name in ALL {
+        let message = grpc::parse_single(capture(name).response, usize::MAX).unwrap();
+        check_parse(name, &message);
+        let response = recv_tensor::decode_response(message).unwrap();
+        let verdict = recv_tensor::classify(&response);
+        match name {
+            "dead_float" => assert_eq!(verdict.unwrap_err(), PassReason::Dead),
+            "int64_global_step" => assert_eq!(verdict.unwrap_err(), PassReason::NotFloat(9)),
+            "bool_pred" => assert_eq!(verdict.unwrap_err(), PassReason::NotFloat(10)),
+            _ => {
+                let tensor = verdict.unwrap_or_else(|r| panic!("{name}: {r:?}"));
+                // What TF sends is what tlc rebuilds, byte for byte.
+                let rebuilt = tensor
+                    .to_response()
+                    .unwrap()
+                    .into_grpc_chunks()
+                    .unwrap()
+                    .concat();
+                assert_eq!(rebuilt, capture(name).response.as_ref(), "{name}");
+            }
+        }
+    }
+}
+
+/// TF's fast parser reads the response, except scalars, which TF itself
+/// sends without a shape and so always go its slow (but safe) way.
+fn check_parse(name: &str, message: &[u8]) {
+    match fast_parse::check(message) {
+        Ok(_) => assert!(!SCALARS.contains(&name), "{name}"),
+        Err(fast_parse::NotFast::Aborts(abort)) => {
+            panic!("{name}: would abort TensorFlow: {abort:?}")
+        }
+        Err(slow) => assert!(SCALARS.contains(&name), "{name}: not fast-path: {slow}"),
+    }
+}
+
+const SCALARS: [&str; 2] = ["int64_global_step", "bool_pred"];
+
+async fn through_sidecars(server: SocketAddr) -> (Client, Vec<Proxy>) {
+    let start = |role, upstream| async move {
+        let config = Config {
+            routes: vec![Route {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                upstream,
+                role,
+            }],
+            ..Config::default()
+        };
+        Proxy::start(&config, Arc::new(Sidecar::default()))
+            .await
+            .unwrap()
+    };
+    let inbound = start(Role::Inbound, server).await;
+    let outbound = start(Role::Outbound, inbound.local_addrs()[0]).await;
+    let client = Client::connect(outbound.local_addrs()[0]).await;
+    (client, vec![outbound, inbound])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn captured_calls_through_two_sidecars() {
+    use prost::Message;
+    let responses: HashMap<String, Bytes> = ALL
+        .iter()
+        .map(|name| {
+            let c = capture(name);
+            let message = grpc::parse_single(c.request, usize::MAX).unwrap();
+            (
+                RecvTensorRequest::decode(message).unwrap().rendezvous_key,
+                c.response,
+            )
+        })
+        .collect();
+    let bodies: Bodies =
+        Arc::new(move |request: &RecvTensorRequest| responses[&request.rendezvous_key].clone());
+    let server = start_raw_server(bodies).await;
+    let (client, _proxies) = through_sidecars(server).await;
+
+    for name in ALL {
+        let c = capture(name);
+        let reply = client.call(RECV_TENSOR_PATH, &[], c.request.clone()).await;
+        assert_eq!(reply.trailers["grpc-status"], "0", "{name}");
+        assert!(
+            !reply.headers.keys().any(|k| k.as_str().starts_with("tlc-")),
+            "{name}"
+        );
+        let message = grpc::parse_single(reply.body.clone(), usize::MAX).unwrap();
+        check_parse(name, &message);
+        match name {
+            // Above the 64 KiB threshold: compressed with 3LC, s = 1.0.
+            "push_w0_dense0_grad" => {
+                let original = recv_tensor::decode_response(
+                    grpc::parse_single(c.response, usize::MAX).unwrap(),
+                )
+                .unwrap();
+                let original = recv_tensor::classify(&original).unwrap();
+                let restored =
+                    recv_tensor::classify(&recv_tensor::decode_response(message).unwrap()).unwrap();
+                assert_eq!(restored.dims, vec![64, 1024]);
+                assert_eq!(restored.meta, original.meta);
+                let m = original.values().fold(0f32, |m, v| m.max(v.abs()));
+                assert!(
+                    restored.values().all(|v| v == 0.0 || v.abs() == m),
+                    "values in {{0, ±M}}"
+                );
+                assert!(restored.values().any(|v| v != 0.0));
+            }
+            // A first pull is a lossless keyframe: TF's own bytes come back.
+            // Everything else is below the threshold or not float: untouched.
+            _ => assert_eq!(reply.body, c.response, "{name}: byte for byte"),
+        }
+    }
+}
