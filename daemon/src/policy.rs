@@ -315,6 +315,13 @@ impl Policy {
         }
     }
 
+    /// Whether no tensor of this name and direction would be compressed,
+    /// whatever its size: then the response need not be read before it is
+    /// forwarded.
+    pub fn never_compresses(&self, direction: Direction, tensor: &str) -> bool {
+        self.decide(direction, tensor, u64::MAX) == Decision::Pass(PassReason::Skipped)
+    }
+
     /// What to do with a tensor of `bytes` bytes named `tensor` travelling `direction`.
     pub fn decide(&self, direction: Direction, tensor: &str, bytes: u64) -> Decision {
         if bytes < self.min_bytes {

@@ -62,6 +62,14 @@ pub async fn recv_tensor(
         sidecar.stats.passed("request_unreadable");
         return response;
     };
+    if sidecar
+        .policy()
+        .never_compresses(call.direction, &call.tensor)
+    {
+        // Nothing to decide from the response: stream it through.
+        sidecar.stats.passed("policy_skip");
+        return response;
+    }
     // An error from TensorFlow (a trailers-only response) passes as it is.
     if response.status() != http::StatusCode::OK || response.headers().contains_key("grpc-status") {
         return response;
