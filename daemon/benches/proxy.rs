@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use support::tf::{recv, start_tensor_server, Tensors};
 use support::Client;
-use tlc_daemon::config::{Config, Role, Route};
+use tlc_daemon::config::Role;
 use tlc_daemon::policy::{CodecSettings, Policy, PolicySettings};
 use tlc_daemon::proxy::Proxy;
 use tlc_daemon::sidecar::{Options, Sidecar};
@@ -48,21 +48,10 @@ fn policy(codec: &str) -> Policy {
 }
 
 async fn through_sidecars(server: std::net::SocketAddr, codec: &str) -> (Client, Vec<Proxy>) {
-    let start = |role, upstream, sidecar| async move {
-        let config = Config {
-            routes: vec![Route {
-                listen: "127.0.0.1:0".parse().unwrap(),
-                upstream,
-                role,
-            }],
-            ..Config::default()
-        };
-        Proxy::start(&config, sidecar).await.unwrap()
-    };
     let holder = Arc::new(Sidecar::new(policy(codec), Options::default(), None));
     let requester = Arc::new(Sidecar::new(policy(codec), Options::default(), None));
-    let inbound = start(Role::Inbound, server, holder).await;
-    let outbound = start(Role::Outbound, inbound.local_addrs()[0], requester).await;
+    let inbound = support::proxy(Role::Inbound, server, holder).await;
+    let outbound = support::proxy(Role::Outbound, inbound.local_addrs()[0], requester).await;
     let client = Client::connect(outbound.local_addrs()[0]).await;
     (client, vec![outbound, inbound])
 }

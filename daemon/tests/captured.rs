@@ -14,7 +14,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use support::tf::{start_raw_server, Bodies};
 use support::Client;
-use tlc_daemon::config::{Config, Role, Route};
+use tlc_daemon::config::Role;
 use tlc_daemon::policy::{Direction, Policy};
 use tlc_daemon::proxy::Proxy;
 use tlc_daemon::sidecar::request_key;
@@ -116,21 +116,13 @@ fn check_parse(name: &str, message: &[u8]) {
 const SCALARS: [&str; 2] = ["int64_global_step", "bool_pred"];
 
 async fn through_sidecars(server: SocketAddr) -> (Client, Vec<Proxy>) {
-    let start = |role, upstream| async move {
-        let config = Config {
-            routes: vec![Route {
-                listen: "127.0.0.1:0".parse().unwrap(),
-                upstream,
-                role,
-            }],
-            ..Config::default()
-        };
-        Proxy::start(&config, Arc::new(Sidecar::default()))
-            .await
-            .unwrap()
-    };
-    let inbound = start(Role::Inbound, server).await;
-    let outbound = start(Role::Outbound, inbound.local_addrs()[0]).await;
+    let inbound = support::proxy(Role::Inbound, server, Arc::new(Sidecar::default())).await;
+    let outbound = support::proxy(
+        Role::Outbound,
+        inbound.local_addrs()[0],
+        Arc::new(Sidecar::default()),
+    )
+    .await;
     let client = Client::connect(outbound.local_addrs()[0]).await;
     (client, vec![outbound, inbound])
 }

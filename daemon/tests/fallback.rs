@@ -16,7 +16,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use support::tf::{recv, response_body};
 use support::Client;
 use tlc_codec::{Codec, Feedback, Sparsity};
-use tlc_daemon::config::{Config, Role, Route};
+use tlc_daemon::config::Role;
 use tlc_daemon::context::PushContext;
 use tlc_daemon::peer;
 use tlc_daemon::proxy::Proxy;
@@ -116,15 +116,7 @@ async fn start_broken_holder(fallback_works: bool) -> SocketAddr {
 
 async fn requester_to(holder: SocketAddr) -> (Arc<Sidecar>, Proxy, Client) {
     let sidecar = Arc::new(Sidecar::default());
-    let config = Config {
-        routes: vec![Route {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            upstream: holder,
-            role: Role::Outbound,
-        }],
-        ..Config::default()
-    };
-    let proxy = Proxy::start(&config, sidecar.clone()).await.unwrap();
+    let proxy = support::proxy(Role::Outbound, holder, sidecar.clone()).await;
     let client = Client::connect(proxy.local_addrs()[0]).await;
     (sidecar, proxy, client)
 }

@@ -5,21 +5,11 @@ mod support;
 
 use bytes::Bytes;
 use support::{start_echo_server, Client};
-use tlc_daemon::config::{Config, Role, Route};
+use tlc_daemon::config::Role;
 use tlc_daemon::proxy::Proxy;
 
 async fn proxy_to(upstream: std::net::SocketAddr) -> Proxy {
-    let config = Config {
-        routes: vec![Route {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            upstream,
-            role: Role::Outbound,
-        }],
-        transparent: None,
-        drain_seconds: 5,
-        policy: Default::default(),
-    };
-    Proxy::start(&config, Default::default()).await.unwrap()
+    support::proxy(Role::Outbound, upstream, Default::default()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use support::tf::{recv, response_body, start_tensor_server, Tensors};
 use support::Client;
-use tlc_daemon::config::{Config, Role, Route};
+use tlc_daemon::config::Role;
 use tlc_daemon::context::{replica_hash, PushKey, ReplicaKey};
 use tlc_daemon::proxy::Proxy;
 use tlc_daemon::sidecar::stats::Stats;
@@ -25,18 +25,6 @@ fn key(src: &str, dst: &str, edge: u32, node: &str) -> String {
     format!("{src};0000000000000001;{dst};edge_{edge}_{node};0:0")
 }
 
-async fn start(route_role: Role, upstream: SocketAddr, sidecar: Arc<Sidecar>) -> Proxy {
-    let config = Config {
-        routes: vec![Route {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            upstream,
-            role: route_role,
-        }],
-        ..Config::default()
-    };
-    Proxy::start(&config, sidecar).await.unwrap()
-}
-
 /// A requester sidecar → holder sidecar → tensor server chain.
 struct Path {
     requester: Arc<Sidecar>,
@@ -46,9 +34,10 @@ struct Path {
 }
 
 async fn path_to(server: SocketAddr, holder: Arc<Sidecar>) -> Path {
-    let inbound = start(Role::Inbound, server, holder.clone()).await;
+    let inbound = support::proxy(Role::Inbound, server, holder.clone()).await;
     let requester = Arc::new(Sidecar::default());
-    let outbound = start(Role::Outbound, inbound.local_addrs()[0], requester.clone()).await;
+    let outbound =
+        support::proxy(Role::Outbound, inbound.local_addrs()[0], requester.clone()).await;
     let client = Client::connect(outbound.local_addrs()[0]).await;
     Path {
         requester,
@@ -233,7 +222,7 @@ async fn small_tensors_and_calls_without_a_peer_pass_unchanged() {
 
     // A requester without a sidecar talks straight to the holder's sidecar.
     let holder_only = Sidecar::default();
-    let inbound = start(Role::Inbound, server, Arc::new(holder_only)).await;
+    let inbound = support::proxy(Role::Inbound, server, Arc::new(holder_only)).await;
     let direct = Client::connect(inbound.local_addrs()[0]).await;
     let big = key(WORKER0, PS, 4, "big");
     let got = recv(&direct, &big, 2).await;

@@ -13,11 +13,11 @@ use tracing::debug;
 
 use super::request_key::{self, TensorCall};
 use super::tensor_bytes;
-use super::{Sidecar, MAX_REQUEST, MAX_RESPONSE};
+use super::{Sidecar, MAX_RESPONSE};
 use crate::context::{PullSource, PushContext, PushKey, ReplicaState};
 use crate::peer::{self, ReplicaHeader};
 use crate::policy::{Decision, Direction, PassReason};
-use crate::proxy::body::{self, Collected, Peeked, ProxyBody};
+use crate::proxy::body::{self, Collected, ProxyBody};
 use crate::proxy::forward::forward;
 use crate::proxy::grpc_status;
 use crate::proxy::upstream::Upstream;
@@ -43,18 +43,9 @@ pub async fn recv_tensor(
         });
     let (mut parts, request_body) = request.into_parts();
     peer::strip(&mut parts.headers);
-    let peeked = match body::peek(request_body, MAX_REQUEST).await {
-        Ok(peeked) => peeked,
-        Err(err) => {
-            return grpc_status::response(
-                grpc_status::INTERNAL,
-                &format!("tlcd: reading request: {err}"),
-            )
-        }
-    };
-    let call = match &peeked {
-        Peeked::Whole(collected) => request_key::read(&collected.to_bytes(), sidecar.policy()),
-        Peeked::Partial(..) => None,
+    let (peeked, call) = match request_key::peek_call(request_body, sidecar.policy()).await {
+        Ok(read) => read,
+        Err(response) => return response,
     };
     let request = Request::from_parts(parts, peeked.into_body());
     let response = forward(upstream, request).await;

@@ -14,12 +14,12 @@ use http::{Request, Response};
 use tracing::warn;
 
 use super::request_key::{self, TensorCall};
-use super::{fallback, tensor_bytes, Sidecar, MAX_REQUEST, MAX_RESPONSE};
+use super::{fallback, tensor_bytes, Sidecar, MAX_RESPONSE};
 use crate::context::envelope::{EnvelopeHeader, Kind};
 use crate::context::{decode_push, ReplicaKey};
 use crate::peer::{self, ReplicaHeader};
 use crate::policy::Direction;
-use crate::proxy::body::{self, Collected, Peeked, ProxyBody};
+use crate::proxy::body::{self, Collected, ProxyBody};
 use crate::proxy::forward::forward;
 use crate::proxy::grpc_status;
 use crate::proxy::upstream::Upstream;
@@ -34,18 +34,9 @@ pub async fn recv_tensor(
     request: Request<ProxyBody>,
 ) -> Response<ProxyBody> {
     let (mut parts, request_body) = request.into_parts();
-    let peeked = match body::peek(request_body, MAX_REQUEST).await {
-        Ok(peeked) => peeked,
-        Err(err) => {
-            return grpc_status::response(
-                grpc_status::INTERNAL,
-                &format!("tlcd: reading request: {err}"),
-            )
-        }
-    };
-    let call = match &peeked {
-        Peeked::Whole(collected) => request_key::read(&collected.to_bytes(), sidecar.policy()),
-        Peeked::Partial(..) => None,
+    let (peeked, call) = match request_key::peek_call(request_body, sidecar.policy()).await {
+        Ok(read) => read,
+        Err(response) => return response,
     };
     let Some(call) = call else {
         // Not a request we understand: no peer announced, nothing changed.

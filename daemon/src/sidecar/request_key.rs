@@ -2,7 +2,11 @@
 //! which direction.
 
 use bytes::Bytes;
+use http::Response;
 use prost::Message;
+
+use crate::proxy::body::{self, Peeked, ProxyBody};
+use crate::proxy::grpc_status;
 
 use crate::policy::{Direction, Policy};
 use crate::tf::grpc;
@@ -43,4 +47,25 @@ pub fn read(body: &Bytes, policy: &Policy) -> Option<TensorCall> {
         peer_task: peer.prefix(),
         direction,
     })
+}
+
+/// Reads a request body far enough to know the call: the body (to forward
+/// as it was) and the call, `None` if the body is not a `RecvTensor`
+/// request this sidecar understands. A body that cannot be read at all is
+/// answered with a gRPC error.
+pub async fn peek_call(
+    request_body: ProxyBody,
+    policy: &Policy,
+) -> Result<(Peeked, Option<TensorCall>), Response<ProxyBody>> {
+    let peeked = body::peek(request_body, MAX_REQUEST).await.map_err(|err| {
+        grpc_status::response(
+            grpc_status::INTERNAL,
+            &format!("tlcd: reading request: {err}"),
+        )
+    })?;
+    let call = match &peeked {
+        Peeked::Whole(collected) => read(&collected.to_bytes(), policy),
+        Peeked::Partial(..) => None,
+    };
+    Ok((peeked, call))
 }

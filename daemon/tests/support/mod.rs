@@ -117,3 +117,22 @@ impl Client {
     }
 }
 pub mod tf;
+
+/// A proxy with one route from a free loopback port to `upstream`.
+pub async fn proxy(
+    role: tlc_daemon::config::Role,
+    upstream: SocketAddr,
+    sidecar: std::sync::Arc<tlc_daemon::sidecar::Sidecar>,
+) -> tlc_daemon::proxy::Proxy {
+    let config = tlc_daemon::config::Config {
+        routes: vec![tlc_daemon::config::Route {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            upstream,
+            role,
+        }],
+        ..Default::default()
+    };
+    tlc_daemon::proxy::Proxy::start(&config, sidecar)
+        .await
+        .unwrap()
+}
