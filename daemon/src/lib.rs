@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod context;
+pub mod demo;
 pub mod intercept;
 pub mod peer;
 pub mod policy;

@@ -17,8 +17,12 @@ use tracing_subscriber::EnvFilter;
 /// The tlc sidecar: proxies a TensorFlow task's gRPC traffic and
 /// compresses tensors between sidecars.
 #[derive(Debug, Parser)]
-#[command(name = "tlcd", version)]
+#[command(name = "tlcd", version, args_conflicts_with_subcommands = true)]
 struct Args {
+    /// Something other than running the sidecar.
+    #[command(subcommand)]
+    command: Option<Command>,
+
     /// TOML configuration file (over the built-in defaults).
     #[arg(long, env = "TLC_CONFIG")]
     config: Option<PathBuf>,
@@ -48,6 +52,13 @@ struct Args {
     log_format: LogFormat,
 }
 
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Train an emulated TensorFlow job through sidecars over limited
+    /// links, uncompressed and with 3LC, and compare.
+    Demo(tlc_daemon::demo::cli::DemoArgs),
+}
+
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum LogFormat {
     Human,
@@ -56,8 +67,18 @@ enum LogFormat {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    init_logging(args.log_format);
-    match run(args) {
+    // The demo starts dozens of listeners: only warnings unless RUST_LOG says more.
+    let default_level = if args.command.is_some() {
+        "warn"
+    } else {
+        "info"
+    };
+    init_logging(args.log_format, default_level);
+    let result = match &args.command {
+        Some(Command::Demo(demo)) => tlc_daemon::demo::cli::run(demo),
+        None => run(args),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("tlcd: error: {err:#}");
@@ -66,8 +87,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+fn init_logging(format: LogFormat, default_level: &str) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

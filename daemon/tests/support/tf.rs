@@ -108,18 +108,8 @@ pub async fn start_raw_server(bodies: Bodies) -> SocketAddr {
     addr
 }
 
-/// The gRPC body of a `RecvTensor` request.
-pub fn request_body(key: &str, step: i64) -> Bytes {
-    let request = RecvTensorRequest {
-        step_id: step,
-        rendezvous_key: key.to_owned(),
-        request_id: step * 7 + 1,
-        ..Default::default()
-    };
-    let message = Bytes::from(request.encode_to_vec());
-    let (prefix, message) = grpc::encode(message).unwrap();
-    [prefix, message].concat().into()
-}
+/// The gRPC body of a `RecvTensor` request (the emulated job's own).
+pub use tlc_daemon::demo::wire::request_body;
 
 /// A finished `RecvTensor` call.
 pub struct Received {
