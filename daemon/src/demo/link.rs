@@ -322,8 +322,9 @@ mod tests {
         let elapsed = started.elapsed().as_secs_f64();
         assert_eq!(echo.await.unwrap(), 264 << 10);
         assert_eq!(reply, b"done");
-        // A lower bound: the limit holds; the upper one only catches a stall.
-        assert!((0.2..5.0).contains(&elapsed), "took {elapsed} s");
+        // Only a lower bound (the limit holds: the bucket cannot be faster
+        // than its rate); how much slower a loaded machine is says nothing.
+        assert!(elapsed >= 0.2, "took {elapsed} s");
         assert_eq!(relay.bytes(), (264 << 10, 4));
         assert_eq!(a.up.bytes(), 264 << 10);
         assert_eq!(b.down.bytes(), 264 << 10);
