@@ -68,20 +68,53 @@ async fn many_concurrent_calls_share_one_connection() {
     proxy.shutdown().await;
 }
 
+/// The connection at `addr` is reset or closed without a byte of HTTP/2.
+async fn assert_refused(addr: std::net::SocketAddr) {
+    use tokio::io::AsyncReadExt;
+    // The reset may even beat the end of the connect.
+    let Ok(mut tcp) = tokio::net::TcpStream::connect(addr).await else {
+        return;
+    };
+    let mut buf = [0u8; 16];
+    match tcp.read(&mut buf).await {
+        Ok(0) => {}
+        Err(err) => assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset, "{err}"),
+        Ok(n) => panic!("the proxy spoke {n} bytes to the caller"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unreachable_upstream_is_a_grpc_status() {
+async fn unreachable_upstream_looks_like_a_refused_connection() {
     // A port that was just free: nothing listens there.
     let free = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap();
     let proxy = proxy_to(free).await;
-    let client = Client::connect(proxy.local_addrs()[0]).await;
-    let reply = client.call("/x.Y/Z", &[], Bytes::new()).await;
-    assert_eq!(reply.headers["grpc-status"], "14");
-    assert!(reply.headers["grpc-message"]
-        .to_str()
-        .unwrap()
-        .contains("cannot connect"));
+    // The caller's connection is reset before any HTTP/2 is spoken, so a
+    // gRPC client treats it as a failed connect and retries later, as it
+    // would without a sidecar; no call is answered with an error status.
+    assert_refused(proxy.local_addrs()[0]).await;
     proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_of_sidecars_passes_the_refusal_back() {
+    // Requester sidecar -> holder sidecar -> nothing: the holder's sidecar
+    // resets, so the requester's sidecar sees no answer and resets too.
+    let free = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let holder = support::proxy(Role::Inbound, free, Default::default()).await;
+    let requester = proxy_to(holder.local_addrs()[0]).await;
+    assert_refused(requester.local_addrs()[0]).await;
+
+    // Once the task listens, the same chain works.
+    let server = support::start_echo_server().await;
+    let holder = support::proxy(Role::Inbound, server, Default::default()).await;
+    let requester = proxy_to(holder.local_addrs()[0]).await;
+    let client = Client::connect(requester.local_addrs()[0]).await;
+    let reply = client.call("/x.Y/Z", &[], Bytes::from_static(b"ok")).await;
+    assert_eq!(reply.body.as_ref(), b"ok");
 }

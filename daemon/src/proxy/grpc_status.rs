@@ -5,7 +5,7 @@ use http::{HeaderValue, Response, StatusCode};
 
 use super::body::{self, ProxyBody};
 
-/// gRPC status `UNAVAILABLE`: TensorFlow treats it as transient and retries.
+/// gRPC status `UNAVAILABLE`: the call failed for a reason that may pass.
 pub const UNAVAILABLE: u16 = 14;
 /// gRPC status `INTERNAL`.
 pub const INTERNAL: u16 = 13;

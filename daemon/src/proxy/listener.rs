@@ -65,6 +65,15 @@ async fn connection(
             return;
         }
     };
+    // Reach the upstream before speaking HTTP/2 to the caller. If it is not
+    // there (a task not listening yet), the caller must see what it would
+    // see without a sidecar, a failed connection, so that gRPC waits and
+    // retries; answering its calls with UNAVAILABLE would fail them instead.
+    if let Err(err) = upstream.sender().await {
+        debug!(error = %err, "upstream not reachable; resetting the connection");
+        reset(stream);
+        return;
+    }
     let role = route.role;
     let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
         let upstream = upstream.clone();
@@ -92,4 +101,14 @@ async fn connection(
         Ok(()) => debug!("connection closed"),
         Err(err) => debug!(error = %err, "connection ended with an error"),
     }
+}
+
+/// Closes `stream` with a reset (SO_LINGER 0) rather than an orderly close,
+/// the way a refused connection looks to the caller.
+fn reset(stream: TcpStream) {
+    let socket = socket2::SockRef::from(&stream);
+    if let Err(err) = socket.set_linger(Some(std::time::Duration::ZERO)) {
+        debug!(error = %err, "cannot set SO_LINGER");
+    }
+    drop(stream);
 }

@@ -14,9 +14,10 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use thiserror::Error;
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::body::ProxyBody;
+use super::first_bytes::FirstBytes;
 use super::tuning;
 
 /// The upstream could not be reached.
@@ -37,6 +38,13 @@ pub enum UpstreamError {
         addr: SocketAddr,
         /// hyper's error.
         source: hyper::Error,
+    },
+    /// The connection was accepted but closed before the peer said anything
+    /// (a sidecar in front of a task that is not listening yet, say).
+    #[error("{addr} accepted the connection but closed it without answering")]
+    NoAnswer {
+        /// The upstream address.
+        addr: SocketAddr,
     },
     /// Connecting took too long.
     #[error("connecting to {addr} timed out")]
@@ -90,6 +98,7 @@ impl Upstream {
             .await
             .map_err(|source| UpstreamError::Connect { addr, source })?;
         tuning::tcp(&tcp);
+        let (tcp, answered) = FirstBytes::new(tcp);
         let mut builder = http2::Builder::new(TokioExecutor::new());
         tuning::client(&mut builder);
         let (sender, connection) = builder
@@ -98,9 +107,13 @@ impl Upstream {
             .map_err(|source| UpstreamError::Handshake { addr, source })?;
         tokio::spawn(async move {
             if let Err(err) = connection.await {
-                warn!(upstream = %addr, error = %err, "upstream connection ended with an error");
+                debug!(upstream = %addr, error = %err, "upstream connection ended with an error");
             }
         });
-        Ok(sender)
+        // Only a peer that sent its SETTINGS is there; see `first_bytes`.
+        match answered.await {
+            Ok(true) => Ok(sender),
+            _ => Err(UpstreamError::NoAnswer { addr }),
+        }
     }
 }
