@@ -24,12 +24,11 @@
 #   --tlcd-threads N    tlcd --threads (default: tlcd's, one per CPU)
 #   --uid N             UID (and GID) tlcd runs as [1337]; no user is needed
 #   --tf-port P         port every TF task listens on in its pod [2222]
-#   --start ORDER       ps-first: start the workers once the ps task listens
-#                       (default; works around a tlcd startup bug, see
-#                       README.md); together: all tasks at once, as pods in
-#                       Kubernetes would
+#   --start ORDER       together: all tasks at once, as pods in Kubernetes
+#                       would (default); ps-first: start the workers once
+#                       the ps task listens
 #   --ps-delay S        start the ps task S seconds after the workers
-#                       (implies --start together; reproduces the startup bug)
+#                       (implies --start together)
 #
 # Everything after `--` goes to every train.py (e.g. --batch, --hidden, --threads).
 # Environment: TLC_PYTHON (interpreter with TensorFlow, else /work/tfvenv/bin/python,
@@ -53,7 +52,7 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}
 
 mode=""; config=""; steps=200; workers=2; rate=""; delay=""; OUT=""; timeout=600
 TLCD=$root/target/release/tlcd; tlcd_threads=""; uid=1337; tf_port=2222
-start=ps-first; ps_delay=0
+start=together; ps_delay=0
 OUTBOUND_PORT=15001; INBOUND_PORT=15006
 train_args=()
 while (($#)); do
