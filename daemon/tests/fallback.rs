@@ -3,16 +3,12 @@
 
 mod support;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, Response};
-use http_body_util::StreamBody;
-use hyper::body::{Frame, Incoming};
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use http::{HeaderMap, Request};
+use hyper::body::Incoming;
 use support::tf::{recv, response_body};
 use support::Client;
 use tlc_codec::{Codec, Feedback, Sparsity};
@@ -24,7 +20,6 @@ use tlc_daemon::sidecar::stats::Stats;
 use tlc_daemon::sidecar::Sidecar;
 use tlc_daemon::tf::proto::DataType;
 use tlc_daemon::tf::recv_tensor::{self, ResponseMeta};
-use tokio::net::TcpListener;
 
 const TOKEN: u64 = 0xfeed;
 const N: usize = 40_000;
@@ -72,46 +67,29 @@ fn broken_envelope_body() -> Bytes {
 
 /// A peer that plays the holder's sidecar: broken envelopes, good fallbacks.
 async fn start_broken_holder(fallback_works: bool) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let service = service_fn(move |request: Request<Incoming>| async move {
-                    let path = request.uri().path().to_owned();
-                    let mut trailers = HeaderMap::new();
-                    trailers.insert("grpc-status", "0".parse().unwrap());
-                    let mut response_headers = HeaderMap::new();
-                    response_headers.insert("content-type", "application/grpc".parse().unwrap());
-                    let body = if path == peer::FALLBACK_PATH {
-                        assert_eq!(request.headers()[peer::FALLBACK], format!("{TOKEN:x}"));
-                        if !fallback_works {
-                            trailers.insert("grpc-status", "5".parse().unwrap());
-                            Bytes::new()
-                        } else {
-                            response_body(&[N as u64], &gradient())
-                        }
-                    } else {
-                        assert!(peer::is_peer(request.headers()));
-                        response_headers.insert(peer::ENVELOPE, peer::PROTOCOL.parse().unwrap());
-                        broken_envelope_body()
-                    };
-                    let frames = vec![
-                        Ok::<_, Infallible>(Frame::data(body)),
-                        Ok(Frame::trailers(trailers)),
-                    ];
-                    let mut response =
-                        Response::new(StreamBody::new(futures_util::stream::iter(frames)));
-                    *response.headers_mut() = response_headers;
-                    Ok::<_, Infallible>(response)
-                });
-                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    addr
+    support::serve(Arc::new(move |request: Request<Incoming>| {
+        Box::pin(async move {
+            if request.uri().path() != peer::FALLBACK_PATH {
+                assert!(peer::is_peer(request.headers()));
+                let mut response = support::grpc_response(broken_envelope_body(), HeaderMap::new());
+                response
+                    .headers_mut()
+                    .insert(peer::ENVELOPE, peer::PROTOCOL.parse().unwrap());
+                return response;
+            }
+            assert_eq!(request.headers()[peer::FALLBACK], format!("{TOKEN:x}"));
+            let mut response =
+                support::grpc_response(response_body(&[N as u64], &gradient()), HeaderMap::new());
+            if !fallback_works {
+                // The original is gone: an empty body and NOT_FOUND.
+                let mut trailers = HeaderMap::new();
+                trailers.insert("grpc-status", "5".parse().unwrap());
+                *response.body_mut() = tlc_daemon::proxy::body::chunks(vec![], Some(trailers));
+            }
+            response
+        })
+    }))
+    .await
 }
 
 async fn requester_to(holder: SocketAddr) -> (Arc<Sidecar>, Proxy, Client) {

@@ -4,18 +4,29 @@
 #![allow(dead_code)]
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Request, Response};
-use http_body_util::{BodyExt, Full, StreamBody};
-use hyper::body::{Frame, Incoming};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use tlc_daemon::proxy::body::{self, ProxyBody};
 use tokio::net::{TcpListener, TcpStream};
 
-/// What a test server does with a call: echo the body back with trailers.
-pub async fn start_echo_server() -> SocketAddr {
+/// What a test server does with one call.
+pub type Handler = std::sync::Arc<
+    dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<ProxyBody>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// Serves h2c on a free loopback port, every call through `handler`, with
+/// TCP_NODELAY as TensorFlow's gRPC sets it; returns the address.
+pub async fn serve(handler: Handler) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -23,30 +34,12 @@ pub async fn start_echo_server() -> SocketAddr {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
-            // As TensorFlow's gRPC does: no Nagle delay on small writes.
             let _ = stream.set_nodelay(true);
+            let handler = handler.clone();
             tokio::spawn(async move {
-                let service = service_fn(|request: Request<Incoming>| async move {
-                    let path = request.uri().path().to_owned();
-                    let echo_header = request.headers().get("x-echo").cloned();
-                    let body = request.into_body().collect().await.unwrap().to_bytes();
-                    let mut trailers = HeaderMap::new();
-                    trailers.insert("grpc-status", "0".parse().unwrap());
-                    trailers.insert("x-path", path.parse().unwrap());
-                    trailers.insert("x-len", body.len().to_string().parse().unwrap());
-                    let frames = vec![
-                        Ok::<_, Infallible>(Frame::data(body)),
-                        Ok(Frame::trailers(trailers)),
-                    ];
-                    let mut response =
-                        Response::new(StreamBody::new(futures_util::stream::iter(frames)));
-                    response
-                        .headers_mut()
-                        .insert("content-type", "application/grpc".parse().unwrap());
-                    if let Some(value) = echo_header {
-                        response.headers_mut().insert("x-echo", value);
-                    }
-                    Ok::<_, Infallible>(response)
+                let service = service_fn(move |request: Request<Incoming>| {
+                    let response = handler(request);
+                    async move { Ok::<_, Infallible>(response.await) }
                 });
                 let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(stream), service)
@@ -55,6 +48,36 @@ pub async fn start_echo_server() -> SocketAddr {
         }
     });
     addr
+}
+
+/// A gRPC response: `body`, then `trailers` (`grpc-status: 0` added).
+pub fn grpc_response(body: Bytes, mut trailers: HeaderMap) -> Response<ProxyBody> {
+    trailers.insert("grpc-status", "0".parse().unwrap());
+    let mut response = Response::new(body::chunks(vec![body], Some(trailers)));
+    response
+        .headers_mut()
+        .insert("content-type", "application/grpc".parse().unwrap());
+    response
+}
+
+/// A server that echoes the body back, with the path and length in trailers.
+pub async fn start_echo_server() -> SocketAddr {
+    serve(std::sync::Arc::new(|request: Request<Incoming>| {
+        Box::pin(async move {
+            let path = request.uri().path().to_owned();
+            let echo_header = request.headers().get("x-echo").cloned();
+            let body = request.into_body().collect().await.unwrap().to_bytes();
+            let mut trailers = HeaderMap::new();
+            trailers.insert("x-path", path.parse().unwrap());
+            trailers.insert("x-len", body.len().to_string().parse().unwrap());
+            let mut response = grpc_response(body, trailers);
+            if let Some(value) = echo_header {
+                response.headers_mut().insert("x-echo", value);
+            }
+            response
+        })
+    }))
+    .await
 }
 
 /// A client connection with prior-knowledge HTTP/2.

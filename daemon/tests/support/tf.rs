@@ -2,21 +2,17 @@
 //! wire format (built with the daemon's own `tf` module, which is checked
 //! against real TensorFlow separately), and a client that asks it.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, Response};
-use http_body_util::{BodyExt, StreamBody};
-use hyper::body::{Frame, Incoming};
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use http::{HeaderMap, Request};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
 use prost::Message;
 use tlc_daemon::tf::proto::{RecvTensorRequest, RecvTensorResponse};
 use tlc_daemon::tf::recv_tensor::{self, ResponseMeta};
 use tlc_daemon::tf::{grpc, RECV_TENSOR_PATH};
-use tokio::net::TcpListener;
 
 use super::Client;
 
@@ -60,52 +56,24 @@ pub async fn start_tensor_server(tensors: Tensors) -> SocketAddr {
 /// Starts a stand-in answering with given gRPC bodies (recorded from real
 /// TensorFlow, say); returns its address.
 pub async fn start_raw_server(bodies: Bodies) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            // As TensorFlow's gRPC does: no Nagle delay on small writes.
-            let _ = stream.set_nodelay(true);
-            let bodies = bodies.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |request: Request<Incoming>| {
-                    let bodies = bodies.clone();
-                    async move {
-                        assert_eq!(request.uri().path(), RECV_TENSOR_PATH);
-                        assert!(
-                            !request
-                                .headers()
-                                .keys()
-                                .any(|k| k.as_str().starts_with("tlc-")),
-                            "sidecar headers reached TensorFlow"
-                        );
-                        let body = request.into_body().collect().await.unwrap().to_bytes();
-                        let message = grpc::parse_single(body, 1 << 20).unwrap();
-                        let request = RecvTensorRequest::decode(message).unwrap();
-                        let mut trailers = HeaderMap::new();
-                        trailers.insert("grpc-status", "0".parse().unwrap());
-                        let frames = vec![
-                            Ok::<_, Infallible>(Frame::data(bodies(&request))),
-                            Ok(Frame::trailers(trailers)),
-                        ];
-                        let mut response =
-                            Response::new(StreamBody::new(futures_util::stream::iter(frames)));
-                        response
-                            .headers_mut()
-                            .insert("content-type", "application/grpc".parse().unwrap());
-                        Ok::<_, Infallible>(response)
-                    }
-                });
-                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    addr
+    super::serve(Arc::new(move |request: Request<Incoming>| {
+        let bodies = bodies.clone();
+        Box::pin(async move {
+            assert_eq!(request.uri().path(), RECV_TENSOR_PATH);
+            assert!(
+                !request
+                    .headers()
+                    .keys()
+                    .any(|k| k.as_str().starts_with("tlc-")),
+                "sidecar headers reached TensorFlow"
+            );
+            let body = request.into_body().collect().await.unwrap().to_bytes();
+            let message = grpc::parse_single(body, 1 << 20).unwrap();
+            let request = RecvTensorRequest::decode(message).unwrap();
+            super::grpc_response(bodies(&request), HeaderMap::new())
+        })
+    }))
+    .await
 }
 
 /// The gRPC body of a `RecvTensor` request (the emulated job's own).
