@@ -30,9 +30,16 @@ struct Kept {
     bytes: usize,
 }
 
+/// The kept responses, oldest first, and their total size.
+#[derive(Default)]
+struct Shelf {
+    kept: VecDeque<Kept>,
+    bytes: usize,
+}
+
 /// Original responses by token, the oldest dropped first beyond a byte budget.
 pub struct FallbackCache {
-    kept: Mutex<VecDeque<Kept>>,
+    shelf: Mutex<Shelf>,
     budget: usize,
     next_token: AtomicU64,
 }
@@ -42,7 +49,7 @@ impl FallbackCache {
     /// `seed` so that a restarted sidecar does not reuse its old tokens.
     pub fn new(budget: usize, seed: u64) -> FallbackCache {
         FallbackCache {
-            kept: Mutex::new(VecDeque::new()),
+            shelf: Mutex::new(Shelf::default()),
             budget,
             next_token: AtomicU64::new(seed),
         }
@@ -56,27 +63,29 @@ impl FallbackCache {
     /// Keeps a response (its chunks are shared, not copied) under `token`.
     pub fn keep(&self, token: u64, chunks: Vec<Bytes>, trailers: Option<HeaderMap>) {
         let bytes = chunks.iter().map(Bytes::len).sum();
-        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        kept.push_back(Kept {
+        let mut shelf = self.shelf.lock().unwrap_or_else(|e| e.into_inner());
+        shelf.bytes += bytes;
+        shelf.kept.push_back(Kept {
             token,
             chunks,
             trailers,
             bytes,
         });
-        let mut total: usize = kept.iter().map(|k| k.bytes).sum();
         // Keep at least the newest one, however large.
-        while total > self.budget && kept.len() > 1 {
-            if let Some(old) = kept.pop_front() {
-                total -= old.bytes;
+        while shelf.bytes > self.budget && shelf.kept.len() > 1 {
+            if let Some(old) = shelf.kept.pop_front() {
+                shelf.bytes -= old.bytes;
             }
         }
     }
 
     /// The response kept under `token`, if it is still there.
     pub fn take(&self, token: u64) -> Option<(Vec<Bytes>, Option<HeaderMap>)> {
-        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        let at = kept.iter().position(|k| k.token == token)?;
-        kept.remove(at).map(|k| (k.chunks, k.trailers))
+        let mut shelf = self.shelf.lock().unwrap_or_else(|e| e.into_inner());
+        let at = shelf.kept.iter().position(|k| k.token == token)?;
+        let kept = shelf.kept.remove(at)?;
+        shelf.bytes -= kept.bytes;
+        Some((kept.chunks, kept.trailers))
     }
 
     /// Answers a fallback call from a peer sidecar.
