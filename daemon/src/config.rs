@@ -76,6 +76,8 @@ pub struct Config {
     pub drain_seconds: u64,
     /// Which tensors are compressed and how.
     pub policy: crate::policy::PolicySettings,
+    /// Bounds of the per-tensor state.
+    pub contexts: ContextSettings,
 }
 
 impl Default for Config {
@@ -85,7 +87,68 @@ impl Default for Config {
             transparent: None,
             drain_seconds: 30,
             policy: Default::default(),
+            contexts: Default::default(),
         }
+    }
+}
+
+/// The `[contexts]` table: how much per-tensor state a sidecar keeps.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContextSettings {
+    /// Memory budget of each table (push contexts, pull sources, replicas), in MiB.
+    pub memory_mib: u64,
+    /// A context unused this long is dropped.
+    pub idle_seconds: u64,
+    /// Deltas kept per pulled tensor for workers that fall behind; at least
+    /// the number of workers for asynchronous training.
+    pub pull_cache: usize,
+    /// Original responses kept for fallbacks, in MiB.
+    pub fallback_mib: u64,
+}
+
+impl Default for ContextSettings {
+    fn default() -> Self {
+        let options = crate::sidecar::Options::default();
+        ContextSettings {
+            memory_mib: (options.push_limits.max_bytes >> 20) as u64,
+            idle_seconds: options.push_limits.max_age.as_secs(),
+            pull_cache: options.pull_cache_len,
+            fallback_mib: (options.fallback_bytes >> 20) as u64,
+        }
+    }
+}
+
+impl ContextSettings {
+    /// The sidecar's bounds, or the key of a value that cannot be used.
+    pub fn options(&self) -> Result<crate::sidecar::Options, ConfigError> {
+        let at_least_one = |key: &str, value: u64| {
+            if value == 0 {
+                Err(ConfigError::Invalid {
+                    key: format!("contexts.{key}"),
+                    value: "0".into(),
+                    allowed: "at least 1".into(),
+                })
+            } else {
+                Ok(())
+            }
+        };
+        at_least_one("memory_mib", self.memory_mib)?;
+        at_least_one("idle_seconds", self.idle_seconds)?;
+        at_least_one("pull_cache", self.pull_cache as u64)?;
+        at_least_one("fallback_mib", self.fallback_mib)?;
+        let mib = |v: u64| usize::try_from(v.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+        let limits = crate::context::TableLimits {
+            max_bytes: mib(self.memory_mib),
+            max_age: std::time::Duration::from_secs(self.idle_seconds),
+        };
+        Ok(crate::sidecar::Options {
+            push_limits: limits,
+            pull_limits: limits,
+            replica_limits: limits,
+            pull_cache_len: self.pull_cache,
+            fallback_bytes: mib(self.fallback_mib),
+        })
     }
 }
 
@@ -172,6 +235,7 @@ impl Config {
     /// Checks values that the types alone do not constrain.
     pub fn validate(&self) -> Result<(), ConfigError> {
         crate::policy::Policy::new(&self.policy)?;
+        self.contexts.options()?;
         if let Some(t) = &self.transparent {
             if t.outbound == t.inbound {
                 return Err(ConfigError::Invalid {
@@ -222,6 +286,20 @@ mod tests {
         assert_eq!(config.routes.len(), 1);
         assert_eq!(config.routes[0].role, Role::Outbound);
         assert_eq!(config.drain_seconds, 30);
+    }
+
+    #[test]
+    fn contexts_bound_the_sidecar() {
+        let config = Config::from_toml("[contexts]\npull_cache = 16\nmemory_mib = 64\n").unwrap();
+        let options = config.contexts.options().unwrap();
+        assert_eq!(options.pull_cache_len, 16);
+        assert_eq!(options.replica_limits.max_bytes, 64 << 20);
+        assert_eq!(
+            Config::default().contexts.options().unwrap().pull_cache_len,
+            8
+        );
+        let err = Config::from_toml("[contexts]\npull_cache = 0\n").unwrap_err();
+        assert_eq!(err.to_string(), "contexts.pull_cache = 0: at least 1");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use tlc_daemon::config::{Config, Role, Route};
 use tlc_daemon::policy::Policy;
 use tlc_daemon::proxy::Proxy;
 use tlc_daemon::sidecar::record::Recorder;
-use tlc_daemon::sidecar::{Options, Sidecar};
+use tlc_daemon::sidecar::Sidecar;
 use tracing::info;
 use tracing_subscriber::EnvFilter;
 
@@ -121,7 +121,7 @@ fn run(args: Args) -> Result<()> {
         None => None,
     };
     let policy = Policy::new(&config.policy)?;
-    let sidecar = Arc::new(Sidecar::new(policy, Options::default(), recorder));
+    let sidecar = Arc::new(Sidecar::new(policy, config.contexts.options()?, recorder));
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {
         if threads == 0 {
