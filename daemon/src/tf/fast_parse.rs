@@ -319,24 +319,10 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tf::proto::{Dim, RecvTensorResponse, TensorProto};
+    use crate::tf::proto::{RecvTensorResponse, TensorProto};
 
     fn tensor(dtype: i32, dims: &[i64], content: &[u8]) -> TensorProto {
-        TensorProto {
-            dtype,
-            tensor_shape: Some(TensorShapeProto {
-                dim: dims
-                    .iter()
-                    .map(|&size| Dim {
-                        size,
-                        name: String::new(),
-                    })
-                    .collect(),
-                unknown_rank: false,
-            }),
-            tensor_content: content.to_vec().into(),
-            ..Default::default()
-        }
+        TensorProto::shaped(dtype, dims, content.to_vec().into())
     }
 
     fn response(t: TensorProto) -> Vec<u8> {

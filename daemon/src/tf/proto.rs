@@ -153,6 +153,26 @@ impl TensorProto {
             && self.uint64_val.is_empty()
             && self.float8_val.is_empty())
     }
+
+    /// A tensor with `dtype`, dims of these sizes and `content`, for tests.
+    #[cfg(test)]
+    pub fn shaped(dtype: i32, dims: &[i64], content: bytes::Bytes) -> TensorProto {
+        TensorProto {
+            dtype,
+            tensor_shape: Some(TensorShapeProto {
+                dim: dims
+                    .iter()
+                    .map(|&size| Dim {
+                        size,
+                        name: String::new(),
+                    })
+                    .collect(),
+                unknown_rank: false,
+            }),
+            tensor_content: content,
+            ..Default::default()
+        }
+    }
 }
 
 /// Most dimensions a TensorFlow tensor has (`TensorShape::MaxDimensions()`).

@@ -490,7 +490,7 @@ fn float_bytes(dims: &[u64]) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::tf::fast_parse;
-    use crate::tf::proto::{Dim, TensorShapeProto};
+    use crate::tf::proto::TensorShapeProto;
 
     fn f32_bytes(values: &[f32]) -> Bytes {
         values
@@ -502,24 +502,15 @@ mod tests {
 
     fn float_response(dims: &[i64], content: Bytes) -> RecvTensorResponse {
         RecvTensorResponse {
-            tensor: Some(TensorProto {
-                dtype: DataType::DtFloat as i32,
-                tensor_shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&size| Dim {
-                            size,
-                            name: String::new(),
-                        })
-                        .collect(),
-                    unknown_rank: false,
-                }),
-                tensor_content: content,
-                ..Default::default()
-            }),
+            tensor: Some(TensorProto::shaped(DataType::DtFloat as i32, dims, content)),
             send_start_micros: 1_700_000_000_000_000,
             ..Default::default()
         }
+    }
+
+    /// The shape of a response built by `float_response`.
+    fn shape_mut(r: &mut RecvTensorResponse) -> &mut TensorShapeProto {
+        r.tensor.as_mut().unwrap().tensor_shape.as_mut().unwrap()
     }
 
     #[test]
@@ -780,50 +771,23 @@ mod tests {
         assert_eq!(classify(&r), Err(PassReason::NotFloat(19)));
 
         let mut r = ok.clone();
-        r.tensor
-            .as_mut()
-            .unwrap()
-            .tensor_shape
-            .as_mut()
-            .unwrap()
-            .unknown_rank = true;
+        shape_mut(&mut r).unknown_rank = true;
         assert_eq!(classify(&r), Err(PassReason::UnknownRank));
 
         let mut r = float_response(&[1; 255], f32_bytes(&[1.0]));
         assert_eq!(classify(&r), Err(PassReason::TooManyDims(255)));
-        r.tensor
-            .as_mut()
-            .unwrap()
-            .tensor_shape
-            .as_mut()
-            .unwrap()
-            .dim
-            .pop();
+        shape_mut(&mut r).dim.pop();
         assert!(classify(&r).is_ok());
 
         let mut r = ok.clone();
-        r.tensor
-            .as_mut()
-            .unwrap()
-            .tensor_shape
-            .as_mut()
-            .unwrap()
-            .dim[0]
-            .size = -1;
+        shape_mut(&mut r).dim[0].size = -1;
         assert_eq!(
             classify(&r),
             Err(PassReason::NegativeDim { index: 0, size: -1 })
         );
 
         let mut r = ok.clone();
-        r.tensor
-            .as_mut()
-            .unwrap()
-            .tensor_shape
-            .as_mut()
-            .unwrap()
-            .dim[0]
-            .name = "batch".into();
+        shape_mut(&mut r).dim[0].name = "batch".into();
         assert_eq!(classify(&r), Err(PassReason::ExtraFields));
 
         let mut r = ok.clone();
