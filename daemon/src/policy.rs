@@ -21,7 +21,7 @@
 //! ```
 
 use globset::{Glob, GlobMatcher};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tlc_codec::{Codec, CodecId, Feedback, Sparsity, TopKPercent};
 
 use crate::config::ConfigError;
@@ -81,6 +81,34 @@ pub struct CodecChoice {
     pub codec: Codec,
     /// Whether push contexts keep an error buffer.
     pub feedback: Feedback,
+}
+
+/// A codec as operators read it: its name and the parameters it has.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CodecView {
+    /// `3lc`, `topk`, `none`, ...
+    pub codec: &'static str,
+    /// 3LC's sparsity multiplier.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sparsity: Option<f32>,
+    /// Top-k's share in percent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub k: Option<f32>,
+}
+
+impl From<Codec> for CodecView {
+    fn from(codec: Codec) -> CodecView {
+        let (sparsity, k) = match codec {
+            Codec::ThreeLc { sparsity } => (Some(sparsity.get()), None),
+            Codec::TopK { percent } => (None, Some(percent.get())),
+            _ => (None, None),
+        };
+        CodecView {
+            codec: codec.id().name(),
+            sparsity,
+            k,
+        }
+    }
 }
 
 impl CodecSettings {
@@ -222,6 +250,7 @@ struct Override {
 
 /// The validated policy, ready to answer per tensor.
 pub struct Policy {
+    settings: PolicySettings,
     parameter_jobs: Vec<String>,
     min_bytes: u64,
     push: CodecChoice,
@@ -294,12 +323,28 @@ impl Policy {
             });
         }
         Ok(Policy {
+            settings: settings.clone(),
             parameter_jobs: settings.parameter_jobs.clone(),
             min_bytes: settings.min_bytes,
             push,
             pull,
             overrides,
         })
+    }
+
+    /// The settings this policy was made from.
+    pub fn settings(&self) -> &PolicySettings {
+        &self.settings
+    }
+
+    /// Tensors smaller than this pass uncompressed.
+    pub fn min_bytes(&self) -> u64 {
+        self.min_bytes
+    }
+
+    /// Number of per-tensor overrides.
+    pub fn overrides(&self) -> usize {
+        self.overrides.len()
     }
 
     /// Whether tasks of `job` hold parameters (their tensors are pulls).

@@ -24,7 +24,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use thiserror::Error;
 use tlc_codec::frame::{FIXED_HEADER_LEN, TRAILER_LEN};
-use tlc_codec::{Codec, DecodeError, EncodeError, Encoder, Feedback, Limits};
+use tlc_codec::{Codec, DecodeError, EncodeError, Encoder, Feedback, Limits, Params};
 use xxhash_rust::xxh3::Xxh3Default;
 
 use super::envelope::{write_envelope, Envelope, EnvelopeError, EnvelopeHeader, Kind, HEADER_LEN};
@@ -217,6 +217,8 @@ pub struct PullSource {
     /// half-updated replica under an old version.
     updating: bool,
     counters: PullCounters,
+    /// The scale (M) of the last delta frame, for the admin API.
+    last_scale: Option<f32>,
 }
 
 impl PullSource {
@@ -234,6 +236,7 @@ impl PullSource {
             encoder: Encoder::new(Codec::None, Feedback::Off),
             updating: false,
             counters: PullCounters::default(),
+            last_scale: None,
         }
     }
 
@@ -323,7 +326,8 @@ impl PullSource {
             .collect();
         self.encoder.set_codec(codec);
         let mut frame = Vec::new();
-        self.encoder.encode(&delta, &mut frame)?;
+        let header = self.encoder.encode(&delta, &mut frame)?;
+        self.last_scale = super::push::scale_of(&header.params);
         // Decode our own frame exactly as a requester will, into the
         // same buffer.
         let limits = Limits {
@@ -430,6 +434,16 @@ impl PullSource {
     pub fn counters(&self) -> PullCounters {
         self.counters
     }
+
+    /// The codec the last delta was encoded with.
+    pub fn codec(&self) -> Codec {
+        *self.encoder.codec()
+    }
+
+    /// The scale (M) of the last delta, if its codec has one.
+    pub fn last_scale(&self) -> Option<f32> {
+        self.last_scale
+    }
 }
 
 /// Why a delta could not be made; the source then resets.
@@ -524,6 +538,10 @@ pub struct ReplicaCounters {
     pub deltas: u64,
     /// Envelopes refused.
     pub errors: u64,
+    /// Bytes of the values handed to TensorFlow, as f32.
+    pub raw_bytes: u64,
+    /// Bytes of the envelopes applied.
+    pub wire_bytes: u64,
 }
 
 /// The requester side of one tensor's pulls: the replica and its state.
@@ -532,6 +550,8 @@ pub struct Replica {
     state: Option<ReplicaState>,
     values: Vec<f32>,
     counters: ReplicaCounters,
+    /// Codec and parameters of the last frame applied, for the admin API.
+    last_params: Option<Params>,
 }
 
 impl Replica {
@@ -560,6 +580,11 @@ impl Replica {
         self.counters
     }
 
+    /// Codec and parameters of the last frame applied.
+    pub fn last_params(&self) -> Option<Params> {
+        self.last_params
+    }
+
     /// Forgets the replica (keeps the counters).
     pub fn invalidate(&mut self) {
         self.state = None;
@@ -576,7 +601,11 @@ impl Replica {
     /// ([`ApplyError::Dropped`]), never left half-applied.
     pub fn apply(&mut self, envelope: &[u8], limits: &Limits) -> Result<&[f32], ApplyError> {
         match self.try_apply(envelope, limits) {
-            Ok(()) => Ok(&self.values),
+            Ok(()) => {
+                self.counters.raw_bytes += 4 * self.values.len() as u64;
+                self.counters.wire_bytes += envelope.len() as u64;
+                Ok(&self.values)
+            }
             Err(err) => {
                 self.counters.errors += 1;
                 if matches!(err, ApplyError::Dropped { .. }) {
@@ -612,6 +641,7 @@ impl Replica {
                     frame
                         .decode_into(&mut values)
                         .map_err(|source| ApplyError::Decode { index, source })?;
+                    self.last_params = Some(frame.header.params);
                 }
                 self.values = values;
                 self.state = Some(target);
@@ -650,6 +680,7 @@ impl Replica {
                     }
                     add_delta(&mut self.values, &delta);
                     self.counters.deltas += 1;
+                    self.last_params = Some(frame.header.params);
                 }
                 self.state = Some(target);
                 self.counters.chains += 1;

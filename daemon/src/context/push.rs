@@ -141,7 +141,9 @@ pub(crate) fn l2(values: &[f32]) -> f64 {
         .sqrt()
 }
 
-fn scale_of(params: &Params) -> Option<f32> {
+/// The scale a frame's values are multiples of (3LC's and TernGrad's M,
+/// int8's step), if its codec has one.
+pub(crate) fn scale_of(params: &Params) -> Option<f32> {
     match *params {
         Params::ThreeLc { scale, .. } | Params::TernGrad { scale } => Some(scale),
         Params::Int8 { step } => Some(step),

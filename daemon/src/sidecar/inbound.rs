@@ -16,7 +16,7 @@ use super::tensor_bytes;
 use super::{Sidecar, MAX_RESPONSE};
 use crate::context::{PullSource, PushContext, PushKey, ReplicaState};
 use crate::peer::{self, ReplicaHeader};
-use crate::policy::{Decision, Direction, PassReason};
+use crate::policy::{Decision, Direction, PassReason, Policy};
 use crate::proxy::body::{self, Collected, ProxyBody};
 use crate::proxy::forward::forward;
 use crate::proxy::grpc_status;
@@ -43,7 +43,9 @@ pub async fn recv_tensor(
         });
     let (mut parts, request_body) = request.into_parts();
     peer::strip(&mut parts.headers);
-    let (peeked, call) = match request_key::peek_call(request_body, sidecar.policy()).await {
+    // One policy for the whole call, even if an operator changes it meanwhile.
+    let policy = sidecar.policy();
+    let (peeked, call) = match request_key::peek_call(request_body, &policy).await {
         Ok(read) => read,
         Err(response) => return response,
     };
@@ -53,10 +55,7 @@ pub async fn recv_tensor(
         sidecar.stats.passed("request_unreadable");
         return response;
     };
-    if sidecar
-        .policy()
-        .never_compresses(call.direction, &call.tensor)
-    {
+    if policy.never_compresses(call.direction, &call.tensor) {
         // Nothing to decide from the response: stream it through.
         sidecar.stats.passed("policy_skip");
         return response;
@@ -75,7 +74,7 @@ pub async fn recv_tensor(
             )
         }
     };
-    match tokio::task::block_in_place(|| compress(sidecar, &call, replica, &collected)) {
+    match tokio::task::block_in_place(|| compress(sidecar, &policy, &call, replica, &collected)) {
         Ok(chunks) => {
             parts
                 .headers
@@ -93,6 +92,7 @@ pub async fn recv_tensor(
 /// The compressed response as gRPC body chunks, or why it stays as it is.
 fn compress(
     sidecar: &Sidecar,
+    policy: &Policy,
     call: &TensorCall,
     replica: Option<ReplicaState>,
     collected: &Collected,
@@ -102,10 +102,7 @@ fn compress(
     let response = recv_tensor::decode_response(message).map_err(|_| "unparsable_response")?;
     let tensor = recv_tensor::classify(&response).map_err(|reason| reason.label())?;
     let raw_bytes = tensor.content.len();
-    let choice = match sidecar
-        .policy()
-        .decide(call.direction, &call.tensor, raw_bytes as u64)
-    {
+    let choice = match policy.decide(call.direction, &call.tensor, raw_bytes as u64) {
         Decision::Compress(choice) => choice,
         Decision::Pass(PassReason::Small) => return Err("small"),
         Decision::Pass(PassReason::Skipped) => return Err("policy_skip"),

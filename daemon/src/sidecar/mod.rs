@@ -10,8 +10,9 @@ pub mod record;
 pub mod request_key;
 pub mod stats;
 pub mod tensor_bytes;
+pub mod tensors;
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use http::{Request, Response};
@@ -72,7 +73,8 @@ impl Default for Options {
 
 /// State shared by every call through this sidecar.
 pub struct Sidecar {
-    policy: Policy,
+    /// Swapped whole when an operator retunes; each call reads it once.
+    policy: RwLock<Arc<Policy>>,
     options: Options,
     /// Holder side: error-feedback contexts of gradients.
     pub push: ContextTable<PushKey, PushContext>,
@@ -100,7 +102,7 @@ impl Sidecar {
     pub fn new(policy: Policy, options: Options, recorder: Option<Recorder>) -> Sidecar {
         let seed = random_seed();
         Sidecar {
-            policy,
+            policy: RwLock::new(Arc::new(policy)),
             options,
             push: ContextTable::new(options.push_limits),
             pull: ContextTable::new(options.pull_limits),
@@ -112,9 +114,24 @@ impl Sidecar {
         }
     }
 
-    /// The compression policy.
-    pub fn policy(&self) -> &Policy {
-        &self.policy
+    /// The compression policy in force now. Callers hold on to the `Arc`
+    /// for one tensor, so a change applies from the next tensor on and
+    /// never halfway through one.
+    pub fn policy(&self) -> Arc<Policy> {
+        Arc::clone(&self.policy.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Puts `policy` in force for every tensor from now on.
+    pub fn set_policy(&self, policy: Policy) {
+        *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
+    }
+
+    /// Changes how long idle contexts live and how much memory each table
+    /// may use; applied at the next eviction.
+    pub fn set_table_limits(&self, limits: TableLimits) {
+        self.push.set_limits(limits);
+        self.pull.set_limits(limits);
+        self.replicas.table().set_limits(limits);
     }
 
     /// Handles one call arriving on a route with `role`.

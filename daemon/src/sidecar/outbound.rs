@@ -34,7 +34,7 @@ pub async fn recv_tensor(
     request: Request<ProxyBody>,
 ) -> Response<ProxyBody> {
     let (mut parts, request_body) = request.into_parts();
-    let (peeked, call) = match request_key::peek_call(request_body, sidecar.policy()).await {
+    let (peeked, call) = match request_key::peek_call(request_body, &sidecar.policy()).await {
         Ok(read) => read,
         Err(response) => return response,
     };
