@@ -4,6 +4,7 @@
 pub mod config;
 pub mod context;
 pub mod demo;
+pub mod http_server;
 pub mod intercept;
 pub mod peer;
 pub mod policy;
