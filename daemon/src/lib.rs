@@ -1,8 +1,10 @@
 //! tlcd, the tlc sidecar: intercepts a TensorFlow task's gRPC traffic and
 //! compresses `RecvTensor` responses between two sidecars.
 
+pub mod admin;
 pub mod config;
 pub mod context;
+pub mod control;
 pub mod demo;
 pub mod http_server;
 pub mod intercept;

@@ -6,16 +6,30 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use std::sync::Arc;
-use tlc_daemon::config::{Config, Role, Route};
+use serde_json::json;
+use tlc_daemon::admin::{Admin, Readiness};
+use tlc_daemon::config::layers::{FlagValue, Layers, Resolved};
+use tlc_daemon::config::{LogFormat, Role, Route};
+use tlc_daemon::control::log::LogControl;
+use tlc_daemon::control::{watch, Control};
+use tlc_daemon::http_server;
 use tlc_daemon::policy::Policy;
 use tlc_daemon::proxy::Proxy;
 use tlc_daemon::sidecar::record::Recorder;
 use tlc_daemon::sidecar::Sidecar;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 use tracing::info;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{reload, EnvFilter};
 
 /// The tlc sidecar: proxies a TensorFlow task's gRPC traffic and
 /// compresses tensors between sidecars.
+///
+/// Settings come from built-in defaults, then the TOML file (--config),
+/// then TLC_* environment variables (TLC_POLICY__PUSH__SPARSITY=1.75),
+/// then these flags; `tlcctl config get` shows where each value came from.
 #[derive(Debug, Parser)]
 #[command(name = "tlcd", version, args_conflicts_with_subcommands = true)]
 struct Args {
@@ -23,7 +37,7 @@ struct Args {
     #[command(subcommand)]
     command: Option<Command>,
 
-    /// TOML configuration file (over the built-in defaults).
+    /// TOML configuration file; reloaded on SIGHUP and when it changes.
     #[arg(long, env = "TLC_CONFIG")]
     config: Option<PathBuf>,
 
@@ -32,6 +46,34 @@ struct Args {
     /// config file's routes).
     #[arg(long = "route", value_name = "LISTEN=UPSTREAM,ROLE")]
     routes: Vec<String>,
+
+    /// Codec for both directions (policy.push.codec, policy.pull.codec).
+    #[arg(long, value_name = "NAME")]
+    codec: Option<String>,
+
+    /// 3LC sparsity multiplier for both directions, 1 <= s < 2.
+    #[arg(long, value_name = "S")]
+    sparsity: Option<f64>,
+
+    /// Tensors smaller than this many bytes pass uncompressed (policy.min_bytes).
+    #[arg(long, value_name = "BYTES")]
+    min_bytes: Option<u64>,
+
+    /// Admin API address (admin.listen), or "off".
+    #[arg(long, value_name = "ADDR")]
+    admin_listen: Option<String>,
+
+    /// Prometheus metrics address (metrics.listen), or "off".
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<String>,
+
+    /// Log filter (log.level), RUST_LOG syntax, e.g. info,tlc_daemon=debug.
+    #[arg(long, value_name = "FILTER")]
+    log_level: Option<String>,
+
+    /// Log format (log.format).
+    #[arg(long, value_enum, env = "TLC_LOG_FORMAT")]
+    log_format: Option<LogFormat>,
 
     /// Record RecvTensor calls seen on outbound routes into this directory
     /// (request, response, headers and trailers per call), for fixtures and debugging.
@@ -46,10 +88,6 @@ struct Args {
     /// the pod's CPUs with TensorFlow; fewer threads mean less contention.
     #[arg(long, env = "TLC_THREADS")]
     threads: Option<usize>,
-
-    /// Log format.
-    #[arg(long, value_enum, default_value = "human", env = "TLC_LOG_FORMAT")]
-    log_format: LogFormat,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -59,23 +97,17 @@ enum Command {
     Demo(tlc_daemon::demo::cli::DemoArgs),
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum LogFormat {
-    Human,
-    Json,
-}
-
 fn main() -> ExitCode {
     let args = Args::parse();
-    // The demo starts dozens of listeners: only warnings unless RUST_LOG says more.
-    let default_level = if args.command.is_some() {
-        "warn"
-    } else {
-        "info"
-    };
-    init_logging(args.log_format, default_level);
     let result = match &args.command {
-        Some(Command::Demo(demo)) => tlc_daemon::demo::cli::run(demo),
+        Some(Command::Demo(demo)) => {
+            // The demo starts dozens of listeners: only warnings unless RUST_LOG says more.
+            let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
+            match init_logging(&filter, args.log_format.unwrap_or(LogFormat::Human)) {
+                Ok(_) => tlc_daemon::demo::cli::run(demo),
+                Err(err) => Err(err),
+            }
+        }
         None => run(args),
     };
     match result {
@@ -87,32 +119,90 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(format: LogFormat, default_level: &str) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+/// Installs the log subscriber; the returned control changes its filter later.
+fn init_logging(filter: &str, format: LogFormat) -> Result<LogControl> {
+    let parsed = EnvFilter::try_new(filter).with_context(|| format!("log filter '{filter}'"))?;
+    let (filter_layer, handle) = reload::Layer::new(parsed);
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry().with(filter_layer);
     match format {
-        LogFormat::Human => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Human => registry.with(fmt).try_init(),
+        LogFormat::Json => registry.with(fmt.json()).try_init(),
     }
+    .context("cannot install the log subscriber")?;
+    Ok(LogControl::new(filter, move |new| {
+        handle.reload(new).map_err(|e| e.to_string())
+    }))
+}
+
+/// The flags that set configuration keys, as the flag layer.
+fn flag_layer(args: &Args) -> Vec<FlagValue> {
+    let mut flags = Vec::new();
+    let mut set = |key: &str, value: serde_json::Value, flag: &str| {
+        flags.push(FlagValue {
+            key: key.into(),
+            value,
+            flag: flag.into(),
+        })
+    };
+    if let Some(codec) = &args.codec {
+        set("policy.push.codec", json!(codec), "--codec");
+        set("policy.pull.codec", json!(codec), "--codec");
+    }
+    if let Some(s) = args.sparsity {
+        set("policy.push.sparsity", json!(s), "--sparsity");
+        set("policy.pull.sparsity", json!(s), "--sparsity");
+    }
+    if let Some(n) = args.min_bytes {
+        set("policy.min_bytes", json!(n), "--min-bytes");
+    }
+    if let Some(addr) = &args.admin_listen {
+        set("admin.listen", json!(addr), "--admin-listen");
+    }
+    if let Some(addr) = &args.metrics_listen {
+        set("metrics.listen", json!(addr), "--metrics-listen");
+    }
+    if let Some(level) = &args.log_level {
+        set("log.level", json!(level), "--log-level");
+    }
+    if let Some(format) = args.log_format {
+        set("log.format", json!(format), "--log-format");
+    }
+    flags
+}
+
+/// Every layer of the configuration, resolved; `--route` flags are added
+/// to the routes of the layers below.
+fn configuration(args: &Args) -> Result<(Layers, Resolved)> {
+    let mut layers = Layers {
+        file: args.config.clone(),
+        env: Layers::env_from(std::env::vars()),
+        flags: flag_layer(args),
+        api: Default::default(),
+    };
+    let mut resolved = layers.resolve()?;
+    if !args.routes.is_empty() {
+        let mut routes = resolved.config.routes.clone();
+        for text in &args.routes {
+            routes.push(parse_route(text).with_context(|| format!("--route {text}"))?);
+        }
+        layers.flags.push(FlagValue {
+            key: "routes".into(),
+            value: serde_json::to_value(&routes).context("routes")?,
+            flag: "--route".into(),
+        });
+        resolved = layers.resolve()?;
+    }
+    Ok((layers, resolved))
 }
 
 fn run(args: Args) -> Result<()> {
-    let mut config = match &args.config {
-        Some(path) => Config::from_file(path)?,
-        None => Config::default(),
-    };
-    for text in &args.routes {
-        config
-            .routes
-            .push(parse_route(text).with_context(|| format!("--route {text}"))?);
-    }
-    config.validate()?;
+    let (layers, resolved) = configuration(&args)?;
+    let config = resolved.config.clone();
     if config.listeners().is_empty() {
         bail!("nothing to listen on: give --route LISTEN=UPSTREAM,ROLE, or a config file with [[routes]] or [transparent]");
     }
+    let log = init_logging(&config.log.level, config.log.format)?;
     let recorder = match &args.record {
         Some(dir) => Some(
             Recorder::new(dir, args.record_limit)
@@ -122,6 +212,7 @@ fn run(args: Args) -> Result<()> {
     };
     let policy = Policy::new(&config.policy)?;
     let sidecar = Arc::new(Sidecar::new(policy, config.contexts.options()?, recorder));
+    let control = Arc::new(Control::new(layers, resolved, sidecar.clone(), log));
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {
         if threads == 0 {
@@ -134,7 +225,29 @@ fn run(args: Args) -> Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
+        let endpoints = CancellationToken::new();
+        let readiness = Arc::new(Readiness::default());
+        // The operator endpoints first: a sidecar that cannot be watched or
+        // retuned should fail at start, not run blind.
+        if let Some(addr) = config.admin.address("admin")? {
+            let listener = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("admin API: cannot listen on {addr} (admin.listen)"))?;
+            let admin = Arc::new(Admin::new(control.clone(), readiness.clone(), config.listeners()));
+            tokio::spawn(http_server::serve(listener, admin.handler(), endpoints.clone()));
+            info!(%addr, "admin API listening");
+        }
+        if let Some(addr) = config.metrics.address("metrics")? {
+            let listener = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("metrics: cannot listen on {addr} (metrics.listen)"))?;
+            // METRICS: tokio::spawn(tlc_daemon::metrics::serve(listener, sidecar.clone(), endpoints.clone()));
+            drop(listener);
+            info!(%addr, "Prometheus metrics listening on /metrics");
+        }
         let proxy = Proxy::start(&config, sidecar.clone()).await?;
+        readiness.set_listening();
+        tokio::spawn(watch::watch(control.clone(), watch::POLL_INTERVAL, endpoints.clone()));
         // Contexts are bounded by age and memory; check every few seconds.
         let housekeeping = sidecar.clone();
         tokio::spawn(async move {
@@ -146,7 +259,9 @@ fn run(args: Args) -> Result<()> {
         });
         wait_for_signal().await?;
         info!("shutting down");
+        readiness.set_draining();
         proxy.shutdown().await;
+        endpoints.cancel();
         info!("sidecar totals {}", sidecar.stats.summary());
         Ok(())
     })

@@ -27,7 +27,7 @@ use tlc_codec::{Codec, CodecId, Feedback, Sparsity, TopKPercent};
 use crate::config::ConfigError;
 
 /// Which way a tensor travels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Direction {
     /// A gradient, from a worker to a parameter task (error feedback on the worker side).
@@ -47,18 +47,22 @@ impl Direction {
 }
 
 /// Codec settings as written in the file.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CodecSettings {
     /// Codec name: none, fp16, bf16, int8, terngrad, onebit, topk, 3lc.
     pub codec: String,
     /// 3LC sparsity multiplier, `1 <= s < 2`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub sparsity: Option<f32>,
     /// Top-k share in percent.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub k: Option<f32>,
     /// TernGrad seed.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
     /// Error feedback (default: the codec's own default).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub feedback: Option<bool>,
 }
 
@@ -66,7 +70,10 @@ impl Default for CodecSettings {
     fn default() -> Self {
         CodecSettings {
             codec: "3lc".into(),
-            sparsity: Some(1.0),
+            // 3LC's own default (1.0) applies when unset; leaving it unset
+            // lets a file or an operator switch to another codec without
+            // also having to remove a sparsity inherited from the defaults.
+            sparsity: None,
             k: None,
             seed: None,
             feedback: None,
@@ -164,7 +171,7 @@ impl CodecSettings {
 }
 
 /// Which directions an override applies to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Directions {
     /// Gradients only.
@@ -177,7 +184,7 @@ pub enum Directions {
 }
 
 /// One override as written in the file.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OverrideSettings {
     /// Glob over the tensor's node name (for example `*batch_norm*`).
@@ -189,15 +196,18 @@ pub struct OverrideSettings {
     #[serde(default)]
     pub skip: bool,
     /// Codec for matching tensors (default: the direction's codec).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub codec: Option<String>,
     /// 3LC sparsity for matching tensors.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub sparsity: Option<f32>,
     /// Top-k share for matching tensors.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub k: Option<f32>,
 }
 
 /// The `[policy]` table as written in the file.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicySettings {
     /// Jobs whose tasks hold parameters.

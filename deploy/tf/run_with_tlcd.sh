@@ -9,6 +9,8 @@
 #   ps      TF :2322  <- tlcd-ps inbound :4322 ; tlcd-ps outbound :5323 -> w0 :4323, :5324 -> w1 :4324
 #   worker0 TF :2323  <- tlcd-w0 inbound :4323 ; tlcd-w0 outbound :5322 -> ps :4322
 #   worker1 TF :2324  <- tlcd-w1 inbound :4324 ; tlcd-w1 outbound :6322 -> ps :4322
+#   admin API (tlcctl --admin) ps 127.0.0.1:15100, w0 :15101, w1 :15102;
+#   metrics http://127.0.0.1:15190/metrics (ps), :15191 (w0), :15192 (w1)
 #
 # --config is given to every tlcd (a TOML file: policy, codec, sparsity);
 # --record DIR records the RecvTensor calls each sidecar sends (DIR/ps, DIR/w0, DIR/w1).
@@ -40,19 +42,19 @@ cleanup() {
 }
 trap cleanup EXIT
 
-start_tlcd() { # name, then --route arguments
-    local name=$1; shift
-    local args=("$@")
+start_tlcd() { # name, admin port, metrics port, then --route arguments
+    local name=$1 admin=$2 metrics=$3; shift 3
+    local args=("$@" --admin-listen "127.0.0.1:$admin" --metrics-listen "127.0.0.1:$metrics")
     [[ -n $config ]] && args+=(--config "$config")
     [[ -n $record ]] && args+=(--record "$record/$name")
     [[ -n ${TLC_THREADS:-} ]] && args+=(--threads "$TLC_THREADS")
     RUST_LOG=${RUST_LOG:-info} "$TLCD" "${args[@]}" >"$OUT/sidecars/tlcd-$name.log" 2>&1 &
     pids+=($!)
 }
-start_tlcd ps --route 127.0.0.1:4322=127.0.0.1:2322,inbound \
+start_tlcd ps 15100 15190 --route 127.0.0.1:4322=127.0.0.1:2322,inbound \
     --route 127.0.0.1:5323=127.0.0.1:4323,outbound --route 127.0.0.1:5324=127.0.0.1:4324,outbound
-start_tlcd w0 --route 127.0.0.1:4323=127.0.0.1:2323,inbound --route 127.0.0.1:5322=127.0.0.1:4322,outbound
-start_tlcd w1 --route 127.0.0.1:4324=127.0.0.1:2324,inbound --route 127.0.0.1:6322=127.0.0.1:4322,outbound
+start_tlcd w0 15101 15191 --route 127.0.0.1:4323=127.0.0.1:2323,inbound --route 127.0.0.1:5322=127.0.0.1:4322,outbound
+start_tlcd w1 15102 15192 --route 127.0.0.1:4324=127.0.0.1:2324,inbound --route 127.0.0.1:6322=127.0.0.1:4322,outbound
 sleep 0.5
 for pid in "${pids[@]}"; do
     kill -0 "$pid" 2>/dev/null || { echo "run_with_tlcd: a tlcd did not start:" >&2; tail -n 3 "$OUT"/sidecars/tlcd-*.log >&2; exit 1; }

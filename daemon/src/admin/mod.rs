@@ -1,0 +1,210 @@
+//! The admin API (`daemon/ADMIN-API.md`): JSON over HTTP/1.1 on the pod's
+//! loopback, for operators and `tlcctl`. Reads go to the sidecar and the
+//! running configuration; every change goes through [`Control`], which
+//! validates it whole before anything moves.
+
+mod views;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use crate::config::Listener;
+use crate::control::policy_change::PolicyChange;
+use crate::control::{ApiChange, Control, ControlError};
+use crate::http_server::{self, Handler};
+
+/// Largest request body accepted.
+const MAX_BODY: usize = 1 << 20;
+
+/// Whether the sidecar serves traffic: set once its listeners are bound,
+/// cleared when it starts draining.
+#[derive(Debug, Default)]
+pub struct Readiness {
+    listening: AtomicBool,
+    draining: AtomicBool,
+}
+
+impl Readiness {
+    /// Every listener is bound.
+    pub fn set_listening(&self) {
+        self.listening.store(true, Ordering::SeqCst);
+    }
+
+    /// Shutdown has begun.
+    pub fn set_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// Why the sidecar is not ready; empty when it is.
+    pub fn reasons(&self) -> Vec<&'static str> {
+        let mut reasons = Vec::new();
+        if !self.listening.load(Ordering::SeqCst) {
+            reasons.push("listeners not bound yet");
+        }
+        if self.draining.load(Ordering::SeqCst) {
+            reasons.push("draining for shutdown");
+        }
+        reasons
+    }
+}
+
+/// What the admin API answers from.
+pub struct Admin {
+    control: Arc<Control>,
+    readiness: Arc<Readiness>,
+    listeners: Vec<Listener>,
+    started: Instant,
+}
+
+impl Admin {
+    /// An admin API over `control`, for a sidecar with `listeners`.
+    pub fn new(control: Arc<Control>, readiness: Arc<Readiness>, listeners: Vec<Listener>) -> Admin {
+        Admin {
+            control,
+            readiness,
+            listeners,
+            started: Instant::now(),
+        }
+    }
+
+    /// The HTTP handler, for [`http_server::serve`].
+    pub fn handler(self: Arc<Self>) -> Handler {
+        Arc::new(move |request| {
+            let admin = Arc::clone(&self);
+            Box::pin(async move { admin.answer(request).await })
+        })
+    }
+
+    async fn answer(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        let method = request.method().clone();
+        let path = request.uri().path().to_string();
+        let query = request.uri().query().unwrap_or("").to_string();
+        let result = match (method.clone(), path.as_str()) {
+            (Method::GET, "/healthz") => {
+                return http_server::response(StatusCode::OK, "text/plain", Bytes::from_static(b"ok\n"))
+            }
+            (Method::GET, "/readyz") => {
+                let reasons = self.readiness.reasons();
+                if reasons.is_empty() {
+                    Ok(json!({"ready": true}))
+                } else {
+                    return reply(StatusCode::SERVICE_UNAVAILABLE, &json!({"ready": false, "reasons": reasons}));
+                }
+            }
+            (Method::GET, "/v1/status") => Ok(self.status()),
+            (Method::GET, "/v1/config") => Ok(views::config(&self.control.current())),
+            (Method::PATCH, "/v1/config") => match body::<BTreeMap<String, Value>>(request).await {
+                Ok(patch) => {
+                    let changes = patch
+                        .into_iter()
+                        .map(|(k, v)| (k, if v.is_null() { ApiChange::Remove } else { ApiChange::Set(v) }))
+                        .collect();
+                    self.control
+                        .change(&changes)
+                        .map(|resolved| views::config(&resolved))
+                        .map_err(refused)
+                }
+                Err(err) => Err(err),
+            },
+            (Method::POST, "/v1/policy") => match body::<PolicyChange>(request).await {
+                Ok(change) => self
+                    .control
+                    .change_policy(&change)
+                    .map(|(changed, _)| {
+                        json!({"changed": changed, "policy": views::policy(&self.control.sidecar().policy())})
+                    })
+                    .map_err(refused),
+                Err(err) => Err(err),
+            },
+            (Method::POST, "/v1/reload") => self
+                .control
+                .reload()
+                .map(|resolved| views::config(&resolved))
+                .map_err(refused),
+            (Method::GET, "/v1/tensors") => views::tensors(self.control.sidecar(), &query)
+                .map_err(|e| (StatusCode::BAD_REQUEST, e)),
+            (Method::GET, "/v1/log-level") => Ok(json!({"filter": self.control.log().filter()})),
+            (Method::PUT, "/v1/log-level") => match body::<LogLevel>(request).await {
+                Ok(level) => {
+                    let changes = BTreeMap::from([("log.level".to_string(), ApiChange::Set(json!(level.filter)))]);
+                    self.control
+                        .change(&changes)
+                        .map(|_| json!({"filter": self.control.log().filter()}))
+                        .map_err(refused)
+                }
+                Err(err) => Err(err),
+            },
+            (_, "/healthz" | "/readyz" | "/v1/status" | "/v1/config" | "/v1/policy" | "/v1/reload"
+                | "/v1/tensors" | "/v1/log-level") => {
+                Err((StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed on {path}")))
+            }
+            _ => Err((StatusCode::NOT_FOUND, format!("no such endpoint: {path} (see daemon/ADMIN-API.md)"))),
+        };
+        match result {
+            Ok(value) => reply(StatusCode::OK, &value),
+            Err((status, message)) => reply(status, &json!({"error": message})),
+        }
+    }
+
+    fn status(&self) -> Value {
+        let resolved = self.control.current();
+        let sidecar = self.control.sidecar();
+        let reasons = self.readiness.reasons();
+        json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "pid": std::process::id(),
+            "uptime_seconds": self.started.elapsed().as_secs_f64(),
+            "ready": reasons.is_empty(),
+            "config_file": self.control.file().map(|p| p.display().to_string()),
+            "listeners": self.listeners.iter().map(views::listener).collect::<Vec<_>>(),
+            "policy": views::policy(&sidecar.policy()),
+            "totals": views::totals(&sidecar.stats),
+            "contexts": {
+                "push": views::table(sidecar.push.stats()),
+                "pull": views::table(sidecar.pull.stats()),
+                "replicas": views::table(sidecar.replicas.table().stats()),
+            },
+            "log_filter": self.control.log().filter(),
+            "log_format": resolved.config.log.format,
+            "reloads": self.control.reloads(),
+        })
+    }
+}
+
+/// The body of `PUT /v1/log-level`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogLevel {
+    filter: String,
+}
+
+type Failure = (StatusCode, String);
+
+fn refused(err: ControlError) -> Failure {
+    (StatusCode::BAD_REQUEST, err.to_string())
+}
+
+/// Reads a JSON body of at most [`MAX_BODY`] bytes.
+async fn body<T: DeserializeOwned>(request: Request<Incoming>) -> Result<T, Failure> {
+    let bytes = Limited::new(request.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| (StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}")))?
+        .to_bytes();
+    serde_json::from_slice(&bytes).map_err(|e| (StatusCode::BAD_REQUEST, format!("request body: {e}")))
+}
+
+fn reply(status: StatusCode, value: &Value) -> Response<Full<Bytes>> {
+    let mut text = serde_json::to_vec_pretty(value).unwrap_or_else(|_| b"{}".to_vec());
+    text.push(b'\n');
+    http_server::response(status, "application/json", Bytes::from(text))
+}

@@ -1,0 +1,407 @@
+//! The daemon's configuration: its shape ([`Config`]), its validation
+//! (errors that name the key, the bad value and what is allowed), and in
+//! [`layers`] how built-in defaults, a TOML file, `TLC_*` environment
+//! variables, flags and run-time changes combine.
+
+pub mod layers;
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// Which side of a tensor's path a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Next to the task that asks for tensors: calls from the local
+    /// TensorFlow task go out through this listener to a remote peer. This
+    /// side announces that it can decode and restores compressed responses.
+    Outbound,
+    /// Next to the task that holds tensors: calls from remote peers come in
+    /// through this listener to the local TensorFlow task. This side
+    /// compresses responses for peers that announced a sidecar.
+    Inbound,
+}
+
+/// One explicit route: connections accepted on `listen` are proxied to `upstream`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// Address to accept connections on.
+    pub listen: SocketAddr,
+    /// Address to forward them to.
+    pub upstream: SocketAddr,
+    /// Which side of the path this route is.
+    pub role: Role,
+}
+
+/// Transparent interception: listeners for connections that iptables
+/// redirected (`deploy/iptables.sh`), forwarded to their original destination.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Transparent {
+    /// Where outgoing connections of the local task are redirected to.
+    pub outbound: SocketAddr,
+    /// Where incoming connections to the local task are redirected to.
+    pub inbound: SocketAddr,
+}
+
+/// Where a listener sends the connections it accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Always this address (explicit mode).
+    Fixed(SocketAddr),
+    /// Wherever the connection was going before iptables redirected it.
+    OriginalDestination,
+}
+
+/// One listening socket and what it does with connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listener {
+    /// Address to accept on.
+    pub listen: SocketAddr,
+    /// Where to forward.
+    pub target: Target,
+    /// Which side of the path.
+    pub role: Role,
+}
+
+/// Everything `tlcd` is configured with.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Explicit routes (listen address → upstream address).
+    pub routes: Vec<Route>,
+    /// Transparent interception listeners, if any.
+    pub transparent: Option<Transparent>,
+    /// Seconds to let in-flight calls finish on shutdown.
+    pub drain_seconds: u64,
+    /// Which tensors are compressed and how.
+    pub policy: crate::policy::PolicySettings,
+    /// Bounds of the per-tensor state.
+    pub contexts: ContextSettings,
+    /// The admin API.
+    pub admin: Endpoint,
+    /// The Prometheus metrics endpoint.
+    pub metrics: Endpoint,
+    /// Logging.
+    pub log: LogSettings,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            routes: Vec::new(),
+            transparent: None,
+            drain_seconds: 30,
+            policy: Default::default(),
+            contexts: Default::default(),
+            admin: Endpoint {
+                listen: DEFAULT_ADMIN.into(),
+            },
+            metrics: Endpoint {
+                listen: DEFAULT_METRICS.into(),
+            },
+            log: Default::default(),
+        }
+    }
+}
+
+/// Where the admin API listens by default: the pod's loopback only, since
+/// it changes how tensors are compressed.
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:15000";
+/// Where Prometheus scrapes by default (read-only, so on every interface).
+pub const DEFAULT_METRICS: &str = "0.0.0.0:15090";
+
+/// The `[admin]` and `[metrics]` tables: an HTTP endpoint of tlcd's own.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Endpoint {
+    /// `HOST:PORT`, or `off`.
+    pub listen: String,
+}
+
+impl Endpoint {
+    /// The address to bind, `None` when `off`; `key` names the table in errors.
+    pub fn address(&self, key: &str) -> Result<Option<SocketAddr>, ConfigError> {
+        if self.listen == "off" {
+            return Ok(None);
+        }
+        self.listen
+            .parse()
+            .map(Some)
+            .map_err(|_| ConfigError::Invalid {
+                key: format!("{key}.listen"),
+                value: self.listen.clone(),
+                allowed: "a socket address such as 127.0.0.1:15000, or \"off\"".into(),
+            })
+    }
+}
+
+/// The `[log]` table.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSettings {
+    /// A `RUST_LOG`-style filter, e.g. `info,tlc_daemon::sidecar=debug`.
+    pub level: String,
+    /// `human` or `json`.
+    pub format: LogFormat,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        LogSettings {
+            level: "info".into(),
+            format: LogFormat::Human,
+        }
+    }
+}
+
+/// How log lines look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One readable line per event.
+    Human,
+    /// One JSON object per event.
+    Json,
+}
+
+/// The `[contexts]` table: how much per-tensor state a sidecar keeps.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContextSettings {
+    /// Memory budget of each table (push contexts, pull sources, replicas), in MiB.
+    pub memory_mib: u64,
+    /// A context unused this long is dropped.
+    pub idle_seconds: u64,
+    /// Deltas kept per pulled tensor for workers that fall behind; at least
+    /// the number of workers for asynchronous training.
+    pub pull_cache: usize,
+    /// Original responses kept for fallbacks, in MiB.
+    pub fallback_mib: u64,
+}
+
+impl Default for ContextSettings {
+    fn default() -> Self {
+        let options = crate::sidecar::Options::default();
+        ContextSettings {
+            memory_mib: (options.push_limits.max_bytes >> 20) as u64,
+            idle_seconds: options.push_limits.max_age.as_secs(),
+            pull_cache: options.pull_cache_len,
+            fallback_mib: (options.fallback_bytes >> 20) as u64,
+        }
+    }
+}
+
+impl ContextSettings {
+    /// The sidecar's bounds, or the key of a value that cannot be used.
+    pub fn options(&self) -> Result<crate::sidecar::Options, ConfigError> {
+        let at_least_one = |key: &str, value: u64| {
+            if value == 0 {
+                Err(ConfigError::Invalid {
+                    key: format!("contexts.{key}"),
+                    value: "0".into(),
+                    allowed: "at least 1".into(),
+                })
+            } else {
+                Ok(())
+            }
+        };
+        at_least_one("memory_mib", self.memory_mib)?;
+        at_least_one("idle_seconds", self.idle_seconds)?;
+        at_least_one("pull_cache", self.pull_cache as u64)?;
+        at_least_one("fallback_mib", self.fallback_mib)?;
+        let mib = |v: u64| usize::try_from(v.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+        let limits = crate::context::TableLimits {
+            max_bytes: mib(self.memory_mib),
+            max_age: std::time::Duration::from_secs(self.idle_seconds),
+        };
+        Ok(crate::sidecar::Options {
+            push_limits: limits,
+            pull_limits: limits,
+            replica_limits: limits,
+            pull_cache_len: self.pull_cache,
+            fallback_bytes: mib(self.fallback_mib),
+        })
+    }
+}
+
+/// A configuration that cannot be used, with the key at fault.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// What the TOML parser said, with line and key.
+        message: String,
+    },
+    /// A value is out of its allowed range.
+    #[error("{key} = {value}: {allowed}")]
+    Invalid {
+        /// The key, as written in the file.
+        key: String,
+        /// The offending value.
+        value: String,
+        /// What is allowed.
+        allowed: String,
+    },
+}
+
+impl Config {
+    /// Reads a TOML file over the defaults.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Config::from_toml(&text).map_err(|err| match err {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.display().to_string(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses TOML text over the defaults and validates it.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|err| ConfigError::Parse {
+            path: "<text>".into(),
+            message: err.to_string().trim().replace('\n', " "),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Every listener: explicit routes first, then the transparent pair.
+    pub fn listeners(&self) -> Vec<Listener> {
+        let mut listeners: Vec<Listener> = self
+            .routes
+            .iter()
+            .map(|r| Listener {
+                listen: r.listen,
+                target: Target::Fixed(r.upstream),
+                role: r.role,
+            })
+            .collect();
+        if let Some(t) = &self.transparent {
+            for (listen, role) in [(t.outbound, Role::Outbound), (t.inbound, Role::Inbound)] {
+                listeners.push(Listener {
+                    listen,
+                    target: Target::OriginalDestination,
+                    role,
+                });
+            }
+        }
+        listeners
+    }
+
+    /// Checks values that the types alone do not constrain.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        crate::policy::Policy::new(&self.policy)?;
+        self.contexts.options()?;
+        self.admin.address("admin")?;
+        self.metrics.address("metrics")?;
+        if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
+            return Err(ConfigError::Invalid {
+                key: "log.level".into(),
+                value: self.log.level.clone(),
+                allowed: format!("a filter such as info or warn,tlc_daemon=debug ({err})"),
+            });
+        }
+        if let Some(t) = &self.transparent {
+            if t.outbound == t.inbound {
+                return Err(ConfigError::Invalid {
+                    key: "transparent.inbound".into(),
+                    value: t.inbound.to_string(),
+                    allowed: "must differ from transparent.outbound".into(),
+                });
+            }
+        }
+        for (i, route) in self.routes.iter().enumerate() {
+            if route.listen == route.upstream {
+                return Err(ConfigError::Invalid {
+                    key: format!("routes[{i}].upstream"),
+                    value: route.upstream.to_string(),
+                    allowed: "must differ from the listen address (it would loop)".into(),
+                });
+            }
+            if let Some(j) = self.routes[..i]
+                .iter()
+                .position(|r| r.listen == route.listen)
+            {
+                return Err(ConfigError::Invalid {
+                    key: format!("routes[{i}].listen"),
+                    value: route.listen.to_string(),
+                    allowed: format!("must differ from routes[{j}].listen"),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_parse_and_validate() {
+        let config = Config::from_toml(
+            r#"
+            [[routes]]
+            listen = "127.0.0.1:3000"
+            upstream = "127.0.0.1:4000"
+            role = "outbound"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(config.routes.len(), 1);
+        assert_eq!(config.routes[0].role, Role::Outbound);
+        assert_eq!(config.drain_seconds, 30);
+    }
+
+    #[test]
+    fn contexts_bound_the_sidecar() {
+        let config = Config::from_toml("[contexts]\npull_cache = 16\nmemory_mib = 64\n").unwrap();
+        let options = config.contexts.options().unwrap();
+        assert_eq!(options.pull_cache_len, 16);
+        assert_eq!(options.replica_limits.max_bytes, 64 << 20);
+        assert_eq!(
+            Config::default().contexts.options().unwrap().pull_cache_len,
+            8
+        );
+        let err = Config::from_toml("[contexts]\npull_cache = 0\n").unwrap_err();
+        assert_eq!(err.to_string(), "contexts.pull_cache = 0: at least 1");
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let err = Config::from_toml(
+            "[[routes]]\nlisten = \"127.0.0.1:3000\"\nupstream = \"127.0.0.1:3000\"\nrole = \"inbound\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("routes[0].upstream = 127.0.0.1:3000"),
+            "{err}"
+        );
+        let err = Config::from_toml("[[routes]]\nlisten = \"nowhere\"\n").unwrap_err();
+        assert!(err.to_string().contains("listen"), "{err}");
+        let err = Config::from_toml("colour = 3\n").unwrap_err();
+        assert!(err.to_string().contains("colour"), "{err}");
+    }
+}

@@ -1,0 +1,381 @@
+//! The running configuration and every way it changes: a reload of the
+//! file (SIGHUP, or the file changed), a change through the admin API, a
+//! new log filter. A change is validated whole before anything is touched;
+//! a bad one is refused and the running configuration stays.
+
+pub mod log;
+pub mod policy_change;
+pub mod watch;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use serde::Serialize;
+use thiserror::Error;
+use tracing::{info, warn};
+
+use crate::config::layers::{Layers, Resolved};
+use crate::config::{Config, ConfigError};
+use crate::policy::Policy;
+use crate::sidecar::Sidecar;
+use log::LogControl;
+use policy_change::PolicyChange;
+
+/// Why a change was refused. Nothing changed.
+#[derive(Debug, Error)]
+pub enum ControlError {
+    /// The resulting configuration is not valid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The key cannot change while tlcd runs.
+    #[error("{key} cannot change while tlcd runs: {why}; change it in the config file and restart tlcd")]
+    RestartOnly {
+        /// The key.
+        key: &'static str,
+        /// What it binds or sizes.
+        why: &'static str,
+    },
+    /// The request itself makes no sense.
+    #[error("{0}")]
+    BadRequest(String),
+}
+
+/// Keys whose values are fixed at start: sockets, sizes of buffers set up
+/// once. A reload keeps their running values (and says so); the API
+/// refuses to change them.
+const RESTART_ONLY: &[(&str, &str)] = &[
+    ("routes", "listeners are bound at start"),
+    ("transparent", "listeners are bound at start"),
+    ("admin", "the admin API is bound at start"),
+    ("metrics", "the metrics endpoint is bound at start"),
+    ("log.format", "the log writer is set up at start"),
+    ("drain_seconds", "the shutdown is set up at start"),
+    ("contexts.pull_cache", "pull sources are sized when created"),
+    ("contexts.fallback_mib", "the fallback cache is sized at start"),
+];
+
+fn restart_only_changes(old: &Config, new: &Config) -> Vec<(&'static str, &'static str)> {
+    let same = |key: &str| match key {
+        "routes" => old.routes == new.routes,
+        "transparent" => old.transparent == new.transparent,
+        "admin" => old.admin == new.admin,
+        "metrics" => old.metrics == new.metrics,
+        "log.format" => old.log.format == new.log.format,
+        "drain_seconds" => old.drain_seconds == new.drain_seconds,
+        "contexts.pull_cache" => old.contexts.pull_cache == new.contexts.pull_cache,
+        "contexts.fallback_mib" => old.contexts.fallback_mib == new.contexts.fallback_mib,
+        _ => true,
+    };
+    RESTART_ONLY
+        .iter()
+        .copied()
+        .filter(|(key, _)| !same(key))
+        .collect()
+}
+
+/// Puts the running values of restart-only keys back into `new`.
+fn keep_restart_only(old: &Config, new: &mut Config) {
+    new.routes = old.routes.clone();
+    new.transparent = old.transparent.clone();
+    new.admin = old.admin.clone();
+    new.metrics = old.metrics.clone();
+    new.log.format = old.log.format;
+    new.drain_seconds = old.drain_seconds;
+    new.contexts.pull_cache = old.contexts.pull_cache;
+    new.contexts.fallback_mib = old.contexts.fallback_mib;
+}
+
+/// Counts of reloads, for status and metrics.
+#[derive(Debug, Default, Serialize)]
+pub struct ReloadStats {
+    /// Reloads that took effect.
+    pub ok: u64,
+    /// Reloads refused.
+    pub failed: u64,
+    /// Why the last refused reload was refused.
+    pub last_error: Option<String>,
+    /// Keys changed in the file that wait for a restart.
+    pub pending_restart: Vec<String>,
+}
+
+/// One change to the API layer.
+#[derive(Debug, Clone)]
+pub enum ApiChange {
+    /// Set the key (JSON `null` unsets it whatever lower layers say).
+    Set(serde_json::Value),
+    /// Drop the key from the API layer: lower layers apply again.
+    Remove,
+}
+
+/// The running configuration of one tlcd and the parts it drives.
+pub struct Control {
+    layers: Mutex<Layers>,
+    current: RwLock<Arc<Resolved>>,
+    sidecar: Arc<Sidecar>,
+    log: LogControl,
+    reloads: Mutex<ReloadStats>,
+    reloads_ok: AtomicU64,
+}
+
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Control")
+            .field("config", &self.current().config)
+            .finish()
+    }
+}
+
+impl Control {
+    /// Control of a sidecar started with `resolved` (made from `layers`).
+    pub fn new(layers: Layers, resolved: Resolved, sidecar: Arc<Sidecar>, log: LogControl) -> Control {
+        Control {
+            layers: Mutex::new(layers),
+            current: RwLock::new(Arc::new(resolved)),
+            sidecar,
+            log,
+            reloads: Mutex::new(ReloadStats::default()),
+            reloads_ok: AtomicU64::new(0),
+        }
+    }
+
+    /// The configuration in force and where its values came from.
+    pub fn current(&self) -> Arc<Resolved> {
+        Arc::clone(&self.current.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The sidecar this configuration drives.
+    pub fn sidecar(&self) -> &Arc<Sidecar> {
+        &self.sidecar
+    }
+
+    /// The log filter.
+    pub fn log(&self) -> &LogControl {
+        &self.log
+    }
+
+    /// The config file, if any.
+    pub fn file(&self) -> Option<std::path::PathBuf> {
+        self.lock_layers().file.clone()
+    }
+
+    /// Reload counters.
+    pub fn reloads(&self) -> serde_json::Value {
+        serde_json::to_value(&*self.reloads.lock().unwrap_or_else(|e| e.into_inner()))
+            .unwrap_or(serde_json::Value::Null)
+    }
+
+    fn lock_layers(&self) -> std::sync::MutexGuard<'_, Layers> {
+        self.layers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Re-reads the config file. Restart-only keys keep their running
+    /// values (logged); anything invalid is refused whole.
+    pub fn reload(&self) -> Result<Arc<Resolved>, ControlError> {
+        let layers = self.lock_layers();
+        let result = layers.resolve().map_err(ControlError::from).and_then(|mut new| {
+            let old = self.current();
+            let pending = restart_only_changes(&old.config, &new.config);
+            if !pending.is_empty() {
+                keep_restart_only(&old.config, &mut new.config);
+            }
+            let names: Vec<String> = pending.iter().map(|(k, _)| k.to_string()).collect();
+            if !names.is_empty() {
+                warn!(keys = ?names, "config file changes that take effect only at restart");
+            }
+            let installed = self.install(new)?;
+            let mut stats = self.reloads.lock().unwrap_or_else(|e| e.into_inner());
+            stats.ok += 1;
+            stats.pending_restart = names;
+            Ok(installed)
+        });
+        drop(layers);
+        match &result {
+            Ok(_) => {
+                self.reloads_ok.fetch_add(1, Ordering::Relaxed);
+                // METRICS: self.sidecar.stats.config_reloaded(true);
+                info!("configuration reloaded");
+            }
+            Err(err) => {
+                let mut stats = self.reloads.lock().unwrap_or_else(|e| e.into_inner());
+                stats.failed += 1;
+                stats.last_error = Some(err.to_string());
+                // METRICS: self.sidecar.stats.config_reloaded(false);
+                warn!(error = %err, "configuration reload refused; the running configuration stays");
+            }
+        }
+        result
+    }
+
+    /// Changes keys in the API layer, validated whole.
+    pub fn change(&self, changes: &BTreeMap<String, ApiChange>) -> Result<Arc<Resolved>, ControlError> {
+        let mut layers = self.lock_layers();
+        let mut next = layers.clone();
+        for (key, change) in changes {
+            if let Some((restart_key, why)) = RESTART_ONLY
+                .iter()
+                .find(|(k, _)| key == k || key.starts_with(&format!("{k}.")))
+            {
+                return Err(ControlError::RestartOnly {
+                    key: restart_key,
+                    why,
+                });
+            }
+            match change {
+                ApiChange::Set(value) => {
+                    next.api.insert(key.clone(), value.clone());
+                }
+                ApiChange::Remove => {
+                    next.api.remove(key);
+                }
+            }
+        }
+        // The file as it was last read: an API change is not a reload.
+        let file_text = self.current().file_text.clone();
+        let new = next.resolve_with(file_text)?;
+        let old = self.current();
+        if let Some((key, why)) = restart_only_changes(&old.config, &new.config).first() {
+            return Err(ControlError::RestartOnly { key, why });
+        }
+        let installed = self.install(new)?;
+        *layers = next;
+        info!(keys = ?changes.keys().collect::<Vec<_>>(), "configuration changed through the admin API");
+        Ok(installed)
+    }
+
+    /// Applies an operator's retuning; returns the keys it changed.
+    pub fn change_policy(&self, change: &PolicyChange) -> Result<(Vec<String>, Arc<Resolved>), ControlError> {
+        let keys = policy_change::keys_for(change, &self.current().config)?;
+        let changes = keys
+            .into_iter()
+            .map(|(k, v)| (k, ApiChange::Set(v)))
+            .collect::<BTreeMap<_, _>>();
+        let resolved = self.change(&changes)?;
+        Ok((changes.into_keys().collect(), resolved))
+    }
+
+    /// Puts a validated configuration in force: policy, context bounds,
+    /// log filter. Policy first: it is the one that can still fail.
+    fn install(&self, new: Resolved) -> Result<Arc<Resolved>, ControlError> {
+        let policy = Policy::new(&new.config.policy)?;
+        let options = new.config.contexts.options()?;
+        self.log
+            .set(&new.config.log.level)
+            .map_err(|e| ConfigError::Invalid {
+                key: "log.level".into(),
+                value: new.config.log.level.clone(),
+                allowed: e,
+            })?;
+        self.sidecar.set_policy(policy);
+        self.sidecar.set_table_limits(options.push_limits);
+        let new = Arc::new(new);
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&new);
+        Ok(new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::io::Write;
+    use tlc_codec::{Codec, Sparsity};
+
+    fn control_with_file(text: &str) -> (Control, tempfile::NamedTempFile) {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+        let layers = Layers {
+            file: Some(f.path().to_owned()),
+            ..Layers::default()
+        };
+        let resolved = layers.resolve().unwrap();
+        let sidecar = Arc::new(Sidecar::new(
+            Policy::new(&resolved.config.policy).unwrap(),
+            resolved.config.contexts.options().unwrap(),
+            None,
+        ));
+        let log = LogControl::detached(&resolved.config.log.level);
+        (Control::new(layers, resolved, sidecar, log), f)
+    }
+
+    fn push_codec(control: &Control) -> Codec {
+        control
+            .sidecar()
+            .policy()
+            .codec_for(crate::policy::Direction::Push)
+            .codec
+    }
+
+    fn three_lc(s: f32) -> Codec {
+        Codec::ThreeLc {
+            sparsity: Sparsity::new(s).unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_bad_reload_keeps_the_running_configuration() {
+        let (control, f) = control_with_file("[policy.push]\nsparsity = 1.5\n");
+        assert_eq!(push_codec(&control), three_lc(1.5));
+        std::fs::write(f.path(), "[policy.push]\nsparsity = 2.5\n").unwrap();
+        let err = control.reload().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "policy.push.sparsity = 2.5: sparsity 2.5 is out of range [1.0, 2.0)"
+        );
+        assert_eq!(push_codec(&control), three_lc(1.5));
+        std::fs::write(f.path(), "[policy.push]\nsparsity = 1.75\n").unwrap();
+        control.reload().unwrap();
+        assert_eq!(push_codec(&control), three_lc(1.75));
+    }
+
+    #[test]
+    fn a_reload_keeps_restart_only_values() {
+        let (control, f) = control_with_file("drain_seconds = 7\n");
+        std::fs::write(f.path(), "drain_seconds = 9\n[policy]\nmin_bytes = 1\n").unwrap();
+        let resolved = control.reload().unwrap();
+        assert_eq!(resolved.config.drain_seconds, 7);
+        assert_eq!(resolved.config.policy.min_bytes, 1);
+        assert_eq!(control.reloads()["pending_restart"], json!(["drain_seconds"]));
+    }
+
+    #[test]
+    fn api_changes_apply_and_survive_reloads() {
+        let (control, f) = control_with_file("");
+        let change = PolicyChange {
+            sparsity: Some(1.9),
+            direction: Some(crate::policy::Directions::Push),
+            ..PolicyChange::default()
+        };
+        let (keys, _) = control.change_policy(&change).unwrap();
+        assert_eq!(keys, ["policy.push.sparsity"]);
+        assert_eq!(push_codec(&control), three_lc(1.9));
+        std::fs::write(f.path(), "[policy]\nmin_bytes = 1\n").unwrap();
+        let resolved = control.reload().unwrap();
+        assert_eq!(resolved.config.policy.min_bytes, 1);
+        assert_eq!(push_codec(&control), three_lc(1.9));
+    }
+
+    #[test]
+    fn bad_api_changes_change_nothing() {
+        let (control, _f) = control_with_file("");
+        let bad = PolicyChange {
+            sparsity: Some(2.5),
+            ..PolicyChange::default()
+        };
+        let err = control.change_policy(&bad).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "policy.push.sparsity = 2.5: sparsity 2.5 is out of range [1.0, 2.0)"
+        );
+        assert_eq!(push_codec(&control), three_lc(1.0));
+        let changes = BTreeMap::from([("routes".to_string(), ApiChange::Set(json!([])))]);
+        assert!(matches!(
+            control.change(&changes),
+            Err(ControlError::RestartOnly { key: "routes", .. })
+        ));
+        let changes = BTreeMap::from([("policy.push.colour".to_string(), ApiChange::Set(json!(1)))]);
+        let err = control.change(&changes).unwrap_err().to_string();
+        assert!(err.contains("colour"), "{err}");
+        assert!(control.current().sources.values().all(|o| *o != crate::config::layers::Origin::Api));
+    }
+}
