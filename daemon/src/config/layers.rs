@@ -54,8 +54,20 @@ pub struct FlagValue {
     pub flag: String,
 }
 
-/// Environment variables tlcd reads itself, as flags, not as config keys.
-const NOT_CONFIG_KEYS: &[&str] = &["TLC_CONFIG", "TLC_THREADS", "TLC_LOG_FORMAT"];
+/// The tables and keys at the top of the configuration: only `TLC_*`
+/// variables under one of these are configuration. Others (`TLC_THREADS`,
+/// `TLC_CONFIG`, a script's `TLC_PYTHON`) are not, and must not make tlcd
+/// refuse to start.
+const TOP_LEVEL: &[&str] = &[
+    "routes",
+    "transparent",
+    "drain_seconds",
+    "policy",
+    "contexts",
+    "admin",
+    "metrics",
+    "log",
+];
 
 /// Everything a configuration is made from, short of reading the file.
 #[derive(Debug, Clone, Default)]
@@ -89,10 +101,14 @@ impl Layers {
     pub fn env_from(vars: impl IntoIterator<Item = (String, String)>) -> BTreeMap<String, String> {
         vars.into_iter()
             .filter(|(name, _)| {
-                name == "RUST_LOG"
-                    || (name.starts_with("TLC_")
-                        && name.len() > 4
-                        && !NOT_CONFIG_KEYS.contains(&name.as_str()))
+                if name == "RUST_LOG" {
+                    return true;
+                }
+                let Some(key) = name.strip_prefix("TLC_") else {
+                    return false;
+                };
+                let top = key.split("__").next().unwrap_or("").to_lowercase();
+                TOP_LEVEL.contains(&top.as_str())
             })
             .collect()
     }
@@ -145,17 +161,8 @@ impl Layers {
         let merged_keys = leaf_keys(&collect(&merged)?);
         let config: Config = merged.try_deserialize().map_err(|err| {
             let message = err.to_string().trim().replace('\n', " ");
-            match &self.file {
-                // config names the key; say which layers could have set it.
-                Some(_) => ConfigError::Parse {
-                    path: file_label.clone(),
-                    message,
-                },
-                None => ConfigError::Parse {
-                    path: "configuration".into(),
-                    message,
-                },
-            }
+            // config names the key and, for a file, the file.
+            ConfigError::Merge { message }
         })?;
         config.validate()?;
 
@@ -172,7 +179,10 @@ impl Layers {
             layers.push((Origin::Env(name), BTreeSet::from([key])));
         }
         for flag in &self.flags {
-            layers.push((Origin::Flag(flag.flag.clone()), keys_of(&flag.key, &flag.value)));
+            layers.push((
+                Origin::Flag(flag.flag.clone()),
+                keys_of(&flag.key, &flag.value),
+            ));
         }
         for (key, value) in &self.api {
             layers.push((Origin::Api, keys_of(key, value)));
@@ -206,7 +216,10 @@ impl Layers {
             names.insert(key.clone(), name.clone());
             // Handed to config under the normalised name, so that RUST_LOG
             // and TLC_LOG__LEVEL are the same key.
-            map.insert(format!("TLC_{}", key.replace('.', "__").to_uppercase()), value.clone());
+            map.insert(
+                format!("TLC_{}", key.replace('.', "__").to_uppercase()),
+                value.clone(),
+            );
         }
         let env = Environment::with_prefix("TLC")
             .prefix_separator("_")
@@ -298,11 +311,9 @@ pub fn to_value(value: &serde_json::Value) -> Value {
         },
         serde_json::Value::String(s) => ValueKind::String(s.clone()),
         serde_json::Value::Array(items) => ValueKind::Array(items.iter().map(to_value).collect()),
-        serde_json::Value::Object(map) => ValueKind::Table(
-            map.iter()
-                .map(|(k, v)| (k.clone(), to_value(v)))
-                .collect(),
-        ),
+        serde_json::Value::Object(map) => {
+            ValueKind::Table(map.iter().map(|(k, v)| (k.clone(), to_value(v))).collect())
+        }
     };
     Value::new(None, kind)
 }
@@ -321,7 +332,8 @@ mod tests {
 
     #[test]
     fn each_layer_over_the_one_before() {
-        let f = file("drain_seconds = 5\n[policy]\nmin_bytes = 1000\n[policy.push]\nsparsity = 1.5\n");
+        let f =
+            file("drain_seconds = 5\n[policy]\nmin_bytes = 1000\n[policy.push]\nsparsity = 1.5\n");
         let mut layers = Layers {
             file: Some(f.path().to_owned()),
             ..Layers::default()
@@ -329,21 +341,32 @@ mod tests {
         let r = layers.resolve().unwrap();
         assert_eq!(r.config.drain_seconds, 5);
         assert_eq!(r.config.policy.push.sparsity, Some(1.5));
-        assert_eq!(r.sources["drain_seconds"], Origin::File(f.path().to_owned()));
+        assert_eq!(
+            r.sources["drain_seconds"],
+            Origin::File(f.path().to_owned())
+        );
         assert_eq!(r.sources["policy.parameter_jobs"], Origin::Default);
 
         layers.env = Layers::env_from([
             ("TLC_POLICY__PUSH__SPARSITY".to_string(), "1.75".to_string()),
             ("TLC_THREADS".to_string(), "2".to_string()),
+            ("TLC_PYTHON".to_string(), "/usr/bin/python3".to_string()),
+            ("TLC_LOGS".to_string(), "x".to_string()),
             ("HOME".to_string(), "/root".to_string()),
             ("RUST_LOG".to_string(), "debug".to_string()),
         ]);
         let r = layers.resolve().unwrap();
         assert_eq!(r.config.policy.push.sparsity, Some(1.75));
         assert_eq!(r.config.log.level, "debug");
-        assert_eq!(r.sources["policy.push.sparsity"], Origin::Env("TLC_POLICY__PUSH__SPARSITY".into()));
+        assert_eq!(
+            r.sources["policy.push.sparsity"],
+            Origin::Env("TLC_POLICY__PUSH__SPARSITY".into())
+        );
         assert_eq!(r.sources["log.level"], Origin::Env("RUST_LOG".into()));
-        assert_eq!(r.sources["policy.min_bytes"], Origin::File(f.path().to_owned()));
+        assert_eq!(
+            r.sources["policy.min_bytes"],
+            Origin::File(f.path().to_owned())
+        );
 
         layers.flags.push(FlagValue {
             key: "policy.push.sparsity".into(),
@@ -352,7 +375,10 @@ mod tests {
         });
         let r = layers.resolve().unwrap();
         assert_eq!(r.config.policy.push.sparsity, Some(1.25));
-        assert_eq!(r.sources["policy.push.sparsity"], Origin::Flag("--sparsity".into()));
+        assert_eq!(
+            r.sources["policy.push.sparsity"],
+            Origin::Flag("--sparsity".into())
+        );
 
         layers.api.insert("policy.push.sparsity".into(), json!(1.9));
         let r = layers.resolve().unwrap();
@@ -373,7 +399,9 @@ mod tests {
             err.to_string(),
             "policy.push.sparsity = set: applies only to codec \"3lc\""
         );
-        layers.api.insert("policy.push.sparsity".into(), serde_json::Value::Null);
+        layers
+            .api
+            .insert("policy.push.sparsity".into(), serde_json::Value::Null);
         let r = layers.resolve().unwrap();
         assert_eq!(r.config.policy.push.codec, "int8");
         assert_eq!(r.config.policy.push.sparsity, None);
@@ -434,7 +462,10 @@ mod tests {
     #[test]
     fn parameter_jobs_from_the_environment_is_a_list() {
         let layers = Layers {
-            env: Layers::env_from([("TLC_POLICY__PARAMETER_JOBS".to_string(), "ps,chief".to_string())]),
+            env: Layers::env_from([(
+                "TLC_POLICY__PARAMETER_JOBS".to_string(),
+                "ps,chief".to_string(),
+            )]),
             ..Layers::default()
         };
         let r = layers.resolve().unwrap();

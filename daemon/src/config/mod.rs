@@ -248,6 +248,12 @@ pub enum ConfigError {
         /// What the TOML parser said, with line and key.
         message: String,
     },
+    /// The layers do not merge into this schema (environment or flags).
+    #[error("configuration: {message}")]
+    Merge {
+        /// What the merge said, with the key.
+        message: String,
+    },
     /// A value is out of its allowed range.
     #[error("{key} = {value}: {allowed}")]
     Invalid {
