@@ -2,14 +2,17 @@
 //!
 //! This file only parses the command line, dispatches to a command group and
 //! turns an error into one line on stderr (`tlcctl: error: ...`, exit 1).
-//! Usage errors are clap's own (exit 2).
+//! Usage errors are clap's own (exit 2). Admin commands report failures
+//! target by target themselves and only ask for exit 1.
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+mod admin;
 mod codec;
+mod table;
 
 /// The operator's tool for tlc, the TensorFlow tensor-compressing sidecar.
 #[derive(Debug, Parser)]
@@ -18,6 +21,9 @@ struct Cli {
     /// Print a short summary of what was done to stderr.
     #[arg(short, long, global = true)]
     verbose: bool,
+
+    #[command(flatten)]
+    admin: admin::AdminOpts,
 
     #[command(subcommand)]
     command: Command,
@@ -34,6 +40,8 @@ enum Command {
         /// The shell to generate completions for.
         shell: clap_complete::Shell,
     },
+    #[command(flatten)]
+    Admin(admin::AdminCommand),
 }
 
 fn main() -> ExitCode {
@@ -45,10 +53,12 @@ fn main() -> ExitCode {
             clap_complete::generate(shell, &mut cmd, "tlcctl", &mut std::io::stdout());
             Ok(())
         }
+        Command::Admin(command) => admin::run(command, cli.admin),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) if err.is::<admin::Failed>() => ExitCode::FAILURE,
         Err(err) => {
             // `{:#}` joins anyhow's context chain with ": ". Flatten any
             // newline inside a message so the error stays one line.

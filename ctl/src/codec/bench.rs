@@ -14,7 +14,7 @@ use tlc_codec::{Codec, Encoder, Feedback, Frame, Limits};
 use super::gradient;
 use super::rawf32;
 use super::spec;
-use super::table::{self, Align};
+use crate::table::{self, Align};
 
 /// The rows run when no --codec is given.
 const DEFAULT_ROWS: [&str; 12] = [

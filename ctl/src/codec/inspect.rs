@@ -11,7 +11,7 @@ use tlc_codec::{Limits, Params};
 use super::frames::{Frames, Located};
 use super::rawf32;
 use super::spec;
-use super::table::{self, Align};
+use crate::table::{self, Align};
 
 /// Arguments of `codec inspect`.
 #[derive(Debug, Args)]

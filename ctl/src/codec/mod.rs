@@ -15,7 +15,6 @@ mod gradient;
 mod inspect;
 mod rawf32;
 mod spec;
-mod table;
 
 /// The `codec` subcommands.
 #[derive(Debug, Subcommand)]

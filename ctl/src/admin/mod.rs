@@ -1,0 +1,134 @@
+//! The commands that talk to running sidecars through tlcd's admin API
+//! (`daemon/ADMIN-API.md`): `status`, `config`, `reload`, `set`,
+//! `tensors`, `top`, `log-level`.
+//!
+//! Every command runs against every `--admin` target, the way one would
+//! look at or change all sidecars of a job at once, and tries all of them
+//! before exiting 1 if any failed.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+
+mod client;
+mod config;
+mod format;
+mod log_level;
+mod output;
+mod set;
+mod status;
+mod target;
+mod tensors;
+mod top;
+
+pub use output::Failed;
+
+use client::Client;
+use output::Format;
+use target::Target;
+
+/// Options shared by the admin commands; accepted before or after the
+/// command name.
+#[derive(Debug, Args)]
+pub struct AdminOpts {
+    /// A tlcd admin API, HOST:PORT or http://HOST:PORT; repeat it (or
+    /// separate with commas) to run against several sidecars.
+    #[arg(
+        long = "admin",
+        value_name = "ADDR",
+        global = true,
+        env = "TLC_ADMIN",
+        value_delimiter = ',',
+        default_value = "127.0.0.1:15000",
+        value_parser = target::parse,
+        help_heading = "Admin API"
+    )]
+    targets: Vec<Target>,
+
+    /// Output format.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FORMAT",
+        value_enum,
+        global = true,
+        default_value_t = Format::Table,
+        help_heading = "Admin API"
+    )]
+    output_format: Format,
+
+    /// Give up on a target that has not answered within SECS seconds.
+    #[arg(
+        long = "timeout",
+        value_name = "SECS",
+        global = true,
+        default_value = "5",
+        value_parser = parse_seconds,
+        help_heading = "Admin API"
+    )]
+    timeout: Duration,
+}
+
+/// The admin commands.
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Show every sidecar's readiness, codecs, compression and failures.
+    Status,
+    /// Read or change tlcd's effective configuration.
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
+    /// Re-read tlcd's config file now, as SIGHUP does.
+    Reload,
+    /// Change how tensors are compressed: sparsity, codec, size threshold,
+    /// tensors to skip.
+    #[command(subcommand)]
+    Set(set::SetCommand),
+    /// List the tensor contexts every sidecar holds.
+    Tensors(tensors::TensorsArgs),
+    /// Watch bytes, rates and tensors live, refreshed every few seconds.
+    Top(top::TopArgs),
+    /// Show or change tlcd's log filter.
+    LogLevel(log_level::LogLevelArgs),
+}
+
+/// What every admin command works with.
+pub struct Ctx {
+    /// The HTTP client, with the timeout applied.
+    pub client: Client,
+    /// Every target, each once, in the order given.
+    pub targets: Vec<Target>,
+    /// `-o`.
+    pub format: Format,
+}
+
+/// Runs one admin command. An error that is [`Failed`] has already been
+/// reported target by target.
+pub fn run(command: AdminCommand, opts: AdminOpts) -> Result<()> {
+    let ctx = Ctx {
+        client: Client::new(opts.timeout),
+        targets: target::dedup(opts.targets),
+        format: opts.output_format,
+    };
+    match command {
+        AdminCommand::Status => status::run(&ctx),
+        AdminCommand::Config(command) => config::run(&ctx, command),
+        AdminCommand::Reload => config::reload(&ctx),
+        AdminCommand::Set(command) => set::run(&ctx, command),
+        AdminCommand::Tensors(args) => tensors::run(&ctx, &args),
+        AdminCommand::Top(args) => top::run(&ctx, &args),
+        AdminCommand::LogLevel(args) => log_level::run(&ctx, &args),
+    }
+}
+
+/// A positive, finite number of seconds (`5`, `0.1`).
+pub fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !(seconds.is_finite() && seconds > 0.0) {
+        return Err(format!("{text:?} is not a positive number of seconds"));
+    }
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
+}

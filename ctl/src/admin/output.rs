@@ -1,0 +1,168 @@
+//! The shapes every admin command prints in: the JSON envelope, one line
+//! per target for changes, and per-target failure lines.
+
+use std::fmt;
+use std::io::{self, Write};
+
+use anyhow::Result;
+use clap::ValueEnum;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::client::Outcome;
+
+/// `-o/--output`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Aligned columns for people.
+    Table,
+    /// `{"results": [...]}`, one entry per target, for scripts.
+    Json,
+}
+
+/// The error `run` returns once every target's failure has been printed:
+/// `main` exits 1 without adding a line of its own.
+#[derive(Debug)]
+pub struct Failed;
+
+impl fmt::Display for Failed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("at least one tlcd admin target failed")
+    }
+}
+
+impl std::error::Error for Failed {}
+
+/// One entry of the JSON envelope; field order as documented.
+#[derive(Serialize)]
+struct Entry<'a> {
+    target: &'a str,
+    ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+}
+
+/// The JSON envelope, the same shape for one target or many so a script
+/// reads `.results[]` either way.
+#[derive(Serialize)]
+pub struct Envelope<'a> {
+    results: Vec<Entry<'a>>,
+}
+
+/// The envelope of `outcomes`.
+pub fn envelope(outcomes: &[Outcome]) -> Envelope<'_> {
+    let results: Vec<Entry<'_>> = outcomes
+        .iter()
+        .map(|outcome| match &outcome.answer {
+            Ok(response) => Entry {
+                target: outcome.target.label(),
+                ok: true,
+                response: Some(response),
+                error: None,
+            },
+            Err(error) => Entry {
+                target: outcome.target.label(),
+                ok: false,
+                response: None,
+                error: Some(error),
+            },
+        })
+        .collect();
+    Envelope { results }
+}
+
+/// Prints the envelope, indented, to stdout.
+pub fn print_json(outcomes: &[Outcome]) -> Result<()> {
+    let mut out = io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, &envelope(outcomes))?;
+    writeln!(out)?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Prints `TARGET: error: MESSAGE` on stderr for every failed target.
+pub fn print_failures(outcomes: &[Outcome]) {
+    for outcome in outcomes {
+        if let Err(message) = &outcome.answer {
+            eprintln!("{}: error: {message}", outcome.target);
+        }
+    }
+}
+
+/// `Err(Failed)` if any target failed, for the exit code.
+pub fn finish(outcomes: &[Outcome]) -> Result<()> {
+    if outcomes.iter().any(|o| o.answer.is_err()) {
+        Err(Failed.into())
+    } else {
+        Ok(())
+    }
+}
+
+/// Reports a change made on every target: the envelope, or one line per
+/// target (`HOST:PORT: ok (what changed)` on stdout, `HOST:PORT: error:
+/// why` on stderr), in the targets' order.
+pub fn report_change(
+    outcomes: &[Outcome],
+    format: Format,
+    describe: impl Fn(&Value) -> String,
+) -> Result<()> {
+    if format == Format::Json {
+        print_json(outcomes)?;
+        return finish(outcomes);
+    }
+    let mut out = io::stdout().lock();
+    for outcome in outcomes {
+        match &outcome.answer {
+            Ok(response) => {
+                let what = describe(response);
+                if what.is_empty() {
+                    writeln!(out, "{}: ok", outcome.target)?;
+                } else {
+                    writeln!(out, "{}: ok ({what})", outcome.target)?;
+                }
+            }
+            Err(message) => {
+                // Flushed first so a terminal shows the lines in target order.
+                out.flush()?;
+                eprintln!("{}: error: {message}", outcome.target);
+            }
+        }
+    }
+    out.flush()?;
+    finish(outcomes)
+}
+
+/// Writes `text` to stdout.
+pub fn print(text: &str) -> Result<()> {
+    let mut out = io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::target;
+
+    #[test]
+    fn envelope_shape() {
+        let outcomes = vec![
+            Outcome {
+                target: target::parse("a:1").unwrap_or_else(|e| panic!("{e}")),
+                answer: Ok(serde_json::json!({"filter": "info"})),
+            },
+            Outcome {
+                target: target::parse("b:2").unwrap_or_else(|e| panic!("{e}")),
+                answer: Err("cannot reach".to_string()),
+            },
+        ];
+        let text = serde_json::to_string(&envelope(&outcomes)).unwrap_or_default();
+        assert_eq!(
+            text,
+            r#"{"results":[{"target":"a:1","ok":true,"response":{"filter":"info"}},{"target":"b:2","ok":false,"error":"cannot reach"}]}"#
+        );
+    }
+}

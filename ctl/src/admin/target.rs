@@ -1,0 +1,161 @@
+//! Admin addresses as the operator writes them (`HOST:PORT`,
+//! `http://HOST:PORT`) and as `tlcctl` prints and dials them.
+
+use std::fmt;
+
+/// The port tlcd's admin API listens on unless configured otherwise.
+pub const DEFAULT_PORT: u16 = 15000;
+
+/// One tlcd admin API to talk to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// `HOST:PORT`, the name every output line uses for this target.
+    label: String,
+}
+
+impl Target {
+    /// `HOST:PORT`, as printed.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The URL of `path` (which starts with `/`) on this target.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.label)
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.label)
+    }
+}
+
+/// Parses `--admin` and each comma-separated part of `TLC_ADMIN`.
+///
+/// Only the syntax is checked; whether anything answers is the request's
+/// business. A missing port means the default one, so `--admin pod-a`
+/// works like `--admin pod-a:15000`.
+pub fn parse(text: &str) -> Result<Target, String> {
+    let text = text.trim();
+    let rest = match text.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
+        Some((scheme, _)) => {
+            return Err(format!(
+            "{text}: only http:// is supported (tlcd's admin API is plain HTTP), not {scheme}://"
+        ))
+        }
+        None => text,
+    };
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority.is_empty() {
+        return Err("an admin address is empty; expected HOST:PORT".to_string());
+    }
+    if authority.contains(['/', '?', '#', '@']) || authority.contains(char::is_whitespace) {
+        return Err(format!(
+            "{text}: expected HOST:PORT or http://HOST:PORT, without a path"
+        ));
+    }
+    let (host, port) = split_host_port(authority)
+        .ok_or_else(|| format!("{text}: expected HOST:PORT (an IPv6 host goes in brackets)"))?;
+    let port = match port {
+        None => DEFAULT_PORT,
+        Some(port) => port
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| format!("{text}: port {port:?} is not a number from 1 to 65535"))?,
+    };
+    Ok(Target {
+        label: format!("{host}:{port}"),
+    })
+}
+
+/// Splits `host[:port]` or `[v6][:port]`; `None` for an unbracketed IPv6
+/// address, whose last group cannot be told from a port.
+fn split_host_port(authority: &str) -> Option<(&str, Option<&str>)> {
+    if authority.starts_with('[') {
+        let end = authority.find(']')?;
+        let host = &authority[..=end];
+        if host.len() == 2 {
+            return None;
+        }
+        return match &authority[end + 1..] {
+            "" => Some((host, None)),
+            rest => rest.strip_prefix(':').map(|port| (host, Some(port))),
+        };
+    }
+    match authority.matches(':').count() {
+        0 => Some((authority, None)),
+        1 => {
+            let (host, port) = authority.split_once(':')?;
+            (!host.is_empty()).then_some((host, Some(port)))
+        }
+        _ => None,
+    }
+}
+
+/// Drops repeated targets, keeping the first of each, so one sidecar named
+/// twice is asked once.
+pub fn dedup(targets: Vec<Target>) -> Vec<Target> {
+    let mut unique: Vec<Target> = Vec::with_capacity(targets.len());
+    for target in targets {
+        if !unique.contains(&target) {
+            unique.push(target);
+        }
+    }
+    unique
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn label(text: &str) -> String {
+        parse(text).map(|t| t.label).unwrap_or_else(|e| e)
+    }
+
+    #[test]
+    fn accepted_forms() {
+        assert_eq!(label("127.0.0.1:15000"), "127.0.0.1:15000");
+        assert_eq!(label("http://127.0.0.1:15001/"), "127.0.0.1:15001");
+        assert_eq!(label("HTTP://pod-a:9"), "pod-a:9");
+        assert_eq!(label(" pod-a "), "pod-a:15000");
+        assert_eq!(label("[::1]:15002"), "[::1]:15002");
+        assert_eq!(label("[::1]"), "[::1]:15000");
+        assert_eq!(
+            parse("pod:1").map(|t| t.url("/v1/status")),
+            Ok("http://pod:1/v1/status".to_string())
+        );
+    }
+
+    #[test]
+    fn refused_forms() {
+        for bad in [
+            "",
+            "https://pod:1",
+            "pod:1/v1",
+            "pod:x",
+            "pod:0",
+            "pod:70000",
+            "::1",
+            ":15000",
+            "[]:1",
+            "[::1]x",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} was accepted");
+        }
+        assert!(label("https://pod:1").contains("only http://"));
+    }
+
+    #[test]
+    fn dedup_keeps_order() {
+        let targets = ["b:1", "a:1", "b:1"]
+            .iter()
+            .map(|t| parse(t))
+            .collect::<Result<Vec<_>, _>>()
+            .map(dedup)
+            .map(|ts| ts.iter().map(|t| t.label.clone()).collect::<Vec<_>>());
+        assert_eq!(targets, Ok(vec!["b:1".to_string(), "a:1".to_string()]));
+    }
+}

@@ -1,0 +1,297 @@
+//! `status`, `config get`, `tensors` and `log-level` against a fake admin
+//! API: the request sent, and the table and JSON made of the answer.
+
+mod common;
+mod fake_admin;
+
+use fake_admin::{status, tensor, FakeAdmin};
+use serde_json::{json, Value};
+
+/// Runs tlcctl; returns exit code, stdout, stderr.
+fn run(args: &[&str]) -> (i32, String, String) {
+    let output = common::tlcctl()
+        .env_remove("TLC_ADMIN")
+        .args(args)
+        .output()
+        .expect("run tlcctl");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8(output.stdout).expect("utf-8"),
+        String::from_utf8(output.stderr).expect("utf-8"),
+    )
+}
+
+fn words(line: &str) -> Vec<&str> {
+    line.split("  ")
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+#[test]
+fn status_table_has_one_row_per_target() {
+    let a = FakeAdmin::routes(vec![("GET", "/v1/status", 200, status(251658240, 2893212))]);
+    let b = FakeAdmin::routes(vec![("GET", "/v1/status", 200, status(0, 0))]);
+    let (code, stdout, stderr) = run(&["status", "--admin", a.addr(), "--admin", b.addr()]);
+    assert_eq!(code, 0, "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    assert_eq!(
+        words(lines[0]),
+        [
+            "TARGET",
+            "READY",
+            "PUSH CODEC",
+            "PULL CODEC",
+            "PUSH RATIO",
+            "PULL RATIO",
+            "TENSORS",
+            "DECODE FAILURES",
+            "FALLBACKS",
+            "UPTIME"
+        ]
+    );
+    assert_eq!(
+        words(lines[1]),
+        [
+            a.addr(),
+            "yes",
+            "3lc s=1.00",
+            "3lc s=1.00",
+            "87.0x",
+            "58.5x",
+            "240",
+            "3",
+            "1",
+            "1m21s"
+        ]
+    );
+    assert!(lines[2].starts_with(b.addr()), "{stdout}");
+    let request = a.only_request();
+    assert_eq!(
+        (
+            request.method.as_str(),
+            request.path.as_str(),
+            request.body.as_str()
+        ),
+        ("GET", "/v1/status", "")
+    );
+}
+
+#[test]
+fn status_json_is_the_results_envelope() {
+    let body = status(1, 1);
+    let a = FakeAdmin::routes(vec![("GET", "/v1/status", 200, body.clone())]);
+    let (code, stdout, stderr) = run(&["-o", "json", "status", "--admin", a.addr()]);
+    assert_eq!(code, 0, "{stderr}");
+    let parsed: Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(
+        parsed,
+        json!({"results": [{"target": a.addr(), "ok": true, "response": body}]})
+    );
+}
+
+fn config_body() -> Value {
+    json!({
+        "config": {
+            "drain_seconds": 30,
+            "routes": [{"listen": "127.0.0.1:15001", "upstream": "ps:2222"}],
+            "policy": {
+                "min_bytes": 65536,
+                "overrides": [],
+                "push": {"codec": "3lc", "sparsity": 1.75},
+                "pull": {"codec": "3lc", "sparsity": 1.0}
+            }
+        },
+        "sources": {
+            "drain_seconds": "default",
+            "policy.min_bytes": "file /etc/tlc/tlcd.toml",
+            "policy.push.sparsity": "env TLC_POLICY__PUSH__SPARSITY",
+            "policy.pull.codec": "flag --pull-codec",
+            "policy.overrides": "api"
+        }
+    })
+}
+
+#[test]
+fn config_get_lists_every_leaf_with_its_source() {
+    let a = FakeAdmin::routes(vec![("GET", "/v1/config", 200, config_body())]);
+    let (code, stdout, stderr) = run(&["config", "get", "--admin", a.addr()]);
+    assert_eq!(code, 0, "{stderr}");
+    let rows: Vec<Vec<&str>> = stdout.lines().map(words).collect();
+    assert_eq!(rows[0], ["KEY", "VALUE", "SOURCE"]);
+    assert!(
+        rows.contains(&vec!["drain_seconds", "30", "default"]),
+        "{stdout}"
+    );
+    assert!(
+        rows.contains(&vec!["policy.overrides", "[]", "api"]),
+        "{stdout}"
+    );
+    assert!(
+        rows.contains(&vec!["policy.pull.codec", "3lc", "flag --pull-codec"]),
+        "{stdout}"
+    );
+    assert!(
+        rows.contains(&vec![
+            "routes",
+            r#"[{"listen":"127.0.0.1:15001","upstream":"ps:2222"}]"#,
+            "-"
+        ]),
+        "{stdout}"
+    );
+    assert_eq!(rows.len(), 1 + 8, "{stdout}");
+}
+
+#[test]
+fn config_get_key_filters_to_its_subtree() {
+    let a = FakeAdmin::routes(vec![("GET", "/v1/config", 200, config_body())]);
+    let (code, stdout, stderr) = run(&["config", "get", "policy.push", "--admin", a.addr()]);
+    assert_eq!(code, 0, "{stderr}");
+    let rows: Vec<Vec<&str>> = stdout.lines().map(words).collect();
+    assert_eq!(
+        rows,
+        [
+            vec!["KEY", "VALUE", "SOURCE"],
+            vec!["policy.push.codec", "3lc", "-"],
+            vec![
+                "policy.push.sparsity",
+                "1.75",
+                "env TLC_POLICY__PUSH__SPARSITY"
+            ],
+        ]
+    );
+
+    let (code, stdout, _) = run(&[
+        "config",
+        "get",
+        "policy.min_bytes",
+        "-o",
+        "json",
+        "--admin",
+        a.addr(),
+    ]);
+    assert_eq!(code, 0);
+    let parsed: Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(
+        parsed["results"][0]["response"],
+        json!({"config": {"policy": {"min_bytes": 65536}},
+               "sources": {"policy.min_bytes": "file /etc/tlc/tlcd.toml"}})
+    );
+
+    // A prefix of a key name is not a key.
+    let (code, stdout, stderr) = run(&["config", "get", "policy.pus", "--admin", a.addr()]);
+    assert_eq!(code, 1);
+    assert_eq!(stdout, "");
+    assert!(stderr.contains("no key policy.pus"), "{stderr}");
+}
+
+#[test]
+fn tensors_merge_sort_and_limit_across_targets() {
+    let long = "gradients/some_very_long_scope/another_scope/dense_layer_7/MatMul_grad/MatMul_1";
+    let a = FakeAdmin::routes(vec![(
+        "GET",
+        "/v1/tensors",
+        200,
+        json!({"tensors": [tensor("a/low", 1000, 100, 10.0), tensor(long, 251658240, 2893212, 86.98)]}),
+    )]);
+    let b = FakeAdmin::routes(vec![(
+        "GET",
+        "/v1/tensors",
+        200,
+        json!({"tensors": [tensor("b/mid", 5000, 100, 50.0)]}),
+    )]);
+    let (code, stdout, stderr) = run(&[
+        "tensors",
+        "--sort",
+        "ratio",
+        "--limit",
+        "2",
+        "--admin",
+        a.addr(),
+        "--admin",
+        b.addr(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(a.only_request().path, "/v1/tensors?sort=ratio&limit=2");
+    assert_eq!(b.only_request().path, "/v1/tensors?sort=ratio&limit=2");
+    let rows: Vec<Vec<&str>> = stdout.lines().map(words).collect();
+    assert_eq!(
+        rows[0],
+        [
+            "TARGET",
+            "DIRECTION",
+            "SIDE",
+            "TENSOR",
+            "PEER",
+            "CODEC",
+            "S",
+            "ELEMENTS",
+            "FRAMES",
+            "RAW",
+            "WIRE",
+            "RATIO",
+            "LAST M",
+            "ERR NORM",
+            "REPLICA"
+        ]
+    );
+    assert_eq!(rows.len(), 3, "limit 2 over both targets: {stdout}");
+    assert_eq!(rows[1][0], a.addr());
+    assert!(
+        rows[1][3].contains('…') && rows[1][3].ends_with("MatMul_grad/MatMul_1"),
+        "{stdout}"
+    );
+    assert!(rows[1][3].chars().count() <= 48);
+    assert_eq!(
+        rows[1][4..],
+        [
+            "/job:worker/replica:0/task:1",
+            "3lc",
+            "1.00",
+            "524288",
+            "120",
+            "240.0 MiB",
+            "2.8 MiB",
+            "87.0x",
+            "0.0123",
+            "0.731",
+            "-"
+        ]
+    );
+    assert_eq!((rows[2][0], rows[2][3]), (b.addr(), "b/mid"));
+}
+
+#[test]
+fn tensors_of_one_target_have_no_target_column() {
+    let a = FakeAdmin::routes(vec![(
+        "GET",
+        "/v1/tensors",
+        200,
+        json!({"tensors": [tensor("t", 2048, 1024, 2.0)]}),
+    )]);
+    let (code, stdout, stderr) = run(&["tensors", "--admin", a.addr()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(a.only_request().path, "/v1/tensors");
+    let rows: Vec<Vec<&str>> = stdout.lines().map(words).collect();
+    assert_eq!(rows[0][0], "DIRECTION");
+    assert_eq!(rows[1][..3], ["push", "holder", "t"]);
+    assert!(
+        rows[1].contains(&"2.0 KiB") && rows[1].contains(&"1.0 KiB"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn log_level_reads_the_filter() {
+    let a = FakeAdmin::routes(vec![(
+        "GET",
+        "/v1/log-level",
+        200,
+        json!({"filter": "info"}),
+    )]);
+    let (code, stdout, stderr) = run(&["log-level", "--admin", a.addr()]);
+    assert_eq!(code, 0, "{stderr}");
+    let rows: Vec<Vec<&str>> = stdout.lines().map(words).collect();
+    assert_eq!(rows, [vec!["TARGET", "FILTER"], vec![a.addr(), "info"]]);
+}

@@ -1,0 +1,211 @@
+//! A stand-in for tlcd's admin API: answers each request from a handler and
+//! records what it received, so tests can check both what `tlcctl` sent and
+//! what it made of the answer.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use serde_json::Value;
+
+/// One request as received.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: String,
+    /// Path with the query, as sent.
+    pub path: String,
+    /// The body, as sent (empty when there is none).
+    pub body: String,
+    /// The content-type header, if any.
+    pub content_type: Option<String>,
+}
+
+impl Request {
+    /// The body parsed as JSON (panics if it is not: tlcctl must send JSON).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("body {:?}: {e}", self.body))
+    }
+}
+
+/// What the server answers.
+pub struct Reply {
+    pub status: u16,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn json(status: u16, body: Value) -> Reply {
+        Reply {
+            status,
+            body: body.to_string(),
+        }
+    }
+
+    pub fn raw(status: u16, body: &str) -> Reply {
+        Reply {
+            status,
+            body: body.to_string(),
+        }
+    }
+}
+
+/// A running fake admin API on 127.0.0.1.
+pub struct FakeAdmin {
+    addr: String,
+    requests: Arc<Mutex<Vec<Request>>>,
+}
+
+impl FakeAdmin {
+    /// Serves `handler(request, n)`, n counting the requests to the same
+    /// method and path from 0, until the test process ends.
+    pub fn start<H>(handler: H) -> FakeAdmin
+    where
+        H: Fn(&Request, usize) -> Reply + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("local addr").to_string();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let recorded = Arc::clone(&requests);
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let Some(request) = read_request(&stream) else {
+                    continue;
+                };
+                let n = {
+                    let mut all = recorded.lock().expect("lock");
+                    let n = all
+                        .iter()
+                        .filter(|r: &&Request| r.method == request.method && r.path == request.path)
+                        .count();
+                    all.push(request.clone());
+                    n
+                };
+                let reply = handler(&request, n);
+                write_reply(stream, &reply);
+            }
+        });
+        FakeAdmin { addr, requests }
+    }
+
+    /// Answers `GET path` with the body of the first route whose method and
+    /// path (query ignored) match, 404 with an `error` otherwise.
+    pub fn routes(routes: Vec<(&'static str, &'static str, u16, Value)>) -> FakeAdmin {
+        FakeAdmin::start(move |request, _| {
+            let path = request.path.split('?').next().unwrap_or("");
+            routes
+                .iter()
+                .find(|(method, p, _, _)| *method == request.method && *p == path)
+                .map(|(_, _, status, body)| Reply::json(*status, body.clone()))
+                .unwrap_or_else(|| {
+                    Reply::json(404, serde_json::json!({"error": "no such endpoint"}))
+                })
+        })
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Every request so far, in order.
+    pub fn requests(&self) -> Vec<Request> {
+        self.requests.lock().expect("lock").clone()
+    }
+
+    /// The only request so far.
+    pub fn only_request(&self) -> Request {
+        let requests = self.requests();
+        assert_eq!(requests.len(), 1, "{requests:?}");
+        requests[0].clone()
+    }
+}
+
+/// An address where nothing listens.
+pub fn dead_addr() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("local addr").to_string();
+    drop(listener);
+    addr
+}
+
+fn read_request(stream: &TcpStream) -> Option<Request> {
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    let mut parts = line.split_whitespace();
+    let method = parts.next()?.to_string();
+    let path = parts.next()?.to_string();
+    let mut length = 0usize;
+    let mut content_type = None;
+    loop {
+        let mut header = String::new();
+        reader.read_line(&mut header).ok()?;
+        let header = header.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = header.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse().ok()?;
+            }
+            if name.eq_ignore_ascii_case("content-type") {
+                content_type = Some(value.trim().to_string());
+            }
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some(Request {
+        method,
+        path,
+        body: String::from_utf8(body).ok()?,
+        content_type,
+    })
+}
+
+fn write_reply(mut stream: TcpStream, reply: &Reply) {
+    let head = format!(
+        "HTTP/1.1 {} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        reply.status,
+        reply.body.len()
+    );
+    let _ = stream.write_all(head.as_bytes());
+    let _ = stream.write_all(reply.body.as_bytes());
+    let _ = stream.flush();
+}
+
+/// The status body of ADMIN-API.md, with `push_raw` and `push_wire` as the
+/// push totals.
+pub fn status(push_raw: u64, push_wire: u64) -> Value {
+    serde_json::json!({
+        "version": "0.1.0", "pid": 4242, "uptime_seconds": 81.5, "ready": true,
+        "config_file": "/etc/tlc/tlcd.toml",
+        "listeners": [{"listen": "127.0.0.1:15001", "role": "outbound", "target": "original-destination"}],
+        "policy": {"push": {"codec": "3lc", "sparsity": 1.0}, "pull": {"codec": "3lc", "sparsity": 1.0},
+                   "min_bytes": 65536, "overrides": 0},
+        "totals": {
+            "push": {"tensors": 120, "raw_bytes": push_raw, "wire_bytes": push_wire, "ratio": 86.98},
+            "pull": {"tensors": 120, "raw_bytes": 251658240u64, "wire_bytes": 4300312, "ratio": 58.52},
+            "restored": 240, "decode_failures": 3, "fallbacks": 1, "fallbacks_served": 0,
+            "passed": {"small": 480}
+        },
+        "contexts": {"push": {"contexts": 4, "memory_bytes": 4771840}},
+        "log_filter": "info",
+        "reloads": {"ok": 1, "failed": 0, "last_error": null}
+    })
+}
+
+/// One `/v1/tensors` row.
+pub fn tensor(name: &str, raw: u64, wire: u64, ratio: f64) -> Value {
+    serde_json::json!({
+        "direction": "push", "side": "holder", "tensor": name,
+        "peer": "/job:worker/replica:0/task:1", "codec": "3lc", "sparsity": 1.0,
+        "elements": 524288, "frames": 120, "raw_bytes": raw, "wire_bytes": wire,
+        "ratio": ratio, "last_scale": 0.0123, "error_norm": 0.731,
+        "replica_version": null, "idle_seconds": 0.4, "memory_bytes": 2097152
+    })
+}
