@@ -75,11 +75,11 @@ pub fn envelope(outcomes: &[Outcome]) -> Envelope<'_> {
 
 /// Prints the envelope, indented, to stdout.
 pub fn print_json(outcomes: &[Outcome]) -> Result<()> {
-    let mut out = io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, &envelope(outcomes))?;
-    writeln!(out)?;
-    out.flush()?;
-    Ok(())
+    // Serialised first: an io::Error inside serde_json's error would hide
+    // a closed pipe (`| head`) from main, which prints nothing for one.
+    let mut text = serde_json::to_string_pretty(&envelope(outcomes))?;
+    text.push('\n');
+    print(&text)
 }
 
 /// Prints `TARGET: error: MESSAGE` on stderr for every failed target.

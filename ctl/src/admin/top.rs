@@ -96,8 +96,8 @@ pub fn run(ctx: &Ctx, args: &TopArgs) -> Result<()> {
         let outcomes = as_outcomes(&results);
         let mut out = io::stdout().lock();
         if ctx.format == Format::Json {
-            serde_json::to_writer(&mut out, &output::envelope(&outcomes))?;
-            writeln!(out)?;
+            let line = serde_json::to_string(&output::envelope(&outcomes))?;
+            writeln!(out, "{line}")?;
         } else {
             if clear {
                 out.write_all(CLEAR.as_bytes())?;
