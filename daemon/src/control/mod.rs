@@ -29,7 +29,9 @@ pub enum ControlError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// The key cannot change while tlcd runs.
-    #[error("{key} cannot change while tlcd runs: {why}; change it in the config file and restart tlcd")]
+    #[error(
+        "{key} cannot change while tlcd runs: {why}; change it in the config file and restart tlcd"
+    )]
     RestartOnly {
         /// The key.
         key: &'static str,
@@ -52,7 +54,10 @@ const RESTART_ONLY: &[(&str, &str)] = &[
     ("log.format", "the log writer is set up at start"),
     ("drain_seconds", "the shutdown is set up at start"),
     ("contexts.pull_cache", "pull sources are sized when created"),
-    ("contexts.fallback_mib", "the fallback cache is sized at start"),
+    (
+        "contexts.fallback_mib",
+        "the fallback cache is sized at start",
+    ),
 ];
 
 fn restart_only_changes(old: &Config, new: &Config) -> Vec<(&'static str, &'static str)> {
@@ -128,7 +133,12 @@ impl std::fmt::Debug for Control {
 
 impl Control {
     /// Control of a sidecar started with `resolved` (made from `layers`).
-    pub fn new(layers: Layers, resolved: Resolved, sidecar: Arc<Sidecar>, log: LogControl) -> Control {
+    pub fn new(
+        layers: Layers,
+        resolved: Resolved,
+        sidecar: Arc<Sidecar>,
+        log: LogControl,
+    ) -> Control {
         Control {
             layers: Mutex::new(layers),
             current: RwLock::new(Arc::new(resolved)),
@@ -173,22 +183,32 @@ impl Control {
     /// values (logged); anything invalid is refused whole.
     pub fn reload(&self) -> Result<Arc<Resolved>, ControlError> {
         let layers = self.lock_layers();
-        let result = layers.resolve().map_err(ControlError::from).and_then(|mut new| {
-            let old = self.current();
-            let pending = restart_only_changes(&old.config, &new.config);
-            if !pending.is_empty() {
-                keep_restart_only(&old.config, &mut new.config);
-            }
-            let names: Vec<String> = pending.iter().map(|(k, _)| k.to_string()).collect();
-            if !names.is_empty() {
-                warn!(keys = ?names, "config file changes that take effect only at restart");
-            }
-            let installed = self.install(new)?;
-            let mut stats = self.reloads.lock().unwrap_or_else(|e| e.into_inner());
-            stats.ok += 1;
-            stats.pending_restart = names;
-            Ok(installed)
-        });
+        // The file must be valid on its own, not only while changes made
+        // through the API happen to cover its bad values.
+        let without_api = Layers {
+            api: Default::default(),
+            ..layers.clone()
+        };
+        let result = without_api
+            .resolve()
+            .and_then(|below| layers.resolve_with(below.file_text))
+            .map_err(ControlError::from)
+            .and_then(|mut new| {
+                let old = self.current();
+                let pending = restart_only_changes(&old.config, &new.config);
+                if !pending.is_empty() {
+                    keep_restart_only(&old.config, &mut new.config);
+                }
+                let names: Vec<String> = pending.iter().map(|(k, _)| k.to_string()).collect();
+                if !names.is_empty() {
+                    warn!(keys = ?names, "config file changes that take effect only at restart");
+                }
+                let installed = self.install(new)?;
+                let mut stats = self.reloads.lock().unwrap_or_else(|e| e.into_inner());
+                stats.ok += 1;
+                stats.pending_restart = names;
+                Ok(installed)
+            });
         drop(layers);
         match &result {
             Ok(_) => {
@@ -208,7 +228,10 @@ impl Control {
     }
 
     /// Changes keys in the API layer, validated whole.
-    pub fn change(&self, changes: &BTreeMap<String, ApiChange>) -> Result<Arc<Resolved>, ControlError> {
+    pub fn change(
+        &self,
+        changes: &BTreeMap<String, ApiChange>,
+    ) -> Result<Arc<Resolved>, ControlError> {
         let mut layers = self.lock_layers();
         let mut next = layers.clone();
         for (key, change) in changes {
@@ -244,7 +267,10 @@ impl Control {
     }
 
     /// Applies an operator's retuning; returns the keys it changed.
-    pub fn change_policy(&self, change: &PolicyChange) -> Result<(Vec<String>, Arc<Resolved>), ControlError> {
+    pub fn change_policy(
+        &self,
+        change: &PolicyChange,
+    ) -> Result<(Vec<String>, Arc<Resolved>), ControlError> {
         let keys = policy_change::keys_for(change, &self.current().config)?;
         let changes = keys
             .into_iter()
@@ -335,7 +361,10 @@ mod tests {
         let resolved = control.reload().unwrap();
         assert_eq!(resolved.config.drain_seconds, 7);
         assert_eq!(resolved.config.policy.min_bytes, 1);
-        assert_eq!(control.reloads()["pending_restart"], json!(["drain_seconds"]));
+        assert_eq!(
+            control.reloads()["pending_restart"],
+            json!(["drain_seconds"])
+        );
     }
 
     #[test]
@@ -353,6 +382,10 @@ mod tests {
         let resolved = control.reload().unwrap();
         assert_eq!(resolved.config.policy.min_bytes, 1);
         assert_eq!(push_codec(&control), three_lc(1.9));
+        // A bad value in the file is refused even where the API covers it.
+        std::fs::write(f.path(), "[policy.push]\nsparsity = 7\n").unwrap();
+        assert!(control.reload().is_err());
+        assert_eq!(control.current().config.policy.min_bytes, 1);
     }
 
     #[test]
@@ -373,9 +406,14 @@ mod tests {
             control.change(&changes),
             Err(ControlError::RestartOnly { key: "routes", .. })
         ));
-        let changes = BTreeMap::from([("policy.push.colour".to_string(), ApiChange::Set(json!(1)))]);
+        let changes =
+            BTreeMap::from([("policy.push.colour".to_string(), ApiChange::Set(json!(1)))]);
         let err = control.change(&changes).unwrap_err().to_string();
         assert!(err.contains("colour"), "{err}");
-        assert!(control.current().sources.values().all(|o| *o != crate::config::layers::Origin::Api));
+        assert!(control
+            .current()
+            .sources
+            .values()
+            .all(|o| *o != crate::config::layers::Origin::Api));
     }
 }

@@ -34,7 +34,10 @@ pub struct PolicyChange {
 /// The configuration keys to set in the API layer for `change`, given the
 /// configuration in force. `null` values unset a key whatever lower layers
 /// say (a sparsity left over from 3LC when the codec becomes int8).
-pub fn keys_for(change: &PolicyChange, current: &Config) -> Result<BTreeMap<String, Value>, ControlError> {
+pub fn keys_for(
+    change: &PolicyChange,
+    current: &Config,
+) -> Result<BTreeMap<String, Value>, ControlError> {
     let bad = |message: &str| Err(ControlError::BadRequest(message.to_string()));
     if change.codec.is_none()
         && change.sparsity.is_none()
