@@ -8,6 +8,7 @@ pub mod control;
 pub mod demo;
 pub mod http_server;
 pub mod intercept;
+pub mod metrics;
 pub mod peer;
 pub mod policy;
 pub mod proxy;

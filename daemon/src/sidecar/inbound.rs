@@ -9,12 +9,16 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
-use tracing::debug;
+use tracing::{debug, Instrument, Span};
 
 use super::request_key::{self, TensorCall};
 use super::tensor_bytes;
 use super::{Sidecar, MAX_RESPONSE};
+use crate::config::Role;
+use crate::context::pull::Served;
 use crate::context::{PullSource, PushContext, PushKey, ReplicaState};
+use crate::metrics::calls;
+use crate::metrics::families::{Outcome, Side};
 use crate::peer::{self, ReplicaHeader};
 use crate::policy::{Decision, Direction, PassReason, Policy};
 use crate::proxy::body::{self, Collected, ProxyBody};
@@ -24,14 +28,36 @@ use crate::proxy::upstream::Upstream;
 use crate::tf::proto::DataType;
 use crate::tf::{grpc, recv_tensor};
 
-/// Handles one `RecvTensor` call arriving from a peer.
+/// Handles one `RecvTensor` call arriving from a peer, in its own span
+/// (see [`calls::span`]); its latency is counted until the response head.
 pub async fn recv_tensor(
     sidecar: &Sidecar,
     upstream: &Upstream,
     request: Request<ProxyBody>,
 ) -> Response<ProxyBody> {
+    let started = Instant::now();
+    let span = calls::span(Role::Inbound);
+    let (response, outcome) = respond(sidecar, upstream, request, &span)
+        .instrument(span.clone())
+        .await;
+    calls::finish(&sidecar.stats, Role::Inbound, &span, outcome, started);
+    response
+}
+
+/// A response the sidecar did not change, with its outcome.
+fn unchanged(response: Response<ProxyBody>) -> (Response<ProxyBody>, Outcome) {
+    let outcome = calls::outcome_of(&response);
+    (response, outcome)
+}
+
+async fn respond(
+    sidecar: &Sidecar,
+    upstream: &Upstream,
+    request: Request<ProxyBody>,
+    span: &Span,
+) -> (Response<ProxyBody>, Outcome) {
     if !peer::is_peer(request.headers()) {
-        return forward(upstream, request).await;
+        return unchanged(forward(upstream, request).await);
     }
     let replica = request
         .headers()
@@ -47,44 +73,51 @@ pub async fn recv_tensor(
     let policy = sidecar.policy();
     let (peeked, call) = match request_key::peek_call(request_body, &policy).await {
         Ok(read) => read,
-        Err(response) => return response,
+        Err(response) => return (response, Outcome::Error),
     };
     let request = Request::from_parts(parts, peeked.into_body());
     let response = forward(upstream, request).await;
     let Some(call) = call else {
         sidecar.stats.passed("request_unreadable");
-        return response;
+        return unchanged(response);
     };
+    calls::record_call(span, &call);
     if policy.never_compresses(call.direction, &call.tensor) {
         // Nothing to decide from the response: stream it through.
         sidecar.stats.passed("policy_skip");
-        return response;
+        return unchanged(response);
     }
     // An error from TensorFlow (a trailers-only response) passes as it is.
     if response.status() != http::StatusCode::OK || response.headers().contains_key("grpc-status") {
-        return response;
+        return unchanged(response);
     }
     let (mut parts, response_body) = response.into_parts();
     let collected = match body::collect(response_body, MAX_RESPONSE).await {
         Ok(collected) => collected,
         Err(err) => {
-            return grpc_status::response(
+            let response = grpc_status::response(
                 grpc_status::UNAVAILABLE,
                 &format!("tlcd: reading TensorFlow's response: {err}"),
-            )
+            );
+            return (response, Outcome::Error);
         }
     };
-    match tokio::task::block_in_place(|| compress(sidecar, &policy, &call, replica, &collected)) {
+    let compressed = tokio::task::block_in_place(|| {
+        compress(sidecar, &policy, &call, replica, &collected, span)
+    });
+    match compressed {
         Ok(chunks) => {
             parts
                 .headers
                 .insert(peer::ENVELOPE, HeaderValue::from_static(peer::PROTOCOL));
-            Response::from_parts(parts, body::chunks(chunks, collected.trailers))
+            let body = body::chunks(chunks, collected.trailers);
+            (Response::from_parts(parts, body), Outcome::Compressed)
         }
         Err(reason) => {
             debug!(tensor = %call.tensor, reason, "passing through");
             sidecar.stats.passed(reason);
-            Response::from_parts(parts, body::chunks(collected.chunks, collected.trailers))
+            let body = body::chunks(collected.chunks, collected.trailers);
+            (Response::from_parts(parts, body), Outcome::Passed)
         }
     }
 }
@@ -96,12 +129,14 @@ fn compress(
     call: &TensorCall,
     replica: Option<ReplicaState>,
     collected: &Collected,
+    span: &Span,
 ) -> Result<Vec<Bytes>, &'static str> {
     let message =
         grpc::parse_single(collected.to_bytes(), MAX_RESPONSE).map_err(|_| "grpc_framing")?;
     let response = recv_tensor::decode_response(message).map_err(|_| "unparsable_response")?;
     let tensor = recv_tensor::classify(&response).map_err(|reason| reason.label())?;
     let raw_bytes = tensor.content.len();
+    span.record("raw_bytes", raw_bytes);
     let choice = match policy.decide(call.direction, &call.tensor, raw_bytes as u64) {
         Decision::Compress(choice) => choice,
         Decision::Pass(PassReason::Small) => return Err("small"),
@@ -112,7 +147,9 @@ fn compress(
     let token = sidecar.fallbacks.token();
     let mut envelope = Vec::with_capacity(raw_bytes / 8 + 256);
     let now = Instant::now();
-    match call.direction {
+    // Timed under the context's lock: the codec's work, not the wait for
+    // another call on the same tensor.
+    let (took, keyframe) = match call.direction {
         Direction::Push => {
             let key = PushKey {
                 requester_task: call.peer_task.clone(),
@@ -122,20 +159,25 @@ fn compress(
                 PushContext::new(choice.codec, choice.feedback)
             });
             let mut context = crate::context::table::lock(&context);
+            let started = Instant::now();
             context
                 .encode(values, choice.codec, token, &mut envelope)
                 .map_err(|_| "codec_refused")?;
+            (started.elapsed(), false)
         }
         Direction::Pull => {
             let source = sidecar.pull.get_or_insert_with(&call.tensor, now, || {
                 PullSource::new(sidecar.epochs.next(), sidecar.options.pull_cache_len)
             });
             let mut source = crate::context::table::lock(&source);
-            source
+            let started = Instant::now();
+            let served = source
                 .serve(values, replica, choice.codec, token, &mut envelope)
                 .map_err(|_| "codec_refused")?;
+            let keyframe = matches!(served.served, Served::Keyframe(_));
+            (started.elapsed(), keyframe)
         }
-    }
+    };
     let wire_bytes = envelope.len();
     let built = recv_tensor::build_response_with_content(
         &tensor.meta,
@@ -145,9 +187,15 @@ fn compress(
     )
     .map_err(|_| "rebuild_failed")?;
     let chunks = built.into_grpc_chunks().map_err(|_| "rebuild_failed")?;
+    let codec = choice.codec.id();
+    span.record("codec", codec.name());
+    span.record("wire_bytes", wire_bytes);
     sidecar
         .stats
-        .compressed(call.direction, raw_bytes, wire_bytes);
+        .compressed(call.direction, codec, raw_bytes, wire_bytes, took);
+    if keyframe {
+        sidecar.stats.keyframe(Side::Holder);
+    }
     sidecar
         .fallbacks
         .keep(token, collected.chunks.clone(), collected.trailers.clone());

@@ -144,9 +144,7 @@ impl Sidecar {
         let path = request.uri().path();
         match role {
             Role::Inbound if path == peer::FALLBACK_PATH => {
-                self.stats
-                    .fallbacks_served
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.stats.fallback_served();
                 self.fallbacks.serve(&request)
             }
             Role::Inbound if path == RECV_TENSOR => {

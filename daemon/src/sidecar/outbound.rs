@@ -7,16 +7,19 @@
 //! the peer sidecar; TensorFlow never sees an envelope or a tensor that
 //! failed a check.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Request, Response};
-use tracing::warn;
+use tracing::{warn, Instrument, Span};
 
 use super::request_key::{self, TensorCall};
 use super::{fallback, tensor_bytes, Sidecar, MAX_RESPONSE};
-use crate::context::envelope::{EnvelopeHeader, Kind};
+use crate::config::Role;
+use crate::context::envelope::{EnvelopeHeader, Kind, HEADER_LEN};
 use crate::context::{decode_push, ReplicaKey};
+use crate::metrics::calls;
+use crate::metrics::families::{Outcome, Side};
 use crate::peer::{self, ReplicaHeader};
 use crate::policy::Direction;
 use crate::proxy::body::{self, Collected, ProxyBody};
@@ -25,24 +28,49 @@ use crate::proxy::grpc_status;
 use crate::proxy::upstream::Upstream;
 use crate::tf::proto::RecvTensorResponse;
 use crate::tf::{grpc, recv_tensor};
-use tlc_codec::Limits;
+use tlc_codec::{CodecId, Limits};
 
-/// Handles one `RecvTensor` call from the local TensorFlow task.
+/// Handles one `RecvTensor` call from the local TensorFlow task, in its
+/// own span (see [`calls::span`]); its latency is counted until the
+/// response head.
 pub async fn recv_tensor(
     sidecar: &Sidecar,
     upstream: &Upstream,
     request: Request<ProxyBody>,
 ) -> Response<ProxyBody> {
+    let started = Instant::now();
+    let span = calls::span(Role::Outbound);
+    let (response, outcome) = respond(sidecar, upstream, request, &span)
+        .instrument(span.clone())
+        .await;
+    calls::finish(&sidecar.stats, Role::Outbound, &span, outcome, started);
+    response
+}
+
+/// A response the sidecar did not change, with its outcome.
+fn unchanged(response: Response<ProxyBody>) -> (Response<ProxyBody>, Outcome) {
+    let outcome = calls::outcome_of(&response);
+    (response, outcome)
+}
+
+async fn respond(
+    sidecar: &Sidecar,
+    upstream: &Upstream,
+    request: Request<ProxyBody>,
+    span: &Span,
+) -> (Response<ProxyBody>, Outcome) {
     let (mut parts, request_body) = request.into_parts();
     let (peeked, call) = match request_key::peek_call(request_body, &sidecar.policy()).await {
         Ok(read) => read,
-        Err(response) => return response,
+        Err(response) => return (response, Outcome::Error),
     };
     let Some(call) = call else {
         // Not a request we understand: no peer announced, nothing changed.
         sidecar.stats.passed("request_unreadable");
-        return forward(upstream, Request::from_parts(parts, peeked.into_body())).await;
+        let request = Request::from_parts(parts, peeked.into_body());
+        return unchanged(forward(upstream, request).await);
     };
+    calls::record_call(span, &call);
     let replica_key = replica_key(&call);
     parts
         .headers
@@ -60,34 +88,35 @@ pub async fn recv_tensor(
     let response = forward(upstream, Request::from_parts(parts, peeked.into_body())).await;
     if !peer::has_envelope(response.headers()) {
         // Not compressed: stream it through untouched.
-        return response;
+        return unchanged(response);
     }
     let (mut parts, response_body) = response.into_parts();
     peer::strip(&mut parts.headers);
     let collected = match body::collect(response_body, MAX_RESPONSE).await {
         Ok(collected) => collected,
         Err(err) => {
-            return grpc_status::response(
+            let response = grpc_status::response(
                 grpc_status::UNAVAILABLE,
                 &format!("tlcd: reading the peer's response: {err}"),
-            )
+            );
+            return (response, Outcome::Error);
         }
     };
     let restored =
-        tokio::task::block_in_place(|| restore(sidecar, replica_key.as_ref(), &collected));
+        tokio::task::block_in_place(|| restore(sidecar, replica_key.as_ref(), &collected, span));
     match restored {
-        Ok(chunks) => {
+        Ok(restored) => {
             sidecar
                 .stats
-                .restored
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Response::from_parts(parts, body::chunks(chunks, collected.trailers))
+                .decoded(call.direction, restored.codec, restored.took);
+            if restored.keyframe {
+                sidecar.stats.keyframe(Side::Requester);
+            }
+            let body = body::chunks(restored.chunks, collected.trailers);
+            (Response::from_parts(parts, body), Outcome::Restored)
         }
         Err(failure) => {
-            sidecar
-                .stats
-                .decode_failures
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            sidecar.stats.decode_failed(call.direction);
             warn!(tensor = %call.tensor, error = %failure.reason, "cannot restore a compressed response; asking for the original");
             if let Some(key) = &replica_key {
                 sidecar.replicas.table().remove(key);
@@ -118,12 +147,36 @@ fn fail(token: Option<u64>, reason: impl ToString) -> Failure {
     }
 }
 
-/// The standard response TensorFlow gets for an envelope, as gRPC chunks.
+/// A restored response and what it took.
+struct Restored {
+    /// The standard response, as gRPC chunks.
+    chunks: Vec<Bytes>,
+    /// The envelope's first frame's codec.
+    codec: CodecId,
+    /// Whether the envelope was a keyframe.
+    keyframe: bool,
+    /// Time spent decoding the envelope into the tensor's content.
+    took: Duration,
+}
+
+/// The codec of a pull envelope's first frame, read from the frame header
+/// (4 magic bytes and the version, then the codec byte: codec/FORMAT.md);
+/// `none` for an empty chain. Called only on an envelope just applied, so
+/// the byte has been checked; reading it costs no second parse.
+fn first_frame_codec(envelope: &[u8]) -> CodecId {
+    envelope
+        .get(HEADER_LEN + 5)
+        .and_then(|&byte| CodecId::from_byte(byte))
+        .unwrap_or(CodecId::None)
+}
+
+/// The standard response TensorFlow gets for an envelope.
 fn restore(
     sidecar: &Sidecar,
     replica_key: Option<&ReplicaKey>,
     collected: &Collected,
-) -> Result<Vec<Bytes>, Failure> {
+    span: &Span,
+) -> Result<Restored, Failure> {
     let message =
         grpc::parse_single(collected.to_bytes(), MAX_RESPONSE).map_err(|e| fail(None, e))?;
     let response: RecvTensorResponse =
@@ -142,16 +195,18 @@ fn restore(
         max_elements: elements,
     };
     let header = EnvelopeHeader::parse(envelope).map_err(|e| fail(token, e))?;
-    let content = match header.kind {
+    let started = Instant::now();
+    let (content, codec) = match header.kind {
         Kind::Push => {
             let mut values = Vec::new();
-            decode_push(envelope, &limits, &mut values).map_err(|e| fail(token, e))?;
-            tensor_bytes::into_bytes(values)
+            let decoded =
+                decode_push(envelope, &limits, &mut values).map_err(|e| fail(token, e))?;
+            (tensor_bytes::into_bytes(values), decoded.frame.codec())
         }
         Kind::Chain | Kind::Keyframe => {
             let key = replica_key
                 .ok_or_else(|| fail(token, "pull envelope for a call that is not a pull"))?;
-            sidecar
+            let content = sidecar
                 .replicas
                 .apply(
                     key,
@@ -160,19 +215,25 @@ fn restore(
                     Instant::now(),
                     tensor_bytes::copy_to_bytes,
                 )
-                .map_err(|e| fail(token, e))?
+                .map_err(|e| fail(token, e))?;
+            (content, first_frame_codec(envelope))
         }
     };
+    let took = started.elapsed();
     if content.len() as u64 != elements * 4 {
         return Err(fail(token, "decoded tensor has the wrong size"));
     }
+    calls::record_sizes(span, codec.name(), content.len(), envelope.len());
     let meta = recv_tensor::ResponseMeta::of(&response);
     let built =
         recv_tensor::build_standard_response(&meta, &dims, content).map_err(|e| fail(token, e))?;
-    Ok(built
-        .into_grpc_chunks()
-        .map_err(|e| fail(token, e))?
-        .to_vec())
+    let chunks = built.into_grpc_chunks().map_err(|e| fail(token, e))?;
+    Ok(Restored {
+        chunks: chunks.to_vec(),
+        codec,
+        keyframe: header.kind == Kind::Keyframe,
+        took,
+    })
 }
 
 /// Dimension sizes of a tensor, if all are non-negative.
@@ -190,24 +251,59 @@ async fn recover(
     sidecar: &Sidecar,
     upstream: &Upstream,
     token: Option<u64>,
-) -> Response<ProxyBody> {
+) -> (Response<ProxyBody>, Outcome) {
     let Some(token) = token else {
-        return grpc_status::response(
+        let response = grpc_status::response(
             grpc_status::INTERNAL,
             "tlcd: compressed response unreadable and without a fallback token",
         );
+        return (response, Outcome::Error);
     };
     match fallback::fetch(upstream, token).await {
         Ok(response) => {
-            sidecar
-                .stats
-                .fallbacks
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            response
+            sidecar.stats.fallback_fetched();
+            (response, Outcome::Fallback)
         }
-        Err(err) => grpc_status::response(
-            grpc_status::UNAVAILABLE,
-            &format!("tlcd: compressed response unreadable and the original is unavailable: {err}"),
-        ),
+        Err(err) => {
+            let response = grpc_status::response(
+                grpc_status::UNAVAILABLE,
+                &format!(
+                    "tlcd: compressed response unreadable and the original is unavailable: {err}"
+                ),
+            );
+            (response, Outcome::Error)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::PullSource;
+    use std::num::NonZeroU64;
+    use tlc_codec::{Codec, Sparsity};
+
+    #[test]
+    fn first_frame_codec_reads_the_frame_header() {
+        let codec = Codec::ThreeLc {
+            sparsity: Sparsity::ONE,
+        };
+        let mut source = PullSource::new(NonZeroU64::new(7).unwrap(), 4);
+        let v1: Vec<f32> = (0..1000).map(|i| i as f32 * 0.01).collect();
+        let v2: Vec<f32> = v1.iter().map(|v| v + 0.5).collect();
+        let mut keyframe = Vec::new();
+        let first = source.serve(&v1, None, codec, 1, &mut keyframe).unwrap();
+        assert_eq!(first_frame_codec(&keyframe), CodecId::None);
+        let mut up_to_date = Vec::new();
+        source
+            .serve(&v1, Some(first.state), codec, 2, &mut up_to_date)
+            .unwrap();
+        assert_eq!(first_frame_codec(&up_to_date), CodecId::None);
+        let mut chain = Vec::new();
+        source
+            .serve(&v2, Some(first.state), codec, 3, &mut chain)
+            .unwrap();
+        assert_eq!(EnvelopeHeader::parse(&chain).unwrap().kind, Kind::Chain);
+        assert_eq!(first_frame_codec(&chain), CodecId::ThreeLc);
     }
 }

@@ -1,10 +1,20 @@
-//! Counters of what the sidecar did, read by logs, tests and (later) the
-//! metrics endpoint.
+//! Counters of what the sidecar did, read by logs, tests, the admin API
+//! and the metrics endpoint.
+//!
+//! The plain totals (per direction, restored, fallbacks, pass-throughs)
+//! are what the shutdown log line and the admin API report; the labelled
+//! series of the metrics endpoint ([`Families`]) are updated by the same
+//! calls, so the two never disagree.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 
+use tlc_codec::CodecId;
+
+use crate::config::Role;
+use crate::metrics::families::{Families, Outcome, Side};
 use crate::policy::Direction;
 
 /// Totals for one direction.
@@ -36,6 +46,8 @@ pub struct Stats {
     pub fallbacks_served: AtomicU64,
     /// Responses passed through unchanged, by reason.
     passed: Mutex<BTreeMap<&'static str, u64>>,
+    /// The labelled series only the metrics endpoint shows.
+    families: Families,
 }
 
 impl Stats {
@@ -47,12 +59,65 @@ impl Stats {
         }
     }
 
-    /// Counts one compressed tensor.
-    pub fn compressed(&self, direction: Direction, raw: usize, wire: usize) {
+    /// Counts one compressed tensor: `raw` bytes as f32 sent as `wire`
+    /// bytes with `codec` (the policy's choice), encoded in `took`.
+    pub fn compressed(
+        &self,
+        direction: Direction,
+        codec: CodecId,
+        raw: usize,
+        wire: usize,
+        took: Duration,
+    ) {
         let d = self.direction(direction);
         d.compressed.fetch_add(1, Ordering::Relaxed);
         d.raw_bytes.fetch_add(raw as u64, Ordering::Relaxed);
         d.wire_bytes.fetch_add(wire as u64, Ordering::Relaxed);
+        self.families.encoded(direction, codec, raw, wire, took);
+    }
+
+    /// Counts one envelope restored for TensorFlow, decoded in `took`;
+    /// `codec` is its first frame's.
+    pub fn decoded(&self, direction: Direction, codec: CodecId, took: Duration) {
+        self.restored.fetch_add(1, Ordering::Relaxed);
+        self.families.decoded(direction, codec, took);
+    }
+
+    /// Counts one envelope that could not be restored.
+    pub fn decode_failed(&self, direction: Direction) {
+        self.decode_failures.fetch_add(1, Ordering::Relaxed);
+        self.families.decode_failed(direction);
+    }
+
+    /// Counts one original response fetched after a decode failure.
+    pub fn fallback_fetched(&self) {
+        self.fallbacks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one fallback request answered.
+    pub fn fallback_served(&self) {
+        self.fallbacks_served.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one pull keyframe served (holder) or applied (requester).
+    pub fn keyframe(&self, side: Side) {
+        self.families.keyframe(side);
+    }
+
+    /// Counts one `RecvTensor` call through a listener of `role`, from the
+    /// request reaching the sidecar to the response head, `took` long.
+    pub fn recv_tensor(&self, role: Role, outcome: Outcome, took: Duration) {
+        self.families.recv_tensor(role, outcome, took);
+    }
+
+    /// Counts one configuration reload: applied (`ok`) or refused.
+    pub fn config_reloaded(&self, ok: bool) {
+        self.families.config_reloaded(ok);
+    }
+
+    /// The labelled series, for the metrics endpoint.
+    pub fn families(&self) -> &Families {
+        &self.families
     }
 
     /// Counts one response passed through for `reason`.
@@ -98,5 +163,33 @@ impl Stats {
     /// Shorthand for an atomic's value.
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_keeps_the_format_scripts_parse() {
+        let stats = Stats::default();
+        let ms = Duration::from_millis(1);
+        stats.compressed(Direction::Push, CodecId::ThreeLc, 4000, 100, ms);
+        stats.compressed(Direction::Pull, CodecId::Int8, 800, 200, ms);
+        stats.decoded(Direction::Pull, CodecId::Int8, ms);
+        stats.decode_failed(Direction::Push);
+        stats.fallback_fetched();
+        stats.fallback_served();
+        stats.fallback_served();
+        stats.passed("small");
+        stats.passed("small");
+        stats.passed("policy_skip");
+        assert_eq!(
+            stats.summary(),
+            "push: tensors=1 raw_bytes=4000 wire_bytes=100 ratio=40.0; \
+             pull: tensors=1 raw_bytes=800 wire_bytes=200 ratio=4.0; \
+             restored=1 decode_failures=1 fallbacks=1 fallbacks_served=2 \
+             passed={\"policy_skip\": 1, \"small\": 2}"
+        );
     }
 }

@@ -139,6 +139,7 @@ impl Client {
         }
     }
 }
+pub mod metrics;
 pub mod tf;
 
 /// A proxy with one route from a free loopback port to `upstream`.

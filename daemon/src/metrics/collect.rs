@@ -1,0 +1,349 @@
+//! What a scrape reads from the sidecar's state: totals kept as plain
+//! atomics, the policy in force, the context tables, and the tensors that
+//! moved the most bytes.
+//!
+//! Everything here is built fresh per scrape (a scrape is rare next to
+//! tensors) and owned by the scrape's registry, so the registry never
+//! borrows the sidecar.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+use std::sync::atomic::AtomicU64;
+use tlc_codec::Codec;
+
+use super::families::DirectionCodec;
+use crate::policy::Direction;
+use crate::sidecar::stats::Stats;
+use crate::sidecar::Sidecar;
+
+/// Per-tensor series kept: the tensors with the most raw bytes. Bounds
+/// the label set however many tensors a model has.
+pub const TOP_TENSORS: usize = 20;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct FallbackSide {
+    side: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DirectionLabel {
+    direction: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct TableLabel {
+    table: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct SideLabel {
+    side: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct TensorLabels {
+    direction: &'static str,
+    tensor: String,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// The registry of one scrape of `sidecar`, every name prefixed `tlc_`.
+pub fn registry(sidecar: &Sidecar) -> Registry {
+    let mut registry = Registry::with_prefix("tlc");
+    registry.register(
+        "build",
+        "The tlcd build: its version",
+        Info::new([("version", env!("CARGO_PKG_VERSION"))]),
+    );
+    sidecar.stats.families().register(&mut registry);
+    register_totals(&mut registry, &sidecar.stats);
+    register_policy(&mut registry, sidecar);
+    register_tables(&mut registry, sidecar);
+    register_tensors(&mut registry, sidecar);
+    registry
+}
+
+/// Counters the data path keeps as plain atomics (for the shutdown log
+/// and the admin API), read now.
+fn register_totals(registry: &mut Registry, stats: &Stats) {
+    let passthrough = Family::<ReasonLabel, Counter>::default();
+    for (reason, n) in stats.passed_by_reason() {
+        passthrough.get_or_create(&ReasonLabel { reason }).inc_by(n);
+    }
+    registry.register(
+        "passthrough",
+        "RecvTensor responses left uncompressed, by reason",
+        passthrough,
+    );
+    let fallbacks = Family::<FallbackSide, Counter>::default();
+    for (side, counter) in [
+        ("fetched", &stats.fallbacks),
+        ("served", &stats.fallbacks_served),
+    ] {
+        fallbacks
+            .get_or_create(&FallbackSide { side })
+            .inc_by(Stats::get(counter));
+    }
+    registry.register(
+        "fallbacks",
+        "Original responses fetched after a decode failure (fetched) or sent to a peer (served)",
+        fallbacks,
+    );
+}
+
+/// The codec of each direction before overrides, and 3LC's sparsity.
+fn register_policy(registry: &mut Registry, sidecar: &Sidecar) {
+    let policy = sidecar.policy();
+    let sparsity = Family::<DirectionLabel, FloatGauge>::default();
+    let mut codecs = Vec::new();
+    for direction in [Direction::Push, Direction::Pull] {
+        let codec = policy.codec_for(direction).codec;
+        codecs.push(DirectionCodec {
+            direction: direction.name(),
+            codec: codec.id().name(),
+        });
+        // Only 3LC has an s: other codecs leave the series out rather
+        // than show a made-up value.
+        if let Codec::ThreeLc { sparsity: s } = codec {
+            sparsity
+                .get_or_create(&DirectionLabel {
+                    direction: direction.name(),
+                })
+                .set(f64::from(s.get()));
+        }
+    }
+    registry.register(
+        "sparsity",
+        "3LC sparsity multiplier s of the direction's codec (absent if that codec is not 3lc)",
+        sparsity,
+    );
+    registry.register_collector(Box::new(PolicyCodecs(codecs)));
+}
+
+/// `tlc_policy_codec_info{direction, codec} 1`: an info family with one
+/// series per direction, which prometheus-client's `Info` (one label set
+/// per family) cannot express.
+#[derive(Debug)]
+struct PolicyCodecs(Vec<DirectionCodec>);
+
+impl Collector for PolicyCodecs {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut family = encoder.encode_descriptor(
+            "policy_codec",
+            "The codec each direction uses unless an override says otherwise.",
+            None,
+            MetricType::Info,
+        )?;
+        for labels in &self.0 {
+            family.encode_info(labels)?;
+        }
+        Ok(())
+    }
+}
+
+/// Sizes of the three context tables, and how far replicas got.
+fn register_tables(registry: &mut Registry, sidecar: &Sidecar) {
+    let contexts = Family::<TableLabel, Gauge>::default();
+    let memory = Family::<TableLabel, Gauge>::default();
+    for (table, stats) in [
+        ("push", sidecar.push.stats()),
+        ("pull", sidecar.pull.stats()),
+        ("replica", sidecar.replicas.table().stats()),
+    ] {
+        let label = TableLabel { table };
+        contexts
+            .get_or_create(&label)
+            .set(saturating_i64(stats.contexts as u64));
+        memory
+            .get_or_create(&label)
+            .set(saturating_i64(stats.memory_bytes as u64));
+    }
+    registry.register(
+        "contexts",
+        "Tensor contexts held: push (error buffers), pull (sources), replica (requester replicas)",
+        contexts,
+    );
+    registry.register_with_unit(
+        "context_memory",
+        "Memory held by each context table, as last measured",
+        Unit::Bytes,
+        memory,
+    );
+    let now = Instant::now();
+    let holder = sidecar
+        .pull
+        .snapshot(now, |source| source.state().map(|s| s.version))
+        .into_iter()
+        .filter_map(|l| l.summary)
+        .max();
+    let requester = sidecar
+        .replicas
+        .table()
+        .snapshot(now, |replica| replica.state().map(|s| s.version))
+        .into_iter()
+        .filter_map(|l| l.summary)
+        .max();
+    let versions = Family::<SideLabel, Gauge>::default();
+    for (side, max) in [("holder", holder), ("requester", requester)] {
+        // No replica yet: no series, rather than a version 0 that never was.
+        if let Some(max) = max {
+            versions
+                .get_or_create(&SideLabel { side })
+                .set(saturating_i64(max));
+        }
+    }
+    registry.register(
+        "replica_version_max",
+        "Highest version among pull replicas: the holder's sources or the requester's replicas",
+        versions,
+    );
+}
+
+/// Bytes per tensor on the encoding side, for the [`TOP_TENSORS`] largest.
+fn register_tensors(registry: &mut Registry, sidecar: &Sidecar) {
+    let now = Instant::now();
+    let mut rows: Vec<TensorBytes> = Vec::new();
+    for listing in sidecar.push.snapshot(now, |c| c.counters()) {
+        rows.push(TensorBytes {
+            direction: Direction::Push.name(),
+            tensor: listing.key.tensor,
+            raw: listing.summary.raw_bytes,
+            wire: listing.summary.wire_bytes,
+        });
+    }
+    for listing in sidecar.pull.snapshot(now, |s| s.counters()) {
+        rows.push(TensorBytes {
+            direction: Direction::Pull.name(),
+            tensor: listing.key,
+            raw: listing.summary.raw_bytes,
+            wire: listing.summary.wire_bytes,
+        });
+    }
+    let raw = Family::<TensorLabels, Counter>::default();
+    let wire = Family::<TensorLabels, Counter>::default();
+    for row in top_tensors(rows, TOP_TENSORS) {
+        let labels = TensorLabels {
+            direction: row.direction,
+            tensor: row.tensor,
+        };
+        raw.get_or_create(&labels).inc_by(row.raw);
+        wire.get_or_create(&labels).inc_by(row.wire);
+    }
+    registry.register_with_unit(
+        "tensor_top_raw",
+        "Size as f32 of what each of the 20 largest tensors sent compressed (encoding side)",
+        Unit::Bytes,
+        raw,
+    );
+    registry.register_with_unit(
+        "tensor_top_wire",
+        "Size of the envelopes each of the 20 largest tensors sent (encoding side)",
+        Unit::Bytes,
+        wire,
+    );
+}
+
+/// One tensor's encoded bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TensorBytes {
+    direction: &'static str,
+    tensor: String,
+    raw: u64,
+    wire: u64,
+}
+
+/// The `n` tensors with the most raw bytes, after summing the contexts of
+/// one tensor (a gradient sent to several tasks has one push context per
+/// task). Ties go by name, so a scrape is deterministic.
+fn top_tensors(rows: Vec<TensorBytes>, n: usize) -> Vec<TensorBytes> {
+    let mut by_tensor: HashMap<(&'static str, String), (u64, u64)> = HashMap::new();
+    for row in rows {
+        let sums = by_tensor.entry((row.direction, row.tensor)).or_default();
+        sums.0 = sums.0.saturating_add(row.raw);
+        sums.1 = sums.1.saturating_add(row.wire);
+    }
+    let mut merged: Vec<TensorBytes> = by_tensor
+        .into_iter()
+        .map(|((direction, tensor), (raw, wire))| TensorBytes {
+            direction,
+            tensor,
+            raw,
+            wire,
+        })
+        .collect();
+    merged.sort_by(|a, b| {
+        b.raw
+            .cmp(&a.raw)
+            .then_with(|| a.tensor.cmp(&b.tensor))
+            .then_with(|| a.direction.cmp(b.direction))
+    });
+    merged.truncate(n);
+    merged
+}
+
+/// Gauges are `i64`; a count beyond that would be a bug, not a reason to wrap.
+fn saturating_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(direction: &'static str, tensor: &str, raw: u64) -> TensorBytes {
+        TensorBytes {
+            direction,
+            tensor: tensor.into(),
+            raw,
+            wire: raw / 10,
+        }
+    }
+
+    #[test]
+    fn top_tensors_sums_contexts_and_keeps_the_largest() {
+        let rows = vec![
+            row("push", "a", 100),
+            row("push", "b", 300),
+            row("push", "a", 250), // a second task's context of "a"
+            row("pull", "a", 50),
+            row("pull", "c", 300),
+        ];
+        let top = top_tensors(rows, 3);
+        let got: Vec<_> = top
+            .iter()
+            .map(|r| (r.direction, r.tensor.as_str(), r.raw, r.wire))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("push", "a", 350, 35),
+                ("push", "b", 300, 30),
+                ("pull", "c", 300, 30),
+            ]
+        );
+    }
+
+    #[test]
+    fn top_tensors_bounds_the_series() {
+        let rows = (0..100).map(|i| row("push", &format!("t{i}"), i)).collect();
+        let top = top_tensors(rows, TOP_TENSORS);
+        assert_eq!(top.len(), TOP_TENSORS);
+        assert_eq!(top[0].tensor, "t99");
+        assert_eq!(top[TOP_TENSORS - 1].tensor, "t80");
+    }
+}

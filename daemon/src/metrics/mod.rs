@@ -1,0 +1,75 @@
+//! Prometheus metrics of a sidecar, as OpenMetrics text on `GET /metrics`
+//! (`[metrics] listen`, default `0.0.0.0:15090`), and the per-call
+//! tracing of `RecvTensor`.
+//!
+//! - [`families`]: the labelled counters and histograms the data path
+//!   updates (kept in [`Stats`](crate::sidecar::stats::Stats));
+//! - [`collect`]: what a scrape reads from the sidecar's state;
+//! - [`calls`]: the span, outcome and latency of each `RecvTensor` call;
+//! - [`http`]: the endpoint.
+//!
+//! Every name starts with `tlc_`. "Encoding side" is the sidecar next to
+//! the task that holds a tensor (it compresses, listener role `inbound`);
+//! "decoding side" the one next to the task that asks for it (`outbound`).
+//! Label values are fixed by tlcd (directions, codec names, reasons),
+//! except `tensor` in the two `tlc_tensor_top_*` families, which hold
+//! [`collect::TOP_TENSORS`] tensors at most.
+//!
+//! | metric | type | labels | meaning |
+//! |---|---|---|---|
+//! | `tlc_tensor_raw_bytes_total` | counter | `direction`, `codec` | encoding side: size as f32 of the tensors sent compressed |
+//! | `tlc_tensor_wire_bytes_total` | counter | `direction`, `codec` | encoding side: size of the envelopes sent in their place |
+//! | `tlc_frames_total` | counter | `direction`, `codec` | encoding side: tensors sent compressed (one envelope each) |
+//! | `tlc_encode_seconds` | histogram | `direction`, `codec` | encoding side: codec work per tensor, under the context's lock (push: error feedback and codec; pull: replica update, delta encode and the envelope) |
+//! | `tlc_decode_seconds` | histogram | `direction`, `codec` | decoding side: envelope to tensor content (push: decode; pull: apply to the replica and copy out) |
+//! | `tlc_restored_total` | counter | `direction` | decoding side: compressed responses restored for TensorFlow |
+//! | `tlc_decode_failures_total` | counter | `direction` | decoding side: envelopes that could not be used |
+//! | `tlc_fallbacks_total` | counter | `side` = `fetched`, `served` | original responses fetched after a decode failure / sent to a peer that asked |
+//! | `tlc_passthrough_total` | counter | `reason` | responses left uncompressed (`small`, `policy_skip`, `request_unreadable`, `not_float`, `codec_refused`, ...) |
+//! | `tlc_keyframes_total` | counter | `side` = `holder`, `requester` | pull keyframes (whole replicas) served / applied |
+//! | `tlc_recv_tensor_seconds` | histogram | `role` = `inbound`, `outbound`; `outcome` = `compressed`, `restored`, `passed`, `fallback`, `error` | latency of a `RecvTensor` call through the sidecar |
+//! | `tlc_config_reloads_total` | counter | `result` = `ok`, `error` | configuration reloads applied / refused |
+//! | `tlc_sparsity` | gauge | `direction` | 3LC's `s` of the direction's codec (before overrides); absent when that codec is not `3lc` |
+//! | `tlc_policy_codec_info` | info | `direction`, `codec` | the direction's codec before overrides |
+//! | `tlc_contexts` | gauge | `table` = `push`, `pull`, `replica` | contexts held |
+//! | `tlc_context_memory_bytes` | gauge | `table` | their memory, as last measured |
+//! | `tlc_replica_version_max` | gauge | `side` = `holder`, `requester` | highest replica version among pull sources / replicas; absent while there is none |
+//! | `tlc_tensor_top_raw_bytes_total` | counter | `direction`, `tensor` | encoding side, per tensor, for the 20 tensors with the most raw bytes |
+//! | `tlc_tensor_top_wire_bytes_total` | counter | `direction`, `tensor` | the same tensors' envelope bytes |
+//! | `tlc_build_info` | info | `version` | 1 |
+//!
+//! `codec` on the encoding side is the codec the policy chose for the
+//! tensor; pull keyframes (sent losslessly) count under it too, so the
+//! bytes say what running that codec costs. On the decoding side it is the
+//! codec of the envelope's first frame: `none` for keyframes and for
+//! empty chains (the replica was up to date).
+//!
+//! `tlc_recv_tensor_seconds` runs from the moment the proxy hands the call
+//! to the sidecar (request head read) to the moment the response head is
+//! ready to go back: reading the request body, the call upstream, and when
+//! a response is compressed or restored, reading all of it and the codec
+//! work. Responses streamed through unchanged stop the clock at their
+//! head, so `passed` measures time to first byte. `error` is an error
+//! tlcd answered with or one visible in the response head; an error
+//! TensorFlow sends in trailers after a streamed body counts as `passed`.
+//!
+//! The per-tensor counters sum a tensor's live contexts (one per task a
+//! gradient goes to): they restart from 0 when a context is evicted and
+//! made again, which Prometheus reads as a counter reset.
+
+pub mod calls;
+pub mod collect;
+pub mod families;
+pub mod http;
+
+pub use http::{handle, handler, serve, CONTENT_TYPE, PATH};
+
+use crate::sidecar::Sidecar;
+
+/// The OpenMetrics text of `sidecar` now, ending in `# EOF`.
+pub fn render(sidecar: &Sidecar) -> Result<String, std::fmt::Error> {
+    let registry = collect::registry(sidecar);
+    let mut text = String::with_capacity(16 * 1024);
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    Ok(text)
+}
