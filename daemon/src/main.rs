@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use std::sync::Arc;
 use serde_json::json;
+use std::sync::Arc;
 use tlc_daemon::admin::{Admin, Readiness};
 use tlc_daemon::config::layers::{FlagValue, Layers, Resolved};
 use tlc_daemon::config::{LogFormat, Role, Route};
@@ -233,21 +233,36 @@ fn run(args: Args) -> Result<()> {
             let listener = TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("admin API: cannot listen on {addr} (admin.listen)"))?;
-            let admin = Arc::new(Admin::new(control.clone(), readiness.clone(), config.listeners()));
-            tokio::spawn(http_server::serve(listener, admin.handler(), endpoints.clone()));
+            let admin = Arc::new(Admin::new(
+                control.clone(),
+                readiness.clone(),
+                config.listeners(),
+            ));
+            tokio::spawn(http_server::serve(
+                listener,
+                admin.handler(),
+                endpoints.clone(),
+            ));
             info!(%addr, "admin API listening");
         }
         if let Some(addr) = config.metrics.address("metrics")? {
             let listener = TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("metrics: cannot listen on {addr} (metrics.listen)"))?;
-            // METRICS: tokio::spawn(tlc_daemon::metrics::serve(listener, sidecar.clone(), endpoints.clone()));
-            drop(listener);
+            tokio::spawn(tlc_daemon::metrics::serve(
+                listener,
+                sidecar.clone(),
+                endpoints.clone(),
+            ));
             info!(%addr, "Prometheus metrics listening on /metrics");
         }
         let proxy = Proxy::start(&config, sidecar.clone()).await?;
         readiness.set_listening();
-        tokio::spawn(watch::watch(control.clone(), watch::POLL_INTERVAL, endpoints.clone()));
+        tokio::spawn(watch::watch(
+            control.clone(),
+            watch::POLL_INTERVAL,
+            endpoints.clone(),
+        ));
         // Contexts are bounded by age and memory; check every few seconds.
         let housekeeping = sidecar.clone();
         tokio::spawn(async move {

@@ -67,7 +67,11 @@ pub struct Admin {
 
 impl Admin {
     /// An admin API over `control`, for a sidecar with `listeners`.
-    pub fn new(control: Arc<Control>, readiness: Arc<Readiness>, listeners: Vec<Listener>) -> Admin {
+    pub fn new(
+        control: Arc<Control>,
+        readiness: Arc<Readiness>,
+        listeners: Vec<Listener>,
+    ) -> Admin {
         Admin {
             control,
             readiness,
@@ -198,9 +202,15 @@ async fn body<T: DeserializeOwned>(request: Request<Incoming>) -> Result<T, Fail
     let bytes = Limited::new(request.into_body(), MAX_BODY)
         .collect()
         .await
-        .map_err(|e| (StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}")))?
+        .map_err(|e| {
+            (
+                StatusCode::BAD_REQUEST,
+                format!("cannot read the request body: {e}"),
+            )
+        })?
         .to_bytes();
-    serde_json::from_slice(&bytes).map_err(|e| (StatusCode::BAD_REQUEST, format!("request body: {e}")))
+    serde_json::from_slice(&bytes)
+        .map_err(|e| (StatusCode::BAD_REQUEST, format!("request body: {e}")))
 }
 
 fn reply(status: StatusCode, value: &Value) -> Response<Full<Bytes>> {

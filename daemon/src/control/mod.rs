@@ -213,14 +213,14 @@ impl Control {
         match &result {
             Ok(_) => {
                 self.reloads_ok.fetch_add(1, Ordering::Relaxed);
-                // METRICS: self.sidecar.stats.config_reloaded(true);
+                self.sidecar.stats.config_reloaded(true);
                 info!("configuration reloaded");
             }
             Err(err) => {
                 let mut stats = self.reloads.lock().unwrap_or_else(|e| e.into_inner());
                 stats.failed += 1;
                 stats.last_error = Some(err.to_string());
-                // METRICS: self.sidecar.stats.config_reloaded(false);
+                self.sidecar.stats.config_reloaded(false);
                 warn!(error = %err, "configuration reload refused; the running configuration stays");
             }
         }
