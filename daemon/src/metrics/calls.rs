@@ -7,11 +7,12 @@
 //! response is), so a call that passes through early still has a span.
 //! With debug logging off the span is disabled and costs a level check.
 
+use std::future::Future;
 use std::time::Instant;
 
 use http::{Response, StatusCode};
 use tracing::field::Empty;
-use tracing::Span;
+use tracing::{Instrument, Span};
 
 use super::families::{role_name, Outcome};
 use crate::config::Role;
@@ -73,6 +74,30 @@ pub fn outcome_of<B>(response: &Response<B>) -> Outcome {
     } else {
         Outcome::Passed
     }
+}
+
+/// Runs `respond` for one RecvTensor call on a `role` listener inside the
+/// call's span, and counts its latency and outcome when it returns the
+/// response head.
+pub async fn measured<B, Fut>(
+    stats: &Stats,
+    role: Role,
+    respond: impl FnOnce(Span) -> Fut,
+) -> Response<B>
+where
+    Fut: Future<Output = (Response<B>, Outcome)>,
+{
+    let started = Instant::now();
+    let span = span(role);
+    let (response, outcome) = respond(span.clone()).instrument(span.clone()).await;
+    finish(stats, role, &span, outcome, started);
+    response
+}
+
+/// A response the sidecar did not change, with its outcome.
+pub fn unchanged<B>(response: Response<B>) -> (Response<B>, Outcome) {
+    let outcome = outcome_of(&response);
+    (response, outcome)
 }
 
 #[cfg(test)]

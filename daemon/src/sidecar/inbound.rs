@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
-use tracing::{debug, Instrument, Span};
+use tracing::{debug, Span};
 
 use super::request_key::{self, TensorCall};
 use super::tensor_bytes;
@@ -35,19 +35,10 @@ pub async fn recv_tensor(
     upstream: &Upstream,
     request: Request<ProxyBody>,
 ) -> Response<ProxyBody> {
-    let started = Instant::now();
-    let span = calls::span(Role::Inbound);
-    let (response, outcome) = respond(sidecar, upstream, request, &span)
-        .instrument(span.clone())
-        .await;
-    calls::finish(&sidecar.stats, Role::Inbound, &span, outcome, started);
-    response
-}
-
-/// A response the sidecar did not change, with its outcome.
-fn unchanged(response: Response<ProxyBody>) -> (Response<ProxyBody>, Outcome) {
-    let outcome = calls::outcome_of(&response);
-    (response, outcome)
+    calls::measured(&sidecar.stats, Role::Inbound, |span| async move {
+        respond(sidecar, upstream, request, &span).await
+    })
+    .await
 }
 
 async fn respond(
@@ -57,7 +48,7 @@ async fn respond(
     span: &Span,
 ) -> (Response<ProxyBody>, Outcome) {
     if !peer::is_peer(request.headers()) {
-        return unchanged(forward(upstream, request).await);
+        return calls::unchanged(forward(upstream, request).await);
     }
     let replica = request
         .headers()
@@ -79,17 +70,17 @@ async fn respond(
     let response = forward(upstream, request).await;
     let Some(call) = call else {
         sidecar.stats.passed("request_unreadable");
-        return unchanged(response);
+        return calls::unchanged(response);
     };
     calls::record_call(span, &call);
     if policy.never_compresses(call.direction, &call.tensor) {
         // Nothing to decide from the response: stream it through.
         sidecar.stats.passed("policy_skip");
-        return unchanged(response);
+        return calls::unchanged(response);
     }
     // An error from TensorFlow (a trailers-only response) passes as it is.
     if response.status() != http::StatusCode::OK || response.headers().contains_key("grpc-status") {
-        return unchanged(response);
+        return calls::unchanged(response);
     }
     let (mut parts, response_body) = response.into_parts();
     let collected = match body::collect(response_body, MAX_RESPONSE).await {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Request, Response};
-use tracing::{warn, Instrument, Span};
+use tracing::{warn, Span};
 
 use super::request_key::{self, TensorCall};
 use super::{fallback, tensor_bytes, Sidecar, MAX_RESPONSE};
@@ -38,19 +38,10 @@ pub async fn recv_tensor(
     upstream: &Upstream,
     request: Request<ProxyBody>,
 ) -> Response<ProxyBody> {
-    let started = Instant::now();
-    let span = calls::span(Role::Outbound);
-    let (response, outcome) = respond(sidecar, upstream, request, &span)
-        .instrument(span.clone())
-        .await;
-    calls::finish(&sidecar.stats, Role::Outbound, &span, outcome, started);
-    response
-}
-
-/// A response the sidecar did not change, with its outcome.
-fn unchanged(response: Response<ProxyBody>) -> (Response<ProxyBody>, Outcome) {
-    let outcome = calls::outcome_of(&response);
-    (response, outcome)
+    calls::measured(&sidecar.stats, Role::Outbound, |span| async move {
+        respond(sidecar, upstream, request, &span).await
+    })
+    .await
 }
 
 async fn respond(
@@ -68,7 +59,7 @@ async fn respond(
         // Not a request we understand: no peer announced, nothing changed.
         sidecar.stats.passed("request_unreadable");
         let request = Request::from_parts(parts, peeked.into_body());
-        return unchanged(forward(upstream, request).await);
+        return calls::unchanged(forward(upstream, request).await);
     };
     calls::record_call(span, &call);
     let replica_key = replica_key(&call);
@@ -88,7 +79,7 @@ async fn respond(
     let response = forward(upstream, Request::from_parts(parts, peeked.into_body())).await;
     if !peer::has_envelope(response.headers()) {
         // Not compressed: stream it through untouched.
-        return unchanged(response);
+        return calls::unchanged(response);
     }
     let (mut parts, response_body) = response.into_parts();
     peer::strip(&mut parts.headers);
