@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use serde_json::json;
 use std::sync::Arc;
-use tlc_daemon::admin::{Admin, Readiness};
+use tlc_daemon::admin::{self, Admin, Readiness};
 use tlc_daemon::config::layers::{FlagValue, Layers, Resolved};
 use tlc_daemon::config::{LogFormat, Role, Route};
 use tlc_daemon::control::log::LogControl;
@@ -249,12 +249,12 @@ fn run(args: Args) -> Result<()> {
             let listener = TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("metrics: cannot listen on {addr} (metrics.listen)"))?;
-            tokio::spawn(tlc_daemon::metrics::serve(
-                listener,
-                sidecar.clone(),
-                endpoints.clone(),
-            ));
-            info!(%addr, "Prometheus metrics listening on /metrics");
+            let handler = admin::with_probes(
+                readiness.clone(),
+                tlc_daemon::metrics::handler(sidecar.clone()),
+            );
+            tokio::spawn(http_server::serve(listener, handler, endpoints.clone()));
+            info!(%addr, "Prometheus metrics on /metrics, probes on /healthz and /readyz");
         }
         let proxy = Proxy::start(&config, sidecar.clone()).await?;
         readiness.set_listening();

@@ -92,18 +92,12 @@ impl Admin {
         let method = request.method().clone();
         let path = request.uri().path().to_string();
         let query = request.uri().query().unwrap_or("").to_string();
+        if method == Method::GET {
+            if let Some(response) = probe(&self.readiness, &path) {
+                return response;
+            }
+        }
         let result = match (method.clone(), path.as_str()) {
-            (Method::GET, "/healthz") => {
-                return http_server::response(StatusCode::OK, "text/plain", Bytes::from_static(b"ok\n"))
-            }
-            (Method::GET, "/readyz") => {
-                let reasons = self.readiness.reasons();
-                if reasons.is_empty() {
-                    Ok(json!({"ready": true}))
-                } else {
-                    return reply(StatusCode::SERVICE_UNAVAILABLE, &json!({"ready": false, "reasons": reasons}));
-                }
-            }
             (Method::GET, "/v1/status") => Ok(self.status()),
             (Method::GET, "/v1/config") => Ok(views::config(&self.control.current())),
             (Method::PATCH, "/v1/config") => match body::<BTreeMap<String, Value>>(request).await {
@@ -184,6 +178,44 @@ impl Admin {
     }
 }
 
+/// The answer to a Kubernetes probe (`GET /healthz`: the process serves;
+/// `GET /readyz`: listeners bound and not draining), or `None` for other paths.
+pub fn probe(readiness: &Readiness, path: &str) -> Option<Response<Full<Bytes>>> {
+    match path {
+        "/healthz" => Some(http_server::response(
+            StatusCode::OK,
+            "text/plain",
+            Bytes::from_static(b"ok\n"),
+        )),
+        "/readyz" => {
+            let reasons = readiness.reasons();
+            Some(if reasons.is_empty() {
+                reply(StatusCode::OK, &json!({"ready": true}))
+            } else {
+                reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &json!({"ready": false, "reasons": reasons}),
+                )
+            })
+        }
+        _ => None,
+    }
+}
+
+/// `inner` (the metrics endpoint) with the probes in front: kubelet probes
+/// reach the pod's address, not its loopback, so they are served on the
+/// read-only port too.
+pub fn with_probes(readiness: Arc<Readiness>, inner: Handler) -> Handler {
+    Arc::new(move |request| {
+        if request.method() == Method::GET {
+            if let Some(response) = probe(&readiness, request.uri().path()) {
+                return Box::pin(async move { response });
+            }
+        }
+        inner(request)
+    })
+}
+
 /// The body of `PUT /v1/log-level`.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -217,4 +249,48 @@ fn reply(status: StatusCode, value: &Value) -> Response<Full<Bytes>> {
     let mut text = serde_json::to_vec_pretty(value).unwrap_or_else(|_| b"{}".to_vec());
     text.push(b'\n');
     http_server::response(status, "application/json", Bytes::from(text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_util::sync::CancellationToken;
+
+    async fn get(addr: std::net::SocketAddr, path: &str) -> String {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
+    #[tokio::test]
+    async fn probes_answer_in_front_of_the_metrics() {
+        let readiness = Arc::new(Readiness::default());
+        let inner: Handler = Arc::new(|_request| {
+            Box::pin(async {
+                http_server::response(StatusCode::OK, "text/plain", Bytes::from_static(b"metrics"))
+            })
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        tokio::spawn(http_server::serve(
+            listener,
+            with_probes(readiness.clone(), inner),
+            shutdown.clone(),
+        ));
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+        let not_yet = get(addr, "/readyz").await;
+        assert!(not_yet.starts_with("HTTP/1.1 503"), "{not_yet}");
+        assert!(not_yet.contains("listeners not bound yet"), "{not_yet}");
+        readiness.set_listening();
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        assert!(get(addr, "/metrics").await.ends_with("metrics"));
+        readiness.set_draining();
+        assert!(get(addr, "/readyz").await.contains("draining for shutdown"));
+        shutdown.cancel();
+    }
 }
