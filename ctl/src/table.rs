@@ -9,6 +9,14 @@ pub enum Align {
     Right,
 }
 
+/// The columns of a table whose text columns, aligned left, come before
+/// its number columns, aligned right.
+pub fn columns<'a>(text: &[&'a str], numbers: &[&'a str]) -> Vec<(&'a str, Align)> {
+    let left = text.iter().map(|name| (*name, Align::Left));
+    let right = numbers.iter().map(|name| (*name, Align::Right));
+    left.chain(right).collect()
+}
+
 /// Renders a header and rows, two spaces between columns, no trailing spaces.
 pub fn render(columns: &[(&str, Align)], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = columns.iter().map(|(name, _)| name.len()).collect();
@@ -57,5 +65,14 @@ mod tests {
             ],
         );
         assert_eq!(text, "name     n\na      100\nbcdef    2\n");
+    }
+
+    #[test]
+    fn text_columns_then_number_columns() {
+        assert_eq!(
+            columns(&["a", "b"], &["n"]),
+            [("a", Align::Left), ("b", Align::Left), ("n", Align::Right)]
+        );
+        assert_eq!(columns(&["a"], &[]), [("a", Align::Left)]);
     }
 }

@@ -4,51 +4,23 @@
 mod common;
 mod fake_admin;
 
+use fake_admin::tlcctl::parse_json;
 use fake_admin::{FakeAdmin, Reply};
 use serde_json::{json, Value};
-
-fn run(args: &[&str]) -> (i32, String, String) {
-    let output = common::tlcctl()
-        .env_remove("TLC_ADMIN")
-        .args(args)
-        .output()
-        .expect("run tlcctl");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8(output.stdout).expect("utf-8"),
-        String::from_utf8(output.stderr).expect("utf-8"),
-    )
-}
-
-/// A policy endpoint that reports `changed` and records the body.
-fn policy_server() -> FakeAdmin {
-    FakeAdmin::routes(vec![(
-        "POST",
-        "/v1/policy",
-        200,
-        json!({"changed": ["policy.push.sparsity"], "policy": {"push": {"codec": "3lc", "sparsity": 1.75}}}),
-    )])
-}
 
 /// Runs `set ARGS` against a fresh policy server and returns the JSON body
 /// it received.
 fn policy_body(args: &[&str]) -> Value {
-    let server = policy_server();
+    let server = FakeAdmin::policy();
     let mut all = vec!["set"];
     all.extend_from_slice(args);
-    all.extend_from_slice(&["--admin", server.addr()]);
-    let (code, stdout, stderr) = run(&all);
+    let (code, stdout, stderr) = server.run(&all);
     assert_eq!(code, 0, "{args:?}: {stderr}");
     assert_eq!(
         stdout,
         format!("{}: ok (changed policy.push.sparsity)\n", server.addr())
     );
-    let request = server.only_request();
-    assert_eq!(
-        (request.method.as_str(), request.path.as_str()),
-        ("POST", "/v1/policy")
-    );
-    request.json()
+    server.only_request_to("POST", "/v1/policy").json()
 }
 
 #[test]
@@ -93,8 +65,8 @@ fn set_sends_exactly_what_was_asked() {
 
 #[test]
 fn an_integer_stays_an_integer() {
-    let server = policy_server();
-    let (code, _, stderr) = run(&["set", "codec", "topk", "--k", "5", "--admin", server.addr()]);
+    let server = FakeAdmin::policy();
+    let (code, _, stderr) = server.run(&["set", "codec", "topk", "--k", "5"]);
     assert_eq!(code, 0, "{stderr}");
     // `5`, not `5.0`: a daemon reading k as an integer must accept it.
     assert_eq!(server.only_request().body, r#"{"codec":"topk","k":5}"#);
@@ -102,7 +74,7 @@ fn an_integer_stays_an_integer() {
 
 #[test]
 fn syntax_errors_are_usage_errors_and_send_nothing() {
-    let server = policy_server();
+    let server = FakeAdmin::policy();
     for args in [
         vec!["set", "sparsity", "abc"],
         vec!["set", "sparsity", "NaN"],
@@ -114,9 +86,7 @@ fn syntax_errors_are_usage_errors_and_send_nothing() {
         vec!["config", "set", "no-equals-sign"],
         vec!["config", "set"],
     ] {
-        let mut all = args.clone();
-        all.extend_from_slice(&["--admin", server.addr()]);
-        let (code, _, stderr) = run(&all);
+        let (code, _, stderr) = server.run(&args);
         assert_eq!(code, 2, "{args:?}: {stderr}");
     }
     assert!(server.requests().is_empty());
@@ -124,13 +94,12 @@ fn syntax_errors_are_usage_errors_and_send_nothing() {
 
 #[test]
 fn range_checks_are_the_daemons() {
-    let server = FakeAdmin::routes(vec![(
+    let server = FakeAdmin::refusing(
         "POST",
         "/v1/policy",
-        400,
-        json!({"error": "sparsity 2.5 is out of range [1.0, 2.0)"}),
-    )]);
-    let (code, stdout, stderr) = run(&["set", "sparsity", "2.5", "--admin", server.addr()]);
+        "sparsity 2.5 is out of range [1.0, 2.0)",
+    );
+    let (code, stdout, stderr) = server.run(&["set", "sparsity", "2.5"]);
     assert_eq!(code, 1);
     assert_eq!(stdout, "");
     assert_eq!(
@@ -143,42 +112,34 @@ fn range_checks_are_the_daemons() {
     assert_eq!(server.only_request().json(), json!({"sparsity": 2.5}));
 
     // Negative numbers reach the daemon too, rather than being taken for flags.
-    let (code, _, stderr) = run(&["set", "sparsity", "-1", "--admin", server.addr()]);
+    let (code, _, stderr) = server.run(&["set", "sparsity", "-1"]);
     assert_eq!(code, 1, "{stderr}");
     assert_eq!(server.requests()[1].json(), json!({"sparsity": -1}));
 }
 
 #[test]
 fn config_set_patches_by_key_and_shows_the_result() {
-    let server = FakeAdmin::routes(vec![(
+    let server = FakeAdmin::answering(
         "PATCH",
         "/v1/config",
-        200,
         json!({
             "config": {"policy": {"min_bytes": 65536, "push": {"codec": "3lc", "sparsity": 1.75},
                                   "overrides": [{"tensor": "*emb*", "skip": true}]}},
             "sources": {"policy.push.sparsity": "api", "policy.min_bytes": "default",
                         "policy.overrides": "api"}
         }),
-    )]);
-    let (code, stdout, stderr) = run(&[
+    );
+    let (code, stdout, stderr) = server.run(&[
         "config",
         "set",
         "policy.push.sparsity=1.75",
         "policy.min_bytes=null",
         "policy.push.codec=3lc",
         r#"policy.overrides=[{"tensor":"*emb*","skip":true}]"#,
-        "--admin",
-        server.addr(),
     ]);
     assert_eq!(code, 0, "{stderr}");
-    let request = server.only_request();
     assert_eq!(
-        (request.method.as_str(), request.path.as_str()),
-        ("PATCH", "/v1/config")
-    );
-    assert_eq!(
-        request.json(),
+        server.only_request_to("PATCH", "/v1/config").json(),
         json!({"policy.push.sparsity": 1.75, "policy.min_bytes": null, "policy.push.codec": "3lc",
                "policy.overrides": [{"tensor": "*emb*", "skip": true}]})
     );
@@ -195,43 +156,19 @@ fn config_set_patches_by_key_and_shows_the_result() {
 #[test]
 fn config_set_refusal_is_printed_verbatim() {
     let message = "policy.push.sparsity = 2.5: sparsity 2.5 is out of range [1.0, 2.0)";
-    let server = FakeAdmin::routes(vec![(
-        "PATCH",
-        "/v1/config",
-        400,
-        json!({"error": message}),
-    )]);
-    let (code, _, stderr) = run(&[
-        "config",
-        "set",
-        "policy.push.sparsity=2.5",
-        "--admin",
-        server.addr(),
-    ]);
+    let server = FakeAdmin::refusing("PATCH", "/v1/config", message);
+    let (code, _, stderr) = server.run(&["config", "set", "policy.push.sparsity=2.5"]);
     assert_eq!(code, 1);
     assert_eq!(stderr, format!("{}: error: {message}\n", server.addr()));
 }
 
 #[test]
 fn reload_posts_without_a_body() {
-    let server = FakeAdmin::routes(vec![(
-        "POST",
-        "/v1/reload",
-        200,
-        json!({"config": {}, "sources": {}}),
-    )]);
-    let (code, stdout, stderr) = run(&["reload", "--admin", server.addr()]);
+    let server = FakeAdmin::answering("POST", "/v1/reload", json!({"config": {}, "sources": {}}));
+    let (code, stdout, stderr) = server.run(&["reload"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stdout, format!("{}: ok (reloaded)\n", server.addr()));
-    let request = server.only_request();
-    assert_eq!(
-        (
-            request.method.as_str(),
-            request.path.as_str(),
-            request.body.as_str()
-        ),
-        ("POST", "/v1/reload", "")
-    );
+    assert_eq!(server.only_request_to("POST", "/v1/reload").body, "");
 }
 
 #[test]
@@ -244,31 +181,21 @@ fn log_level_puts_the_filter() {
         Reply::json(200, json!({ "filter": filter }))
     });
     let filter = "info,tlc_daemon::sidecar=debug";
-    let (code, stdout, stderr) = run(&["log-level", filter, "--admin", server.addr()]);
+    let (code, stdout, stderr) = server.run(&["log-level", filter]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stdout, format!("{}: ok (filter {filter})\n", server.addr()));
-    let request = server.only_request();
     assert_eq!(
-        (request.method.as_str(), request.path.as_str()),
-        ("PUT", "/v1/log-level")
+        server.only_request_to("PUT", "/v1/log-level").json(),
+        json!({ "filter": filter })
     );
-    assert_eq!(request.json(), json!({ "filter": filter }));
 }
 
 #[test]
 fn change_in_json_has_the_same_envelope() {
-    let server = policy_server();
-    let (code, stdout, stderr) = run(&[
-        "set",
-        "sparsity",
-        "1.75",
-        "-o",
-        "json",
-        "--admin",
-        server.addr(),
-    ]);
+    let server = FakeAdmin::policy();
+    let (code, stdout, stderr) = server.run(&["set", "sparsity", "1.75", "-o", "json"]);
     assert_eq!(code, 0, "{stderr}");
-    let parsed: Value = serde_json::from_str(&stdout).expect("json");
+    let parsed = parse_json(&stdout);
     assert_eq!(parsed["results"][0]["target"], server.addr());
     assert_eq!(parsed["results"][0]["ok"], true);
     assert_eq!(

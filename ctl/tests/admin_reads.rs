@@ -4,34 +4,14 @@
 mod common;
 mod fake_admin;
 
+use fake_admin::tlcctl::{cells, parse_json, run, words};
 use fake_admin::{status, tensor, FakeAdmin};
 use serde_json::{json, Value};
 
-/// Runs tlcctl; returns exit code, stdout, stderr.
-fn run(args: &[&str]) -> (i32, String, String) {
-    let output = common::tlcctl()
-        .env_remove("TLC_ADMIN")
-        .args(args)
-        .output()
-        .expect("run tlcctl");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8(output.stdout).expect("utf-8"),
-        String::from_utf8(output.stderr).expect("utf-8"),
-    )
-}
-
-fn words(line: &str) -> Vec<&str> {
-    line.split("  ")
-        .map(str::trim)
-        .filter(|w| !w.is_empty())
-        .collect()
-}
-
 #[test]
 fn status_table_has_one_row_per_target() {
-    let a = FakeAdmin::routes(vec![("GET", "/v1/status", 200, status(251658240, 2893212))]);
-    let b = FakeAdmin::routes(vec![("GET", "/v1/status", 200, status(0, 0))]);
+    let a = FakeAdmin::answering("GET", "/v1/status", status(251658240, 2893212));
+    let b = FakeAdmin::answering("GET", "/v1/status", status(0, 0));
     let (code, stdout, stderr) = run(&["status", "--admin", a.addr(), "--admin", b.addr()]);
     assert_eq!(code, 0, "{stderr}");
     let lines: Vec<&str> = stdout.lines().collect();
@@ -67,26 +47,17 @@ fn status_table_has_one_row_per_target() {
         ]
     );
     assert!(lines[2].starts_with(b.addr()), "{stdout}");
-    let request = a.only_request();
-    assert_eq!(
-        (
-            request.method.as_str(),
-            request.path.as_str(),
-            request.body.as_str()
-        ),
-        ("GET", "/v1/status", "")
-    );
+    assert_eq!(a.only_request_to("GET", "/v1/status").body, "");
 }
 
 #[test]
 fn status_json_is_the_results_envelope() {
     let body = status(1, 1);
-    let a = FakeAdmin::routes(vec![("GET", "/v1/status", 200, body.clone())]);
-    let (code, stdout, stderr) = run(&["-o", "json", "status", "--admin", a.addr()]);
+    let a = FakeAdmin::answering("GET", "/v1/status", body.clone());
+    let (code, stdout, stderr) = a.run(&["-o", "json", "status"]);
     assert_eq!(code, 0, "{stderr}");
-    let parsed: Value = serde_json::from_str(&stdout).expect("json");
     assert_eq!(
-        parsed,
+        parse_json(&stdout),
         json!({"results": [{"target": a.addr(), "ok": true, "response": body}]})
     );
 }
@@ -115,10 +86,10 @@ fn config_body() -> Value {
 
 #[test]
 fn config_get_lists_every_leaf_with_its_source() {
-    let a = FakeAdmin::routes(vec![("GET", "/v1/config", 200, config_body())]);
-    let (code, stdout, stderr) = run(&["config", "get", "--admin", a.addr()]);
+    let a = FakeAdmin::answering("GET", "/v1/config", config_body());
+    let (code, stdout, stderr) = a.run(&["config", "get"]);
     assert_eq!(code, 0, "{stderr}");
-    let rows: Vec<Vec<&str>> = stdout.lines().map(words).collect();
+    let rows = cells(&stdout);
     assert_eq!(rows[0], ["KEY", "VALUE", "SOURCE"]);
     assert!(
         rows.contains(&vec!["drain_seconds", "30", "default"]),
@@ -145,12 +116,11 @@ fn config_get_lists_every_leaf_with_its_source() {
 
 #[test]
 fn config_get_key_filters_to_its_subtree() {
-    let a = FakeAdmin::routes(vec![("GET", "/v1/config", 200, config_body())]);
-    let (code, stdout, stderr) = run(&["config", "get", "policy.push", "--admin", a.addr()]);
+    let a = FakeAdmin::answering("GET", "/v1/config", config_body());
+    let (code, stdout, stderr) = a.run(&["config", "get", "policy.push"]);
     assert_eq!(code, 0, "{stderr}");
-    let rows: Vec<Vec<&str>> = stdout.lines().map(words).collect();
     assert_eq!(
-        rows,
+        cells(&stdout),
         [
             vec!["KEY", "VALUE", "SOURCE"],
             vec!["policy.push.codec", "3lc", "-"],
@@ -162,25 +132,16 @@ fn config_get_key_filters_to_its_subtree() {
         ]
     );
 
-    let (code, stdout, _) = run(&[
-        "config",
-        "get",
-        "policy.min_bytes",
-        "-o",
-        "json",
-        "--admin",
-        a.addr(),
-    ]);
+    let (code, stdout, _) = a.run(&["config", "get", "policy.min_bytes", "-o", "json"]);
     assert_eq!(code, 0);
-    let parsed: Value = serde_json::from_str(&stdout).expect("json");
     assert_eq!(
-        parsed["results"][0]["response"],
+        parse_json(&stdout)["results"][0]["response"],
         json!({"config": {"policy": {"min_bytes": 65536}},
                "sources": {"policy.min_bytes": "file /etc/tlc/tlcd.toml"}})
     );
 
     // A prefix of a key name is not a key.
-    let (code, stdout, stderr) = run(&["config", "get", "policy.pus", "--admin", a.addr()]);
+    let (code, stdout, stderr) = a.run(&["config", "get", "policy.pus"]);
     assert_eq!(code, 1);
     assert_eq!(stdout, "");
     assert!(stderr.contains("no key policy.pus"), "{stderr}");
@@ -189,18 +150,16 @@ fn config_get_key_filters_to_its_subtree() {
 #[test]
 fn tensors_merge_sort_and_limit_across_targets() {
     let long = "gradients/some_very_long_scope/another_scope/dense_layer_7/MatMul_grad/MatMul_1";
-    let a = FakeAdmin::routes(vec![(
+    let a = FakeAdmin::answering(
         "GET",
         "/v1/tensors",
-        200,
         json!({"tensors": [tensor("a/low", 1000, 100, 10.0), tensor(long, 251658240, 2893212, 86.98)]}),
-    )]);
-    let b = FakeAdmin::routes(vec![(
+    );
+    let b = FakeAdmin::answering(
         "GET",
         "/v1/tensors",
-        200,
         json!({"tensors": [tensor("b/mid", 5000, 100, 50.0)]}),
-    )]);
+    );
     let (code, stdout, stderr) = run(&[
         "tensors",
         "--sort",
@@ -215,7 +174,7 @@ fn tensors_merge_sort_and_limit_across_targets() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(a.only_request().path, "/v1/tensors?sort=ratio&limit=2");
     assert_eq!(b.only_request().path, "/v1/tensors?sort=ratio&limit=2");
-    let rows: Vec<Vec<&str>> = stdout.lines().map(words).collect();
+    let rows = cells(&stdout);
     assert_eq!(
         rows[0],
         [
@@ -264,16 +223,15 @@ fn tensors_merge_sort_and_limit_across_targets() {
 
 #[test]
 fn tensors_of_one_target_have_no_target_column() {
-    let a = FakeAdmin::routes(vec![(
+    let a = FakeAdmin::answering(
         "GET",
         "/v1/tensors",
-        200,
         json!({"tensors": [tensor("t", 2048, 1024, 2.0)]}),
-    )]);
-    let (code, stdout, stderr) = run(&["tensors", "--admin", a.addr()]);
+    );
+    let (code, stdout, stderr) = a.run(&["tensors"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(a.only_request().path, "/v1/tensors");
-    let rows: Vec<Vec<&str>> = stdout.lines().map(words).collect();
+    let rows = cells(&stdout);
     assert_eq!(rows[0][0], "DIRECTION");
     assert_eq!(rows[1][..3], ["push", "holder", "t"]);
     assert!(
@@ -284,14 +242,11 @@ fn tensors_of_one_target_have_no_target_column() {
 
 #[test]
 fn log_level_reads_the_filter() {
-    let a = FakeAdmin::routes(vec![(
-        "GET",
-        "/v1/log-level",
-        200,
-        json!({"filter": "info"}),
-    )]);
-    let (code, stdout, stderr) = run(&["log-level", "--admin", a.addr()]);
+    let a = FakeAdmin::answering("GET", "/v1/log-level", json!({"filter": "info"}));
+    let (code, stdout, stderr) = a.run(&["log-level"]);
     assert_eq!(code, 0, "{stderr}");
-    let rows: Vec<Vec<&str>> = stdout.lines().map(words).collect();
-    assert_eq!(rows, [vec!["TARGET", "FILTER"], vec![a.addr(), "info"]]);
+    assert_eq!(
+        cells(&stdout),
+        [vec!["TARGET", "FILTER"], vec![a.addr(), "info"]]
+    );
 }

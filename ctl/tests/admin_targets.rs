@@ -8,35 +8,13 @@ mod fake_admin;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
+use fake_admin::tlcctl::{parse_json, run, run_with};
 use fake_admin::{dead_addr, status, FakeAdmin, Reply};
-use serde_json::{json, Value};
-
-fn run_with(args: &[&str], env: Option<&str>) -> (i32, String, String) {
-    let mut cmd = common::tlcctl();
-    match env {
-        Some(value) => cmd.env("TLC_ADMIN", value),
-        None => cmd.env_remove("TLC_ADMIN"),
-    };
-    let output = cmd.args(args).output().expect("run tlcctl");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8(output.stdout).expect("utf-8"),
-        String::from_utf8(output.stderr).expect("utf-8"),
-    )
-}
-
-fn run(args: &[&str]) -> (i32, String, String) {
-    run_with(args, None)
-}
+use serde_json::json;
 
 #[test]
 fn a_change_with_one_target_down_reports_each_and_exits_1() {
-    let up = FakeAdmin::routes(vec![(
-        "POST",
-        "/v1/policy",
-        200,
-        json!({"changed": ["policy.push.sparsity"], "policy": {}}),
-    )]);
+    let up = FakeAdmin::policy();
     let down = dead_addr();
     let (code, stdout, stderr) = run(&[
         "set",
@@ -62,7 +40,7 @@ fn a_change_with_one_target_down_reports_each_and_exits_1() {
 
 #[test]
 fn a_read_with_one_target_down_shows_the_others() {
-    let up = FakeAdmin::routes(vec![("GET", "/v1/status", 200, status(1, 1))]);
+    let up = FakeAdmin::answering("GET", "/v1/status", status(1, 1));
     let down = dead_addr();
     let (code, stdout, stderr) = run(&["status", "--admin", up.addr(), "--admin", &down]);
     assert_eq!(code, 1);
@@ -91,7 +69,7 @@ fn a_read_with_one_target_down_shows_the_others() {
         &down,
     ]);
     assert_eq!(code, 1);
-    let parsed: Value = serde_json::from_str(&stdout).expect("json");
+    let parsed = parse_json(&stdout);
     assert_eq!(parsed["results"][0]["ok"], true);
     assert_eq!(
         parsed["results"][1],
@@ -113,9 +91,7 @@ fn non_json_answers_are_errors_naming_the_target() {
             "config" => vec!["config", "get"],
             other => vec![other],
         };
-        let mut all = args.clone();
-        all.extend_from_slice(&["--admin", server.addr()]);
-        let (code, stdout, stderr) = run(&all);
+        let (code, stdout, stderr) = server.run(&args);
         assert_eq!(code, 1, "{command}: {stderr}");
         assert_eq!(stdout, "", "{command}");
         assert_eq!(stderr.lines().count(), 1, "{command}: {stderr}");
@@ -129,12 +105,12 @@ fn non_json_answers_are_errors_naming_the_target() {
         );
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
-    let (_, _, stderr) = run(&["status", "--admin", server.addr()]);
+    let (_, _, stderr) = server.run(&["status"]);
     assert!(
         stderr.contains("not JSON") && stderr.contains("<html>"),
         "{stderr}"
     );
-    let (_, _, stderr) = run(&["tensors", "--admin", server.addr()]);
+    let (_, _, stderr) = server.run(&["tensors"]);
     assert!(
         stderr.contains("502") && stderr.contains("Bad Gateway"),
         "{stderr}"
@@ -156,9 +132,7 @@ fn json_of_the_wrong_shape_blanks_cells_without_failing() {
         vec!["log-level"],
         vec!["config", "get"],
     ] {
-        let mut all = args.clone();
-        all.extend_from_slice(&["--admin", server.addr()]);
-        let (code, _, stderr) = run(&all);
+        let (code, _, stderr) = server.run(&args);
         assert_eq!(code, 0, "{args:?}: {stderr}");
     }
 }
@@ -185,18 +159,8 @@ fn a_silent_target_times_out() {
 
 #[test]
 fn targets_from_the_environment_and_url_forms() {
-    let a = FakeAdmin::routes(vec![(
-        "GET",
-        "/v1/log-level",
-        200,
-        json!({"filter": "info"}),
-    )]);
-    let b = FakeAdmin::routes(vec![(
-        "GET",
-        "/v1/log-level",
-        200,
-        json!({"filter": "debug"}),
-    )]);
+    let a = FakeAdmin::answering("GET", "/v1/log-level", json!({"filter": "info"}));
+    let b = FakeAdmin::answering("GET", "/v1/log-level", json!({"filter": "debug"}));
     let env = format!("{}, http://{}/", a.addr(), b.addr());
     let (code, stdout, stderr) = run_with(&["log-level"], Some(&env));
     assert_eq!(code, 0, "{stderr}");

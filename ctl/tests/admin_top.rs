@@ -3,6 +3,7 @@
 mod common;
 mod fake_admin;
 
+use fake_admin::tlcctl::{run, words, Run};
 use fake_admin::{dead_addr, status, tensor, FakeAdmin, Reply};
 use serde_json::{json, Value};
 
@@ -12,7 +13,7 @@ const MIB: u64 = 1 << 20;
 fn growing() -> FakeAdmin {
     FakeAdmin::start(|request, n| {
         let n = n as u64;
-        match request.path.split('?').next().unwrap_or("") {
+        match request.path_only() {
             "/v1/status" => Reply::json(200, status(10 * MIB * (n + 1), MIB * (n + 1))),
             "/v1/tensors" => {
                 Reply::json(200, json!({"tensors": [tensor("layer/w", 2048, 64, 32.0)]}))
@@ -22,17 +23,15 @@ fn growing() -> FakeAdmin {
     })
 }
 
-fn run(args: &[&str]) -> (i32, String, String) {
-    let output = common::tlcctl()
-        .env_remove("TLC_ADMIN")
-        .args(args)
-        .output()
-        .expect("run tlcctl");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8(output.stdout).expect("utf-8"),
-        String::from_utf8(output.stderr).expect("utf-8"),
-    )
+/// Runs `top OPTIONS` against `admins` for `iterations` refreshes 0.1 s
+/// apart.
+fn top(iterations: &str, options: &[&str], admins: &[&str]) -> Run {
+    let mut args = vec!["top", "--iterations", iterations, "--interval", "0.1"];
+    args.extend_from_slice(options);
+    for admin in admins {
+        args.extend(["--admin", admin]);
+    }
+    run(&args)
 }
 
 /// The cells of the push row of a frame's header.
@@ -41,10 +40,7 @@ fn push_row(frame: &str) -> Vec<&str> {
         .lines()
         .find(|l| l.trim_start().starts_with("push  "))
         .unwrap_or_else(|| panic!("no push row in {frame}"));
-    line.split("  ")
-        .map(str::trim)
-        .filter(|w| !w.is_empty())
-        .collect()
+    words(line)
 }
 
 /// Bytes per second from `57.2 MiB/s`; `None` for `-`.
@@ -63,15 +59,7 @@ fn per_second(cell: &str) -> Option<f64> {
 #[test]
 fn two_frames_and_a_rate() {
     let server = growing();
-    let (code, stdout, stderr) = run(&[
-        "top",
-        "--iterations",
-        "2",
-        "--interval",
-        "0.1",
-        "--admin",
-        server.addr(),
-    ]);
+    let (code, stdout, stderr) = top("2", &[], &[server.addr()]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
         !stdout.contains('\x1b'),
@@ -119,30 +107,15 @@ fn two_frames_and_a_rate() {
     // Both rates come from the same interval; display rounding aside, 10:1.
     assert!((raw / wire - 10.0).abs() < 1.0, "{raw} {wire}");
 
-    let requests = server.requests();
-    let count = |path: &str| requests.iter().filter(|r| r.path == path).count();
-    assert_eq!(count("/v1/status"), 2);
-    assert_eq!(count("/v1/tensors?sort=wire_bytes&limit=20"), 2);
+    assert_eq!(server.count("/v1/status"), 2);
+    assert_eq!(server.count("/v1/tensors?sort=wire_bytes&limit=20"), 2);
 }
 
 #[test]
 fn json_frames_are_one_envelope_per_line() {
     let server = growing();
-    let (code, stdout, stderr) = run(&[
-        "top",
-        "--iterations",
-        "2",
-        "--interval",
-        "0.1",
-        "--sort",
-        "tensor",
-        "--limit",
-        "3",
-        "-o",
-        "json",
-        "--admin",
-        server.addr(),
-    ]);
+    let options = ["--sort", "tensor", "--limit", "3", "-o", "json"];
+    let (code, stdout, stderr) = top("2", &options, &[server.addr()]);
     assert_eq!(code, 0, "{stderr}");
     let frames: Vec<Value> = stdout
         .lines()
@@ -162,27 +135,14 @@ fn json_frames_are_one_envelope_per_line() {
         frames[1]["results"][0]["response"]["rates"]["pull"]["raw_bytes_per_second"],
         0.0
     );
-    assert!(server
-        .requests()
-        .iter()
-        .any(|r| r.path == "/v1/tensors?sort=tensor&limit=3"));
+    assert!(server.count("/v1/tensors?sort=tensor&limit=3") > 0);
 }
 
 #[test]
 fn a_target_down_shows_in_the_frame_and_fails_the_run() {
     let server = growing();
     let down = dead_addr();
-    let (code, stdout, _) = run(&[
-        "top",
-        "--iterations",
-        "1",
-        "--interval",
-        "0.1",
-        "--admin",
-        server.addr(),
-        "--admin",
-        &down,
-    ]);
+    let (code, stdout, _) = top("1", &[], &[server.addr(), &down]);
     assert_eq!(code, 1);
     assert!(
         stdout.contains(&format!("{down}  error: cannot reach tlcd admin at {down}")),

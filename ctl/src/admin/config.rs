@@ -8,9 +8,9 @@ use serde_json::{Map, Value};
 
 use super::client::Method;
 use super::format::NONE;
-use super::output::{self, Format};
+use super::output;
 use super::Ctx;
-use crate::table::{self, Align};
+use crate::table;
 
 /// The `config` subcommands.
 #[derive(Debug, Subcommand)]
@@ -50,16 +50,12 @@ pub fn run(ctx: &Ctx, command: ConfigCommand) -> Result<()> {
 
 /// Runs `reload`.
 pub fn reload(ctx: &Ctx) -> Result<()> {
-    let outcomes = ctx
-        .client
-        .call_all(&ctx.targets, Method::Post, "/v1/reload", None);
+    let outcomes = ctx.call_all(Method::Post, "/v1/reload", None);
     output::report_change(&outcomes, ctx.format, |_| "reloaded".to_string())
 }
 
 fn get(ctx: &Ctx, key: Option<&str>) -> Result<()> {
-    let mut outcomes = ctx
-        .client
-        .call_all(&ctx.targets, Method::Get, "/v1/config", None);
+    let mut outcomes = ctx.call_all(Method::Get, "/v1/config", None);
     if let Some(key) = key {
         for outcome in &mut outcomes {
             if let Ok(body) = &outcome.answer {
@@ -67,37 +63,16 @@ fn get(ctx: &Ctx, key: Option<&str>) -> Result<()> {
             }
         }
     }
-    if ctx.format == Format::Json {
-        output::print_json(&outcomes)?;
-        return output::finish(&outcomes);
-    }
-    let several = ctx.targets.len() > 1;
-    let mut rows = Vec::new();
-    for outcome in &outcomes {
-        if let Ok(body) = &outcome.answer {
-            for (key, value, source) in leaves(body) {
-                let mut row = if several {
-                    vec![outcome.target.to_string()]
-                } else {
-                    Vec::new()
-                };
-                row.extend([key, value, source]);
-                rows.push(row);
-            }
-        }
-    }
-    let columns = [
-        ("TARGET", Align::Left),
-        ("KEY", Align::Left),
-        ("VALUE", Align::Left),
-        ("SOURCE", Align::Left),
-    ];
-    let columns = if several { &columns[..] } else { &columns[1..] };
-    if outcomes.iter().any(|o| o.answer.is_ok()) {
-        output::print(&table::render(columns, &rows))?;
-    }
-    output::print_failures(&outcomes);
-    output::finish(&outcomes)
+    output::show(&outcomes, ctx.format, |outcomes| {
+        let rows = output::answers(outcomes)
+            .flat_map(|(target, body)| {
+                let leaves = leaves(body).into_iter();
+                leaves.map(move |(key, value, source)| (target, vec![key, value, source]))
+            })
+            .collect();
+        let columns = table::columns(&["KEY", "VALUE", "SOURCE"], &[]);
+        output::target_table(&columns, rows, ctx.targets.len() > 1)
+    })
 }
 
 fn set(ctx: &Ctx, assignments: &[(String, Value)]) -> Result<()> {
@@ -108,9 +83,7 @@ fn set(ctx: &Ctx, assignments: &[(String, Value)]) -> Result<()> {
         }
     }
     let body = Value::Object(body);
-    let outcomes = ctx
-        .client
-        .call_all(&ctx.targets, Method::Patch, "/v1/config", Some(&body));
+    let outcomes = ctx.call_all(Method::Patch, "/v1/config", Some(&body));
     // The answer is the new configuration: show what each key is now and
     // where that comes from, which for a removed key is the layer below.
     output::report_change(&outcomes, ctx.format, |response| {

@@ -79,6 +79,20 @@ pub fn duration(seconds: f64) -> String {
     }
 }
 
+/// The duration at `pointer` via [`duration`], `-` if missing.
+pub fn duration_at(value: &Value, pointer: &str) -> String {
+    number(value, pointer).map_or_else(|| NONE.to_string(), duration)
+}
+
+/// `yes` or `no` for the boolean at `pointer`, `-` if it is not one.
+pub fn boolean<'a>(value: &Value, pointer: &str, yes: &'a str, no: &'a str) -> &'a str {
+    match value.pointer(pointer).and_then(Value::as_bool) {
+        Some(true) => yes,
+        Some(false) => no,
+        None => NONE,
+    }
+}
+
 /// A compression ratio, `87.0x`: the daemon's `ratio` at `pointer`/ratio,
 /// else raw over wire bytes; `-` when nothing was sent yet.
 pub fn ratio(value: &Value, pointer: &str) -> String {
@@ -168,6 +182,16 @@ mod tests {
         assert_eq!(duration(7380.0), "2h03m");
         assert_eq!(duration(3.0 * 86400.0 + 4.0 * 3600.0), "3d04h");
         assert_eq!(duration(-1.0), "-");
+        assert_eq!(duration_at(&json!({"up": 81.5}), "/up"), "1m21s");
+        assert_eq!(duration_at(&json!({"up": "long"}), "/up"), "-");
+    }
+
+    #[test]
+    fn booleans() {
+        let v = json!({"t": true, "f": false, "s": "yes"});
+        assert_eq!(boolean(&v, "/t", "yes", "no"), "yes");
+        assert_eq!(boolean(&v, "/f", "yes", "no"), "no");
+        assert_eq!(boolean(&v, "/s", "yes", "no"), "-");
     }
 
     #[test]

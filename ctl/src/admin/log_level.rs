@@ -2,13 +2,13 @@
 
 use anyhow::Result;
 use clap::Args;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::client::Method;
 use super::format;
-use super::output::{self, Format};
+use super::output;
 use super::Ctx;
-use crate::table::{self, Align};
+use crate::table;
 
 /// Arguments of `log-level`.
 #[derive(Debug, Args)]
@@ -23,31 +23,16 @@ pub struct LogLevelArgs {
 pub fn run(ctx: &Ctx, args: &LogLevelArgs) -> Result<()> {
     if let Some(filter) = &args.filter {
         let body = json!({ "filter": filter });
-        let outcomes = ctx
-            .client
-            .call_all(&ctx.targets, Method::Put, "/v1/log-level", Some(&body));
+        let outcomes = ctx.call_all(Method::Put, "/v1/log-level", Some(&body));
         return output::report_change(&outcomes, ctx.format, |response| {
             format!("filter {}", format::cell(response, "/filter"))
         });
     }
-    let outcomes = ctx
-        .client
-        .call_all(&ctx.targets, Method::Get, "/v1/log-level", None);
-    if ctx.format == Format::Json {
-        output::print_json(&outcomes)?;
-        return output::finish(&outcomes);
-    }
-    let rows: Vec<Vec<String>> = outcomes
-        .iter()
-        .filter_map(|o| {
-            let body: &Value = o.answer.as_ref().ok()?;
-            Some(vec![o.target.to_string(), format::cell(body, "/filter")])
-        })
-        .collect();
-    if !rows.is_empty() {
-        let columns = [("TARGET", Align::Left), ("FILTER", Align::Left)];
-        output::print(&table::render(&columns, &rows))?;
-    }
-    output::print_failures(&outcomes);
-    output::finish(&outcomes)
+    let outcomes = ctx.call_all(Method::Get, "/v1/log-level", None);
+    output::show(&outcomes, ctx.format, |outcomes| {
+        let rows: Vec<Vec<String>> = output::answers(outcomes)
+            .map(|(target, body)| vec![target.to_string(), format::cell(body, "/filter")])
+            .collect();
+        table::render(&table::columns(&["TARGET", "FILTER"], &[]), &rows)
+    })
 }

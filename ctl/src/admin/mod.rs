@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
+use serde_json::Value;
 
 mod client;
 mod config;
@@ -24,7 +25,7 @@ mod top;
 
 pub use output::Failed;
 
-use client::Client;
+use client::{Client, Method, Outcome};
 use output::Format;
 use target::Target;
 
@@ -100,6 +101,13 @@ pub struct Ctx {
     pub targets: Vec<Target>,
     /// `-o`.
     pub format: Format,
+}
+
+impl Ctx {
+    /// Sends the same request to every target.
+    pub fn call_all(&self, method: Method, path: &str, body: Option<&Value>) -> Vec<Outcome> {
+        self.client.call_all(&self.targets, method, path, body)
+    }
 }
 
 /// Runs one admin command. An error that is [`Failed`] has already been

@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::client::Outcome;
+use crate::table::{self, Align};
 
 /// `-o/--output`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -73,13 +74,14 @@ pub fn envelope(outcomes: &[Outcome]) -> Envelope<'_> {
     Envelope { results }
 }
 
-/// Prints the envelope, indented, to stdout.
-pub fn print_json(outcomes: &[Outcome]) -> Result<()> {
+/// Prints the envelope, indented, to stdout; then [`finish`].
+fn print_json(outcomes: &[Outcome]) -> Result<()> {
     // Serialised first: an io::Error inside serde_json's error would hide
     // a closed pipe (`| head`) from main, which prints nothing for one.
     let mut text = serde_json::to_string_pretty(&envelope(outcomes))?;
     text.push('\n');
-    print(&text)
+    print(&text)?;
+    finish(outcomes)
 }
 
 /// Prints `TARGET: error: MESSAGE` on stderr for every failed target.
@@ -89,6 +91,51 @@ pub fn print_failures(outcomes: &[Outcome]) {
             eprintln!("{}: error: {message}", outcome.target);
         }
     }
+}
+
+/// Shows what every target answered to a read: the envelope, or the table
+/// `render` makes of the answers (nothing when none answered) and a line
+/// per failure.
+pub fn show(
+    outcomes: &[Outcome],
+    format: Format,
+    render: impl FnOnce(&[Outcome]) -> String,
+) -> Result<()> {
+    if format == Format::Json {
+        return print_json(outcomes);
+    }
+    if outcomes.iter().any(|o| o.answer.is_ok()) {
+        print(&render(outcomes))?;
+    }
+    print_failures(outcomes);
+    finish(outcomes)
+}
+
+/// The targets that answered, each with its answer.
+pub fn answers(outcomes: &[Outcome]) -> impl Iterator<Item = (&str, &Value)> {
+    outcomes
+        .iter()
+        .filter_map(|o| Some((o.target.label(), o.answer.as_ref().ok()?)))
+}
+
+/// A table of rows from the targets, each row with its target: in a TARGET
+/// column first when there are several targets, left out for one.
+pub fn target_table(
+    columns: &[(&str, Align)],
+    rows: Vec<(&str, Vec<String>)>,
+    several: bool,
+) -> String {
+    if !several {
+        let cells: Vec<Vec<String>> = rows.into_iter().map(|(_, row)| row).collect();
+        return table::render(columns, &cells);
+    }
+    let mut all = vec![("TARGET", Align::Left)];
+    all.extend_from_slice(columns);
+    let cells: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|(target, row)| std::iter::once(target.to_string()).chain(row).collect())
+        .collect();
+    table::render(&all, &cells)
 }
 
 /// `Err(Failed)` if any target failed, for the exit code.
@@ -109,8 +156,7 @@ pub fn report_change(
     describe: impl Fn(&Value) -> String,
 ) -> Result<()> {
     if format == Format::Json {
-        print_json(outcomes)?;
-        return finish(outcomes);
+        return print_json(outcomes);
     }
     let mut out = io::stdout().lock();
     for outcome in outcomes {

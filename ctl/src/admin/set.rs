@@ -96,9 +96,7 @@ impl Direction {
 /// Runs a `set` subcommand.
 pub fn run(ctx: &Ctx, command: SetCommand) -> Result<()> {
     let body = body(command);
-    let outcomes = ctx
-        .client
-        .call_all(&ctx.targets, Method::Post, "/v1/policy", Some(&body));
+    let outcomes = ctx.call_all(Method::Post, "/v1/policy", Some(&body));
     output::report_change(&outcomes, ctx.format, changed)
 }
 

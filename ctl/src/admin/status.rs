@@ -5,55 +5,36 @@ use serde_json::Value;
 
 use super::client::{Method, Outcome};
 use super::format::{self as fmt, number, NONE};
-use super::output::{self, Format};
+use super::output;
 use super::Ctx;
-use crate::table::{self, Align};
-
-const COLUMNS: [(&str, Align); 10] = [
-    ("TARGET", Align::Left),
-    ("READY", Align::Left),
-    ("PUSH CODEC", Align::Left),
-    ("PULL CODEC", Align::Left),
-    ("PUSH RATIO", Align::Right),
-    ("PULL RATIO", Align::Right),
-    ("TENSORS", Align::Right),
-    ("DECODE FAILURES", Align::Right),
-    ("FALLBACKS", Align::Right),
-    ("UPTIME", Align::Right),
-];
+use crate::table;
 
 /// Runs `status`.
 pub fn run(ctx: &Ctx) -> Result<()> {
-    let outcomes = ctx
-        .client
-        .call_all(&ctx.targets, Method::Get, "/v1/status", None);
-    if ctx.format == Format::Json {
-        output::print_json(&outcomes)?;
-        return output::finish(&outcomes);
-    }
-    output::print(&render(&outcomes))?;
-    output::print_failures(&outcomes);
-    output::finish(&outcomes)
+    let outcomes = ctx.call_all(Method::Get, "/v1/status", None);
+    output::show(&outcomes, ctx.format, render)
 }
 
 /// The table of the targets that answered.
 fn render(outcomes: &[Outcome]) -> String {
-    let rows: Vec<Vec<String>> = outcomes
-        .iter()
-        .filter_map(|o| o.answer.as_ref().ok().map(|s| row(o.target.label(), s)))
+    let columns = table::columns(
+        &["TARGET", "READY", "PUSH CODEC", "PULL CODEC"],
+        &[
+            "PUSH RATIO",
+            "PULL RATIO",
+            "TENSORS",
+            "DECODE FAILURES",
+            "FALLBACKS",
+            "UPTIME",
+        ],
+    );
+    let rows: Vec<Vec<String>> = output::answers(outcomes)
+        .map(|(target, status)| row(target, status))
         .collect();
-    if rows.is_empty() {
-        return String::new();
-    }
-    table::render(&COLUMNS, &rows)
+    table::render(&columns, &rows)
 }
 
 fn row(target: &str, status: &Value) -> Vec<String> {
-    let ready = match status.get("ready").and_then(Value::as_bool) {
-        Some(true) => "yes",
-        Some(false) => "no",
-        None => NONE,
-    };
     // Tensors compressed either way; a sidecar that only relays pulls
     // still shows how much it handles.
     let tensors = match (
@@ -65,7 +46,7 @@ fn row(target: &str, status: &Value) -> Vec<String> {
     };
     vec![
         target.to_string(),
-        ready.to_string(),
+        fmt::boolean(status, "/ready", "yes", "no").to_string(),
         fmt::codec(status, "/policy/push"),
         fmt::codec(status, "/policy/pull"),
         fmt::ratio(status, "/totals/push"),
@@ -73,7 +54,7 @@ fn row(target: &str, status: &Value) -> Vec<String> {
         tensors,
         fmt::count(status, "/totals/decode_failures"),
         fmt::count(status, "/totals/fallbacks"),
-        number(status, "/uptime_seconds").map_or_else(|| NONE.to_string(), fmt::duration),
+        fmt::duration_at(status, "/uptime_seconds"),
     ]
 }
 

@@ -9,9 +9,9 @@ use serde_json::Value;
 
 use super::client::{Method, Outcome};
 use super::format::{self as fmt, NONE};
-use super::output::{self, Format};
+use super::output;
 use super::Ctx;
-use crate::table::{self, Align};
+use crate::table;
 
 /// The longest tensor name a table shows before cutting out its middle.
 const TENSOR_WIDTH: usize = 48;
@@ -71,18 +71,10 @@ impl SortField {
 
 /// Runs `tensors`.
 pub fn run(ctx: &Ctx, args: &TensorsArgs) -> Result<()> {
-    let outcomes = ctx
-        .client
-        .call_all(&ctx.targets, Method::Get, &path(args), None);
-    if ctx.format == Format::Json {
-        output::print_json(&outcomes)?;
-        return output::finish(&outcomes);
-    }
-    if outcomes.iter().any(|o| o.answer.is_ok()) {
-        output::print(&render(&outcomes, args, ctx.targets.len() > 1))?;
-    }
-    output::print_failures(&outcomes);
-    output::finish(&outcomes)
+    let outcomes = ctx.call_all(Method::Get, &path(args), None);
+    output::show(&outcomes, ctx.format, |outcomes| {
+        render(outcomes, args, ctx.targets.len() > 1)
+    })
 }
 
 /// `/v1/tensors` with the query `args` ask for.
@@ -104,9 +96,7 @@ pub fn path(args: &TensorsArgs) -> String {
 /// The rows of every target that answered, as one table; with a TARGET
 /// column when there are several.
 pub fn render(outcomes: &[Outcome], args: &TensorsArgs, several: bool) -> String {
-    let mut rows: Vec<(&str, &Value)> = outcomes
-        .iter()
-        .filter_map(|o| Some((o.target.label(), o.answer.as_ref().ok()?)))
+    let mut rows: Vec<(&str, &Value)> = output::answers(outcomes)
         .flat_map(|(target, body)| {
             let tensors = body.get("tensors").and_then(Value::as_array);
             tensors.into_iter().flatten().map(move |row| (target, row))
@@ -121,40 +111,18 @@ pub fn render(outcomes: &[Outcome], args: &TensorsArgs, several: bool) -> String
             rows.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
         }
     }
-    let mut columns = vec![("TARGET", Align::Left)];
-    columns.extend(COLUMNS);
-    let columns = if several { &columns[..] } else { &columns[1..] };
-    let cells: Vec<Vec<String>> = rows
+    let columns = table::columns(
+        &["DIRECTION", "SIDE", "TENSOR", "PEER", "CODEC"],
+        &[
+            "S", "ELEMENTS", "FRAMES", "RAW", "WIRE", "RATIO", "LAST M", "ERR NORM", "REPLICA",
+        ],
+    );
+    let rows = rows
         .into_iter()
-        .map(|(target, row)| {
-            let mut cells = if several {
-                vec![target.to_string()]
-            } else {
-                Vec::new()
-            };
-            cells.extend(row_cells(row));
-            cells
-        })
+        .map(|(target, row)| (target, row_cells(row)))
         .collect();
-    table::render(columns, &cells)
+    output::target_table(&columns, rows, several)
 }
-
-const COLUMNS: [(&str, Align); 14] = [
-    ("DIRECTION", Align::Left),
-    ("SIDE", Align::Left),
-    ("TENSOR", Align::Left),
-    ("PEER", Align::Left),
-    ("CODEC", Align::Left),
-    ("S", Align::Right),
-    ("ELEMENTS", Align::Right),
-    ("FRAMES", Align::Right),
-    ("RAW", Align::Right),
-    ("WIRE", Align::Right),
-    ("RATIO", Align::Right),
-    ("LAST M", Align::Right),
-    ("ERR NORM", Align::Right),
-    ("REPLICA", Align::Right),
-];
 
 fn row_cells(row: &Value) -> Vec<String> {
     vec![

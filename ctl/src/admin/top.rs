@@ -20,7 +20,7 @@ use super::output::{self, Format};
 use super::target::Target;
 use super::tensors::{self, SortField, TensorsArgs};
 use super::Ctx;
-use crate::table::{self, Align};
+use crate::table;
 
 /// Moves the cursor home and clears the screen.
 const CLEAR: &str = "\x1b[H\x1b[2J";
@@ -210,21 +210,8 @@ fn frame(results: &[Seen<'_>], table_args: &TensorsArgs, several: bool) -> Strin
 /// `HOST:PORT  ready  up 1m21s`, then a small table with a row per
 /// direction: codec, totals and rates.
 fn header(target: &Target, status: &Value, rates: &Rates) -> String {
-    const COLUMNS: [(&str, Align); 7] = [
-        ("", Align::Left),
-        ("CODEC", Align::Left),
-        ("RAW", Align::Right),
-        ("WIRE", Align::Right),
-        ("RATIO", Align::Right),
-        ("RAW RATE", Align::Right),
-        ("WIRE RATE", Align::Right),
-    ];
-    let ready = match status.get("ready").and_then(Value::as_bool) {
-        Some(true) => "ready",
-        Some(false) => "not ready",
-        None => "-",
-    };
-    let uptime = number(status, "/uptime_seconds").map_or_else(|| "-".to_string(), fmt::duration);
+    let ready = fmt::boolean(status, "/ready", "ready", "not ready");
+    let uptime = fmt::duration_at(status, "/uptime_seconds");
     let rows: Vec<Vec<String>> = ["push", "pull"]
         .iter()
         .zip(rates)
@@ -246,7 +233,11 @@ fn header(target: &Target, status: &Value, rates: &Rates) -> String {
         })
         .collect();
     let mut text = format!("{target}  {ready}  up {uptime}\n");
-    for line in table::render(&COLUMNS, &rows).lines() {
+    let columns = table::columns(
+        &["", "CODEC"],
+        &["RAW", "WIRE", "RATIO", "RAW RATE", "WIRE RATE"],
+    );
+    for line in table::render(&columns, &rows).lines() {
         text.push_str("  ");
         text.push_str(line);
         text.push('\n');

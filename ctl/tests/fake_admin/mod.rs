@@ -1,8 +1,10 @@
 //! A stand-in for tlcd's admin API: answers each request from a handler and
 //! records what it received, so tests can check both what `tlcctl` sent and
-//! what it made of the answer.
+//! what it made of the answer. [`tlcctl`] runs the command against it.
 
 #![allow(dead_code)]
+
+pub mod tlcctl;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -10,6 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 
 use serde_json::Value;
+
+use tlcctl::{run, Run};
 
 /// One request as received.
 #[derive(Debug, Clone)]
@@ -24,6 +28,11 @@ pub struct Request {
 }
 
 impl Request {
+    /// The path without the query.
+    pub fn path_only(&self) -> &str {
+        self.path.split('?').next().unwrap_or("")
+    }
+
     /// The body parsed as JSON (panics if it is not: tlcctl must send JSON).
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("body {:?}: {e}", self.body))
@@ -91,19 +100,44 @@ impl FakeAdmin {
         FakeAdmin { addr, requests }
     }
 
-    /// Answers `GET path` with the body of the first route whose method and
-    /// path (query ignored) match, 404 with an `error` otherwise.
-    pub fn routes(routes: Vec<(&'static str, &'static str, u16, Value)>) -> FakeAdmin {
+    /// Answers `method path` (query ignored) with `status` and `body`, and
+    /// anything else with 404 and an `error`.
+    pub fn route(method: &'static str, path: &'static str, status: u16, body: Value) -> FakeAdmin {
         FakeAdmin::start(move |request, _| {
-            let path = request.path.split('?').next().unwrap_or("");
-            routes
-                .iter()
-                .find(|(method, p, _, _)| *method == request.method && *p == path)
-                .map(|(_, _, status, body)| Reply::json(*status, body.clone()))
-                .unwrap_or_else(|| {
-                    Reply::json(404, serde_json::json!({"error": "no such endpoint"}))
-                })
+            if request.method == method && request.path_only() == path {
+                Reply::json(status, body.clone())
+            } else {
+                Reply::json(404, serde_json::json!({"error": "no such endpoint"}))
+            }
         })
+    }
+
+    /// Answers `method path` with 200 and `body`.
+    pub fn answering(method: &'static str, path: &'static str, body: Value) -> FakeAdmin {
+        FakeAdmin::route(method, path, 200, body)
+    }
+
+    /// Refuses `method path` with 400 and `{"error": message}`, as tlcd
+    /// refuses a change.
+    pub fn refusing(method: &'static str, path: &'static str, message: &str) -> FakeAdmin {
+        FakeAdmin::route(method, path, 400, serde_json::json!({ "error": message }))
+    }
+
+    /// A policy endpoint that reports `policy.push.sparsity` changed.
+    pub fn policy() -> FakeAdmin {
+        FakeAdmin::answering(
+            "POST",
+            "/v1/policy",
+            serde_json::json!({"changed": ["policy.push.sparsity"],
+                               "policy": {"push": {"codec": "3lc", "sparsity": 1.75}}}),
+        )
+    }
+
+    /// Runs `tlcctl ARGS --admin ADDR` against this server.
+    pub fn run(&self, args: &[&str]) -> Run {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&["--admin", self.addr()]);
+        run(&all)
     }
 
     /// `127.0.0.1:PORT`.
@@ -116,11 +150,26 @@ impl FakeAdmin {
         self.requests.lock().expect("lock").clone()
     }
 
+    /// How many requests so far were to `path` (with its query).
+    pub fn count(&self, path: &str) -> usize {
+        self.requests().iter().filter(|r| r.path == path).count()
+    }
+
     /// The only request so far.
     pub fn only_request(&self) -> Request {
         let requests = self.requests();
         assert_eq!(requests.len(), 1, "{requests:?}");
         requests[0].clone()
+    }
+
+    /// The only request so far, which must be `method path`.
+    pub fn only_request_to(&self, method: &str, path: &str) -> Request {
+        let request = self.only_request();
+        assert_eq!(
+            (request.method.as_str(), request.path.as_str()),
+            (method, path)
+        );
+        request
     }
 }
 
