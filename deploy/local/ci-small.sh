@@ -30,6 +30,9 @@ while (($#)); do
 done
 OUT=${OUT:-$(mktemp -d /tmp/tlc-ci-small.XXXXXX)}
 mkdir -p "$OUT"
+# tlcd runs as its own UID (run.sh --uid) and must reach its config under
+# here; mktemp makes the directory 0700.
+chmod 755 "$OUT"
 
 for mode in none tlcd; do
     echo "ci-small: $steps steps at $rate Mbit/s, mode $mode"

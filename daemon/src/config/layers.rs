@@ -234,9 +234,9 @@ impl Layers {
 
 /// Reads the config file.
 pub fn read(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    std::fs::read_to_string(path).map_err(|cause| ConfigError::Read {
         path: path.display().to_string(),
-        source,
+        cause,
     })
 }
 

@@ -233,12 +233,12 @@ impl ContextSettings {
 #[derive(Debug, Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {path}: {cause}")]
     Read {
         /// The file.
         path: String,
         /// The I/O error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The file is not valid TOML for this schema.
     #[error("config file {path}: {message}")]
@@ -269,9 +269,9 @@ pub enum ConfigError {
 impl Config {
     /// Reads a TOML file over the defaults.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Read {
             path: path.display().to_string(),
-            source,
+            cause,
         })?;
         Config::from_toml(&text).map_err(|err| match err {
             ConfigError::Parse { message, .. } => ConfigError::Parse {
