@@ -6,7 +6,7 @@ use crate::config::layers::Resolved;
 use crate::config::{Listener, Target};
 use crate::context::table::TableStats;
 use crate::policy::{CodecView, Direction, Policy};
-use crate::sidecar::stats::{DirectionStats, Stats};
+use crate::sidecar::stats::{ratio, DirectionStats, Stats};
 use crate::sidecar::tensors::TensorRow;
 use crate::sidecar::Sidecar;
 
@@ -52,7 +52,7 @@ pub fn totals(stats: &Stats) -> Value {
             "tensors": Stats::get(&d.compressed),
             "raw_bytes": raw,
             "wire_bytes": wire,
-            "ratio": if wire == 0 { 0.0 } else { raw as f64 / wire as f64 },
+            "ratio": ratio(raw, wire),
         })
     };
     json!({

@@ -17,6 +17,7 @@ use serde_json::json;
 
 use super::model::Evaluation;
 use super::{Compression, DemoReport};
+use crate::sidecar::stats::ratio;
 
 /// The sidecars' counters, added over every pod.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -103,14 +104,6 @@ impl RunReport {
     /// Link bytes beyond the payload: framing, headers and requests.
     pub fn overhead_bytes(&self) -> i64 {
         self.link_bytes as i64 - self.payload_bytes() as i64
-    }
-}
-
-fn ratio(a: u64, b: u64) -> f64 {
-    if b == 0 {
-        0.0
-    } else {
-        a as f64 / b as f64
     }
 }
 

@@ -17,6 +17,15 @@ use crate::config::Role;
 use crate::metrics::families::{Families, Outcome, Side};
 use crate::policy::Direction;
 
+/// The compression ratio `raw / wire`, 0 while nothing was sent.
+pub fn ratio(raw: u64, wire: u64) -> f64 {
+    if wire == 0 {
+        0.0
+    } else {
+        raw as f64 / wire as f64
+    }
+}
+
 /// Totals for one direction.
 #[derive(Debug, Default)]
 pub struct DirectionStats {
@@ -138,14 +147,10 @@ impl Stats {
     pub fn summary(&self) -> String {
         let direction = |name: &str, d: &DirectionStats| {
             let (raw, wire) = (Stats::get(&d.raw_bytes), Stats::get(&d.wire_bytes));
-            let ratio = if wire == 0 {
-                0.0
-            } else {
-                raw as f64 / wire as f64
-            };
             format!(
-                "{name}: tensors={} raw_bytes={raw} wire_bytes={wire} ratio={ratio:.1}",
-                Stats::get(&d.compressed)
+                "{name}: tensors={} raw_bytes={raw} wire_bytes={wire} ratio={:.1}",
+                Stats::get(&d.compressed),
+                ratio(raw, wire)
             )
         };
         format!(

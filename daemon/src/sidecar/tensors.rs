@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use super::stats::ratio;
 use super::Sidecar;
 use tlc_codec::{Codec, Params};
 
@@ -59,14 +60,6 @@ fn view_of_params(params: Params) -> CodecView {
         codec: params.codec().name(),
         sparsity,
         k,
-    }
-}
-
-fn ratio(raw: u64, wire: u64) -> f64 {
-    if wire == 0 {
-        0.0
-    } else {
-        raw as f64 / wire as f64
     }
 }
 
