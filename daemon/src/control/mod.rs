@@ -8,7 +8,6 @@ pub mod policy_change;
 pub mod watch;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use serde::Serialize;
@@ -43,52 +42,74 @@ pub enum ControlError {
     BadRequest(String),
 }
 
-/// Keys whose values are fixed at start: sockets, sizes of buffers set up
-/// once. A reload keeps their running values (and says so); the API
-/// refuses to change them.
-const RESTART_ONLY: &[(&str, &str)] = &[
-    ("routes", "listeners are bound at start"),
-    ("transparent", "listeners are bound at start"),
-    ("admin", "the admin API is bound at start"),
-    ("metrics", "the metrics endpoint is bound at start"),
-    ("log.format", "the log writer is set up at start"),
-    ("drain_seconds", "the shutdown is set up at start"),
-    ("contexts.pull_cache", "pull sources are sized when created"),
-    (
-        "contexts.fallback_mib",
-        "the fallback cache is sized at start",
-    ),
-];
-
-fn restart_only_changes(old: &Config, new: &Config) -> Vec<(&'static str, &'static str)> {
-    let same = |key: &str| match key {
-        "routes" => old.routes == new.routes,
-        "transparent" => old.transparent == new.transparent,
-        "admin" => old.admin == new.admin,
-        "metrics" => old.metrics == new.metrics,
-        "log.format" => old.log.format == new.log.format,
-        "drain_seconds" => old.drain_seconds == new.drain_seconds,
-        "contexts.pull_cache" => old.contexts.pull_cache == new.contexts.pull_cache,
-        "contexts.fallback_mib" => old.contexts.fallback_mib == new.contexts.fallback_mib,
-        _ => true,
-    };
-    RESTART_ONLY
-        .iter()
-        .copied()
-        .filter(|(key, _)| !same(key))
-        .collect()
+/// A key whose value is fixed at start (a socket, the size of something set
+/// up once): a reload keeps its running value (and says so); the API
+/// refuses to change it. Each entry compares and restores its own field, so
+/// adding a key is one line here.
+struct RestartOnly {
+    key: &'static str,
+    why: &'static str,
+    same: fn(&Config, &Config) -> bool,
+    keep: fn(&Config, &mut Config),
 }
 
-/// Puts the running values of restart-only keys back into `new`.
-fn keep_restart_only(old: &Config, new: &mut Config) {
-    new.routes = old.routes.clone();
-    new.transparent = old.transparent.clone();
-    new.admin = old.admin.clone();
-    new.metrics = old.metrics.clone();
-    new.log.format = old.log.format;
-    new.drain_seconds = old.drain_seconds;
-    new.contexts.pull_cache = old.contexts.pull_cache;
-    new.contexts.fallback_mib = old.contexts.fallback_mib;
+const RESTART_ONLY: &[RestartOnly] = &[
+    RestartOnly {
+        key: "routes",
+        why: "listeners are bound at start",
+        same: |old, new| old.routes == new.routes,
+        keep: |old, new| new.routes = old.routes.clone(),
+    },
+    RestartOnly {
+        key: "transparent",
+        why: "listeners are bound at start",
+        same: |old, new| old.transparent == new.transparent,
+        keep: |old, new| new.transparent = old.transparent.clone(),
+    },
+    RestartOnly {
+        key: "admin",
+        why: "the admin API is bound at start",
+        same: |old, new| old.admin == new.admin,
+        keep: |old, new| new.admin = old.admin.clone(),
+    },
+    RestartOnly {
+        key: "metrics",
+        why: "the metrics endpoint is bound at start",
+        same: |old, new| old.metrics == new.metrics,
+        keep: |old, new| new.metrics = old.metrics.clone(),
+    },
+    RestartOnly {
+        key: "log.format",
+        why: "the log writer is set up at start",
+        same: |old, new| old.log.format == new.log.format,
+        keep: |old, new| new.log.format = old.log.format,
+    },
+    RestartOnly {
+        key: "drain_seconds",
+        why: "the shutdown is set up at start",
+        same: |old, new| old.drain_seconds == new.drain_seconds,
+        keep: |old, new| new.drain_seconds = old.drain_seconds,
+    },
+    RestartOnly {
+        key: "contexts.pull_cache",
+        why: "pull sources are sized when created",
+        same: |old, new| old.contexts.pull_cache == new.contexts.pull_cache,
+        keep: |old, new| new.contexts.pull_cache = old.contexts.pull_cache,
+    },
+    RestartOnly {
+        key: "contexts.fallback_mib",
+        why: "the fallback cache is sized at start",
+        same: |old, new| old.contexts.fallback_mib == new.contexts.fallback_mib,
+        keep: |old, new| new.contexts.fallback_mib = old.contexts.fallback_mib,
+    },
+];
+
+/// The restart-only keys whose values differ between `old` and `new`.
+fn restart_only_changes<'a>(
+    old: &'a Config,
+    new: &'a Config,
+) -> impl Iterator<Item = &'static RestartOnly> + 'a {
+    RESTART_ONLY.iter().filter(move |r| !(r.same)(old, new))
 }
 
 /// Counts of reloads, for status and metrics.
@@ -120,7 +141,6 @@ pub struct Control {
     sidecar: Arc<Sidecar>,
     log: LogControl,
     reloads: Mutex<ReloadStats>,
-    reloads_ok: AtomicU64,
 }
 
 impl std::fmt::Debug for Control {
@@ -145,7 +165,6 @@ impl Control {
             sidecar,
             log,
             reloads: Mutex::new(ReloadStats::default()),
-            reloads_ok: AtomicU64::new(0),
         }
     }
 
@@ -195,11 +214,12 @@ impl Control {
             .map_err(ControlError::from)
             .and_then(|mut new| {
                 let old = self.current();
-                let pending = restart_only_changes(&old.config, &new.config);
-                if !pending.is_empty() {
-                    keep_restart_only(&old.config, &mut new.config);
+                let pending: Vec<&RestartOnly> =
+                    restart_only_changes(&old.config, &new.config).collect();
+                for r in &pending {
+                    (r.keep)(&old.config, &mut new.config);
                 }
-                let names: Vec<String> = pending.iter().map(|(k, _)| k.to_string()).collect();
+                let names: Vec<String> = pending.iter().map(|r| r.key.to_string()).collect();
                 if !names.is_empty() {
                     warn!(keys = ?names, "config file changes that take effect only at restart");
                 }
@@ -212,7 +232,6 @@ impl Control {
         drop(layers);
         match &result {
             Ok(_) => {
-                self.reloads_ok.fetch_add(1, Ordering::Relaxed);
                 self.sidecar.stats.config_reloaded(true);
                 info!("configuration reloaded");
             }
@@ -235,13 +254,13 @@ impl Control {
         let mut layers = self.lock_layers();
         let mut next = layers.clone();
         for (key, change) in changes {
-            if let Some((restart_key, why)) = RESTART_ONLY
+            if let Some(r) = RESTART_ONLY
                 .iter()
-                .find(|(k, _)| key == k || key.starts_with(&format!("{k}.")))
+                .find(|r| key == r.key || key.starts_with(&format!("{}.", r.key)))
             {
                 return Err(ControlError::RestartOnly {
-                    key: restart_key,
-                    why,
+                    key: r.key,
+                    why: r.why,
                 });
             }
             match change {
@@ -257,8 +276,11 @@ impl Control {
         let file_text = self.current().file_text.clone();
         let new = next.resolve_with(file_text)?;
         let old = self.current();
-        if let Some((key, why)) = restart_only_changes(&old.config, &new.config).first() {
-            return Err(ControlError::RestartOnly { key, why });
+        if let Some(r) = restart_only_changes(&old.config, &new.config).next() {
+            return Err(ControlError::RestartOnly {
+                key: r.key,
+                why: r.why,
+            });
         }
         let installed = self.install(new)?;
         *layers = next;
