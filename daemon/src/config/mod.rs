@@ -25,6 +25,16 @@ pub enum Role {
     Inbound,
 }
 
+impl Role {
+    /// `outbound` or `inbound`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Outbound => "outbound",
+            Role::Inbound => "inbound",
+        }
+    }
+}
+
 /// One explicit route: connections accepted on `listen` are proxied to `upstream`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]

@@ -14,7 +14,7 @@ use http::{Response, StatusCode};
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
-use super::families::{role_name, Outcome};
+use super::families::Outcome;
 use crate::config::Role;
 use crate::sidecar::request_key::TensorCall;
 use crate::sidecar::stats::Stats;
@@ -25,7 +25,7 @@ use crate::sidecar::stats::Stats;
 pub fn span(role: Role) -> Span {
     tracing::debug_span!(
         "recv_tensor",
-        role = role_name(role),
+        role = role.name(),
         tensor = Empty,
         direction = Empty,
         codec = Empty,

@@ -20,7 +20,7 @@ use prometheus_client::registry::{Registry, Unit};
 use std::sync::atomic::AtomicU64;
 use tlc_codec::Codec;
 
-use super::families::DirectionCodec;
+use super::families::{direction_codec, DirectionCodec, DirectionLabel, SideLabel};
 use crate::policy::Direction;
 use crate::sidecar::stats::Stats;
 use crate::sidecar::Sidecar;
@@ -40,18 +40,8 @@ struct FallbackSide {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct DirectionLabel {
-    direction: &'static str,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct TableLabel {
     table: &'static str,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-struct SideLabel {
-    side: &'static str,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -113,10 +103,7 @@ fn register_policy(registry: &mut Registry, sidecar: &Sidecar) {
     let mut codecs = Vec::new();
     for direction in [Direction::Push, Direction::Pull] {
         let codec = policy.codec_for(direction).codec;
-        codecs.push(DirectionCodec {
-            direction: direction.name(),
-            codec: codec.id().name(),
-        });
+        codecs.push(direction_codec(direction, codec.id()));
         // Only 3LC has an s: other codecs leave the series out rather
         // than show a made-up value.
         if let Codec::ThreeLc { sparsity: s } = codec {

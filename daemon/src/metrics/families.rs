@@ -119,14 +119,6 @@ impl Outcome {
     }
 }
 
-/// The `role` label value of a listener.
-pub fn role_name(role: Role) -> &'static str {
-    match role {
-        Role::Inbound => "inbound",
-        Role::Outbound => "outbound",
-    }
-}
-
 type Histograms<S> = Family<S, Histogram, fn() -> Histogram>;
 
 fn codec_histogram() -> Histogram {
@@ -182,7 +174,8 @@ impl Default for Families {
     }
 }
 
-fn direction_codec(direction: Direction, codec: CodecId) -> DirectionCodec {
+/// The labels of a tensor travelling `direction` encoded with `codec`.
+pub fn direction_codec(direction: Direction, codec: CodecId) -> DirectionCodec {
     DirectionCodec {
         direction: direction.name(),
         codec: codec.name(),
@@ -237,7 +230,7 @@ impl Families {
     /// One `RecvTensor` call through a listener of `role`.
     pub fn recv_tensor(&self, role: Role, outcome: Outcome, took: Duration) {
         let labels = CallLabels {
-            role: role_name(role),
+            role: role.name(),
             outcome: outcome.name(),
         };
         self.recv_tensor_seconds
