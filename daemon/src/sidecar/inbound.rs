@@ -14,7 +14,6 @@ use tracing::{debug, Span};
 use super::request_key::{self, TensorCall};
 use super::tensor_bytes;
 use super::{Sidecar, MAX_RESPONSE};
-use crate::config::Role;
 use crate::context::pull::Served;
 use crate::context::{PullSource, PushContext, PushKey, ReplicaState};
 use crate::metrics::calls;
@@ -28,20 +27,9 @@ use crate::proxy::upstream::Upstream;
 use crate::tf::proto::DataType;
 use crate::tf::{grpc, recv_tensor};
 
-/// Handles one `RecvTensor` call arriving from a peer, in its own span
-/// (see [`calls::span`]); its latency is counted until the response head.
+/// Handles one `RecvTensor` call arriving from a peer, inside its span
+/// (see [`calls::measured`]); returns the response and how the call ended.
 pub async fn recv_tensor(
-    sidecar: &Sidecar,
-    upstream: &Upstream,
-    request: Request<ProxyBody>,
-) -> Response<ProxyBody> {
-    calls::measured(&sidecar.stats, Role::Inbound, |span| async move {
-        respond(sidecar, upstream, request, &span).await
-    })
-    .await
-}
-
-async fn respond(
     sidecar: &Sidecar,
     upstream: &Upstream,
     request: Request<ProxyBody>,

@@ -23,6 +23,7 @@ use crate::context::pull::random_seed;
 use crate::context::{
     ContextTable, EpochGenerator, PullSource, PushContext, PushKey, ReplicaStore, TableLimits,
 };
+use crate::metrics::calls;
 use crate::peer;
 use crate::policy::Policy;
 use crate::proxy::body::ProxyBody;
@@ -134,7 +135,9 @@ impl Sidecar {
         self.replicas.table().set_limits(limits);
     }
 
-    /// Handles one call arriving on a route with `role`.
+    /// Handles one call arriving on a route with `role`. RecvTensor calls
+    /// get a span and a latency measurement ([`calls::measured`]) around
+    /// the side that handles them.
     pub async fn handle(
         self: Arc<Self>,
         role: Role,
@@ -142,23 +145,26 @@ impl Sidecar {
         request: Request<ProxyBody>,
     ) -> Response<ProxyBody> {
         let path = request.uri().path();
-        match role {
-            Role::Inbound if path == peer::FALLBACK_PATH => {
-                self.stats.fallback_served();
-                self.fallbacks.serve(&request)
-            }
-            Role::Inbound if path == RECV_TENSOR => {
-                inbound::recv_tensor(&self, upstream, request).await
-            }
-            Role::Outbound if path == RECV_TENSOR => match &self.recorder {
-                Some(recorder) => match recorder.claim() {
-                    Some(n) => record::record_call(recorder, n, upstream, request).await,
-                    None => outbound::recv_tensor(&self, upstream, request).await,
-                },
-                None => outbound::recv_tensor(&self, upstream, request).await,
-            },
-            _ => forward(upstream, request).await,
+        if role == Role::Inbound && path == peer::FALLBACK_PATH {
+            self.stats.fallback_served();
+            return self.fallbacks.serve(&request);
         }
+        if path != RECV_TENSOR {
+            return forward(upstream, request).await;
+        }
+        if let Some(recorder) = self.recorder.as_ref().filter(|_| role == Role::Outbound) {
+            if let Some(n) = recorder.claim() {
+                return record::record_call(recorder, n, upstream, request).await;
+            }
+        }
+        let sidecar = &*self;
+        calls::measured(&self.stats, role, |span| async move {
+            match role {
+                Role::Inbound => inbound::recv_tensor(sidecar, upstream, request, &span).await,
+                Role::Outbound => outbound::recv_tensor(sidecar, upstream, request, &span).await,
+            }
+        })
+        .await
     }
 
     /// Drops contexts idle too long or beyond the memory budgets.

@@ -15,7 +15,6 @@ use tracing::{warn, Span};
 
 use super::request_key::{self, TensorCall};
 use super::{fallback, tensor_bytes, Sidecar, MAX_RESPONSE};
-use crate::config::Role;
 use crate::context::envelope::{EnvelopeHeader, Kind, HEADER_LEN};
 use crate::context::{decode_push, ReplicaKey};
 use crate::metrics::calls;
@@ -30,21 +29,10 @@ use crate::tf::proto::RecvTensorResponse;
 use crate::tf::{grpc, recv_tensor};
 use tlc_codec::{CodecId, Limits};
 
-/// Handles one `RecvTensor` call from the local TensorFlow task, in its
-/// own span (see [`calls::span`]); its latency is counted until the
-/// response head.
+/// Handles one `RecvTensor` call from the local TensorFlow task, inside its
+/// span (see [`calls::measured`]); returns the response and how the call
+/// ended.
 pub async fn recv_tensor(
-    sidecar: &Sidecar,
-    upstream: &Upstream,
-    request: Request<ProxyBody>,
-) -> Response<ProxyBody> {
-    calls::measured(&sidecar.stats, Role::Outbound, |span| async move {
-        respond(sidecar, upstream, request, &span).await
-    })
-    .await
-}
-
-async fn respond(
     sidecar: &Sidecar,
     upstream: &Upstream,
     request: Request<ProxyBody>,
