@@ -153,11 +153,7 @@ fn a_shape_change_resets_the_buffer() {
             encode_one(&mut shadow, &[1.0; 3]);
         }
         let y = gradient(60, 7);
-        assert_eq!(
-            encode_one(&mut encoder, &y),
-            encode_one(&mut shadow, &y),
-            "{label}"
-        );
+        assert_same_next(&mut encoder, &mut shadow, &y, &label);
         assert_eq!(bits(encoder.residual()), bits(shadow.residual()), "{label}");
         assert_eq!(encoder.residual().len(), 60);
         // And back: the old buffer of 50 is gone too.
@@ -166,11 +162,7 @@ fn a_shape_change_resets_the_buffer() {
         for _ in 0..4 {
             encode_one(&mut fresh_50, &[0.5; 2]);
         }
-        assert_eq!(
-            encode_one(&mut encoder, &z),
-            encode_one(&mut fresh_50, &z),
-            "{label}"
-        );
+        assert_same_next(&mut encoder, &mut fresh_50, &z, &label);
     }
 }
 
@@ -186,12 +178,14 @@ fn reset_forgets_the_buffer_and_the_frame_count() {
         assert_eq!(encoder.frames(), 0);
         let x = gradient(33, 5);
         let mut fresh = Encoder::new(codec, Feedback::On);
-        assert_eq!(
-            encode_one(&mut encoder, &x),
-            encode_one(&mut fresh, &x),
-            "{label}"
-        );
+        assert_same_next(&mut encoder, &mut fresh, &x, &label);
     }
+}
+
+/// Asserts that `a` and `b` encode `x` to the same bytes: the state that
+/// matters for the next frame (residual, frame count) is the same.
+fn assert_same_next(a: &mut Encoder, b: &mut Encoder, x: &[f32], label: &dyn std::fmt::Display) {
+    assert_eq!(encode_one(a, x), encode_one(b, x), "{label}");
 }
 
 /// An encoder with a non-trivial residual after a few tensors of 23 values.
@@ -233,11 +227,7 @@ fn check_failure_leaves(
     assert_eq!(encoder.frames(), untouched.frames(), "{label}");
     let good = gradient(bad.len(), 11);
     let mut twin = untouched;
-    assert_eq!(
-        encode_one(&mut encoder, &good),
-        encode_one(&mut twin, &good),
-        "{label}"
-    );
+    assert_same_next(&mut encoder, &mut twin, &good, &label);
 }
 
 #[test]
@@ -349,11 +339,7 @@ fn a_failed_tensor_of_a_new_shape_keeps_the_old_residual() {
         // The stream of 23 carries on as if the bad tensor had not been offered.
         let good = gradient(23, 11);
         let mut twin = untouched;
-        assert_eq!(
-            encode_one(&mut encoder, &good),
-            encode_one(&mut twin, &good),
-            "{label}"
-        );
+        assert_same_next(&mut encoder, &mut twin, &good, &label);
     }
 }
 

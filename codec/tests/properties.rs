@@ -294,30 +294,12 @@ fn raw_frame() -> impl Strategy<Value = RawFrame> {
 /// Splits every run of 121 in quartic bytes into pieces of 1..=14 chosen
 /// by `choices`: a valid zero-run encoding, not necessarily the greedy one.
 fn split_runs(quartic: &[u8], choices: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
     let mut c = 0;
-    let mut i = 0;
-    while i < quartic.len() {
-        if quartic[i] != 121 {
-            out.push(quartic[i]);
-            i += 1;
-            continue;
-        }
-        let mut k = quartic[i..].iter().take_while(|&&b| b == 121).count();
-        i += k;
-        while k > 0 {
-            let choice = usize::from(choices[c % choices.len()]);
-            c += 1;
-            let piece = 1 + choice % k.min(14);
-            out.push(if piece == 1 {
-                121
-            } else {
-                243 + (piece - 2) as u8
-            });
-            k -= piece;
-        }
-    }
-    out
+    reference::zero_run_with(quartic, |k| {
+        let choice = usize::from(choices[c % choices.len()]);
+        c += 1;
+        1 + choice % k.min(14)
+    })
 }
 
 /// Trits with long zero stretches.

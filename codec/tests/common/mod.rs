@@ -277,6 +277,13 @@ pub mod reference {
 
     /// Step 6: runs of 121 cut greedily into pieces of 14 from the front.
     pub fn zero_run(bytes: &[u8]) -> Vec<u8> {
+        zero_run_with(bytes, |k| k.min(14))
+    }
+
+    /// Step 6 with the cut left to `piece`: given the run left (`k` bytes
+    /// of 121), it returns the next piece's length, in `1..=k.min(14)`.
+    /// Any such choice is a valid encoding; the greedy one is canonical.
+    pub fn zero_run_with(bytes: &[u8], mut piece: impl FnMut(usize) -> usize) -> Vec<u8> {
         let mut out = Vec::new();
         let mut i = 0;
         while i < bytes.len() {
@@ -285,19 +292,12 @@ pub mod reference {
                 i += 1;
                 continue;
             }
-            let mut k = 0;
-            while i + k < bytes.len() && bytes[i + k] == 121 {
-                k += 1;
-            }
+            let mut k = bytes[i..].iter().take_while(|&&b| b == 121).count();
             i += k;
             while k > 0 {
-                let piece = k.min(14);
-                out.push(if piece == 1 {
-                    121
-                } else {
-                    243 + (piece - 2) as u8
-                });
-                k -= piece;
+                let p = piece(k);
+                out.push(if p == 1 { 121 } else { 243 + (p - 2) as u8 });
+                k -= p;
             }
         }
         out
