@@ -86,10 +86,7 @@ async fn assert_refused(addr: std::net::SocketAddr) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_upstream_looks_like_a_refused_connection() {
     // A port that was just free: nothing listens there.
-    let free = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let free = support::process::free_addr();
     let proxy = proxy_to(free).await;
     // The caller's connection is reset before any HTTP/2 is spoken, so a
     // gRPC client treats it as a failed connect and retries later, as it
@@ -102,10 +99,7 @@ async fn unreachable_upstream_looks_like_a_refused_connection() {
 async fn a_chain_of_sidecars_passes_the_refusal_back() {
     // Requester sidecar -> holder sidecar -> nothing: the holder's sidecar
     // resets, so the requester's sidecar sees no answer and resets too.
-    let free = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let free = support::process::free_addr();
     let holder = support::proxy(Role::Inbound, free, Default::default()).await;
     let requester = proxy_to(holder.local_addrs()[0]).await;
     assert_refused(requester.local_addrs()[0]).await;

@@ -8,14 +8,15 @@
 
 mod support;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::metrics::{get, key, pair};
+use support::process::{free_addr, KillOnDrop};
 use support::tf::{recv, start_tensor_server, Tensors};
 use tlc_daemon::sidecar::stats::Stats;
 use tlc_daemon::sidecar::Sidecar;
@@ -27,15 +28,8 @@ const DEADLINE: Duration = Duration::from_secs(30);
 
 /// The Prometheus process, killed when the test ends, passing or not.
 struct Running {
-    child: Child,
+    _process: KillOnDrop,
     log: PathBuf,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Running {
@@ -45,14 +39,6 @@ impl Running {
         let lines: Vec<&str> = log.lines().collect();
         lines[lines.len().saturating_sub(20)..].join("\n")
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn start_prometheus(dir: &Path, target: SocketAddr, web: SocketAddr) -> Running {
@@ -79,7 +65,10 @@ fn start_prometheus(dir: &Path, target: SocketAddr, web: SocketAddr) -> Running 
         .stderr(out)
         .spawn()
         .unwrap();
-    Running { child, log }
+    Running {
+        _process: KillOnDrop(child),
+        log,
+    }
 }
 
 /// Percent-encodes a PromQL expression for a query string.
@@ -180,7 +169,7 @@ async fn prometheus_scrapes_the_sidecar() {
     ));
 
     let dir = tempfile::tempdir().unwrap();
-    let web: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let web = free_addr();
     let dir_path = dir.path().to_path_buf();
     // Blocking HTTP and sleeps: off the runtime, which serves the scrapes.
     tokio::task::spawn_blocking(move || {

@@ -10,12 +10,13 @@
 
 mod support;
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use support::process::{free_addr, KillOnDrop};
 use support::tf::{request_body, start_tensor_server, Tensors};
 use support::Client;
 use tlc_codec::{Limits, Params};
@@ -29,12 +30,6 @@ const ELEMENTS: usize = 64 * 1024;
 /// A gradient as the worker would send it (the ps asks: a push).
 fn gradient_key() -> String {
     format!("{WORKER0};0000000000000001;{PS};edge_12_gradients/dense/MatMul_grad/MatMul_1;0:0")
-}
-
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
 }
 
 /// `tlcctl`, built by `cargo test --workspace` next to this test's binary.
@@ -57,21 +52,14 @@ fn tlcctl() -> PathBuf {
 
 /// A `tlcd` process, killed when dropped.
 struct Tlcd {
-    child: Child,
+    process: KillOnDrop,
     admin: SocketAddr,
     inbound: SocketAddr,
 }
 
-impl Drop for Tlcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 impl Tlcd {
     fn start(config: &Path, upstream: SocketAddr) -> Tlcd {
-        let (admin, inbound) = (free_port(), free_port());
+        let (admin, inbound) = (free_addr(), free_addr());
         let child = Command::new(env!("CARGO_BIN_EXE_tlcd"))
             .arg("--config")
             .arg(config)
@@ -84,7 +72,7 @@ impl Tlcd {
             .spawn()
             .expect("start tlcd");
         let tlcd = Tlcd {
-            child,
+            process: KillOnDrop(child),
             admin,
             inbound,
         };
@@ -120,7 +108,7 @@ impl Tlcd {
 
     fn hangup(&self) {
         // SAFETY: kill(2) with a pid this test started and still owns.
-        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGHUP) };
+        let rc = unsafe { libc::kill(self.process.0.id() as libc::pid_t, libc::SIGHUP) };
         assert_eq!(rc, 0);
     }
 }

@@ -140,6 +140,7 @@ impl Client {
     }
 }
 pub mod metrics;
+pub mod process;
 pub mod tf;
 
 /// A proxy with one route from a free loopback port to `upstream`.
