@@ -241,14 +241,9 @@ pub fn read(path: &Path) -> Result<String, ConfigError> {
 }
 
 fn collect(source: &impl Source) -> Result<Map<String, Value>, ConfigError> {
-    source.collect().map_err(|err| ConfigError::Parse {
-        path: source_name(source),
+    source.collect().map_err(|err| ConfigError::Merge {
         message: err.to_string().trim().replace('\n', " "),
     })
-}
-
-fn source_name(_source: &impl Source) -> String {
-    "configuration".into()
 }
 
 fn invalid_key(key: &str, value: &serde_json::Value, err: config::ConfigError) -> ConfigError {

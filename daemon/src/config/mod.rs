@@ -6,7 +6,6 @@
 pub mod layers;
 
 use std::net::SocketAddr;
-use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -277,29 +276,12 @@ pub enum ConfigError {
 }
 
 impl Config {
-    /// Reads a TOML file over the defaults.
-    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Read {
-            path: path.display().to_string(),
-            cause,
-        })?;
-        Config::from_toml(&text).map_err(|err| match err {
-            ConfigError::Parse { message, .. } => ConfigError::Parse {
-                path: path.display().to_string(),
-                message,
-            },
-            other => other,
-        })
-    }
-
-    /// Parses TOML text over the defaults and validates it.
+    /// Parses TOML text over the defaults and validates it, merged as a
+    /// config file is (see [`layers`]).
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|err| ConfigError::Parse {
-            path: "<text>".into(),
-            message: err.to_string().trim().replace('\n', " "),
-        })?;
-        config.validate()?;
-        Ok(config)
+        layers::Layers::default()
+            .resolve_with(Some(text.to_string()))
+            .map(|resolved| resolved.config)
     }
 
     /// Every listener: explicit routes first, then the transparent pair.
