@@ -29,19 +29,7 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// lets connections in progress finish their current request.
 pub async fn serve(listener: TcpListener, handler: Handler, shutdown: CancellationToken) {
     let connections = tokio_util::task::TaskTracker::new();
-    loop {
-        let stream = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(err) => {
-                    // Out of descriptors and the like: back off, keep serving.
-                    debug!(%err, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
+    while let Some((stream, _)) = crate::proxy::listener::accept(&listener, &shutdown).await {
         let handler = Arc::clone(&handler);
         let shutdown = shutdown.clone();
         connections.spawn(async move {

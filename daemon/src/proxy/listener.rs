@@ -1,6 +1,7 @@
 //! Accepting connections on one route and serving each as HTTP/2.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use hyper::server::conn::http2;
@@ -28,22 +29,31 @@ pub async fn serve(
     tracker: TaskTracker,
 ) {
     info!(listen = %route.listen, target = ?route.target, role = ?route.role, "listening");
+    while let Some((stream, peer)) = accept(&listener, &shutdown).await {
+        let span = tracing::debug_span!("connection", %peer, listen = %route.listen);
+        tracker
+            .spawn(connection(stream, route, sidecar.clone(), shutdown.clone()).instrument(span));
+    }
+}
+
+/// The next connection on `listener`, or `None` once `shutdown` is
+/// cancelled. An accept that fails (out of file descriptors and the like)
+/// is logged and retried shortly: the connections that exist keep being
+/// served.
+pub async fn accept(
+    listener: &TcpListener,
+    shutdown: &CancellationToken,
+) -> Option<(TcpStream, SocketAddr)> {
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            () = shutdown.cancelled() => break,
+            () = shutdown.cancelled() => return None,
         };
         match accepted {
-            Ok((stream, peer)) => {
-                let span = tracing::debug_span!("connection", %peer, listen = %route.listen);
-                tracker.spawn(
-                    connection(stream, route, sidecar.clone(), shutdown.clone()).instrument(span),
-                );
-            }
-            // Running out of file descriptors and the like: keep serving the
-            // connections that exist, try again shortly.
+            Ok(connection) => return Some(connection),
             Err(err) => {
-                warn!(listen = %route.listen, error = %err, "accept failed");
+                let listen = listener.local_addr().ok();
+                warn!(?listen, error = %err, "accept failed");
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         }
