@@ -6,6 +6,7 @@ pub mod config;
 pub mod context;
 pub mod control;
 pub mod demo;
+pub mod graph;
 pub mod http_server;
 pub mod intercept;
 pub mod metrics;

@@ -6,15 +6,20 @@
 //! |---|---|---|
 //! | `tlc-peer: 1` | request | a sidecar sent this call and decodes envelopes of version 1 |
 //! | `tlc-replica: EPOCH-VERSION` | request | for pulls: the requester's replica of this tensor (epoch in hex) |
+//! | `tlc-class: CLASS` | request | what the requester's sidecar learned of the tensor from a graph (`dense_read`, `dense_gradient`, `sparse`, `unknown`) |
 //! | `tlc-envelope: 1` | response | the response's `tensor_content` is an envelope, not the tensor |
 //! | `tlc-fallback: TOKEN` | request to [`FALLBACK_PATH`] | asks for the original response of an envelope |
 
 use http::{HeaderMap, HeaderValue};
 
+use crate::graph::TensorClass;
+
 /// Request header: the caller is a sidecar.
 pub const PEER: &str = "tlc-peer";
 /// Request header: the caller's replica state for the tensor.
 pub const REPLICA: &str = "tlc-replica";
+/// Request header: the tensor's class, as the requester's graph says.
+pub const CLASS: &str = "tlc-class";
 /// Response header: tensor bytes are an envelope.
 pub const ENVELOPE: &str = "tlc-envelope";
 /// Request header of a fallback call: which response is wanted.
@@ -53,6 +58,17 @@ impl ReplicaHeader {
     }
 }
 
+/// The class a requester announced, if it is one this build knows.
+pub fn class(headers: &HeaderMap) -> Option<TensorClass> {
+    let value = headers.get(CLASS)?.to_str().ok()?;
+    TensorClass::ALL.into_iter().find(|c| c.name() == value)
+}
+
+/// The header value announcing `class`.
+pub fn class_header(class: TensorClass) -> HeaderValue {
+    HeaderValue::from_static(class.name())
+}
+
 /// Whether a request came from a sidecar that speaks our envelope version.
 pub fn is_peer(headers: &HeaderMap) -> bool {
     headers.get(PEER).is_some_and(|v| v == PROTOCOL)
@@ -65,7 +81,7 @@ pub fn has_envelope(headers: &HeaderMap) -> bool {
 
 /// Removes every `tlc-*` header, so TensorFlow sees exactly what it sent.
 pub fn strip(headers: &mut HeaderMap) {
-    for name in [PEER, REPLICA, ENVELOPE, FALLBACK] {
+    for name in [PEER, REPLICA, CLASS, ENVELOPE, FALLBACK] {
         headers.remove(name);
     }
 }

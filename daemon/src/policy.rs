@@ -14,17 +14,30 @@
 //! codec = "3lc"
 //! sparsity = 1.0
 //!
+//! [policy.sparse]           # gathered rows, IndexedSlices: no memory
+//! codec = "fp16"
+//!
+//! [policy.unknown]          # never classified by a graph: no memory
+//! codec = "fp16"
+//!
 //! [[policy.overrides]]      # first match wins
 //! tensor = "*batch_norm*"   # glob over the tensor's node name
 //! direction = "both"        # push, pull or both
 //! skip = true               # or codec = ..., sparsity = ...
 //! ```
+//!
+//! Which table applies depends on the tensor's class, learned from the graph
+//! ([`crate::graph`]): only a dense variable read travelling as a pull gets
+//! `[policy.pull]` and a replica, only a dense gradient travelling as a push
+//! gets `[policy.push]` and error feedback. Everything else is encoded
+//! without memory, each tensor on its own.
 
 use globset::{Glob, GlobMatcher};
 use serde::{Deserialize, Serialize};
 use tlc_codec::{Codec, CodecId, Feedback, Sparsity, TopKPercent};
 
 use crate::config::ConfigError;
+use crate::graph::TensorClass;
 
 /// Which way a tensor travels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
@@ -168,6 +181,23 @@ impl CodecSettings {
         };
         Ok(CodecChoice { codec, feedback })
     }
+
+    /// Validates settings for a class encoded without memory: error
+    /// feedback cannot be asked for.
+    pub fn resolve_memoryless(&self, key: &str) -> Result<CodecChoice, ConfigError> {
+        if self.feedback == Some(true) {
+            return Err(ConfigError::Invalid {
+                key: format!("{key}.feedback"),
+                value: "true".into(),
+                allowed: "false: these tensors change rows from step to step, so they are encoded without memory".into(),
+            });
+        }
+        let choice = self.resolve(key)?;
+        Ok(CodecChoice {
+            feedback: Feedback::Off,
+            ..choice
+        })
+    }
 }
 
 /// Which directions an override applies to.
@@ -218,18 +248,62 @@ pub struct PolicySettings {
     pub push: CodecSettings,
     /// Codec for model values.
     pub pull: CodecSettings,
+    /// Codec for sparse tensors (gathered rows, sparse gradients), without memory.
+    pub sparse: CodecSettings,
+    /// Codec for tensors no graph classified, without memory.
+    pub unknown: CodecSettings,
+    /// Dense tensors cross uncompressed for their first this many steps
+    /// (per tensor and requesting task), while training moves fastest.
+    pub warmup_steps: u32,
     /// Per-tensor exceptions, first match wins.
     pub overrides: Vec<OverrideSettings>,
+}
+
+/// The default codec of the classes without memory.
+fn memoryless_default() -> CodecSettings {
+    CodecSettings {
+        codec: "fp16".into(),
+        ..CodecSettings::default()
+    }
 }
 
 impl Default for PolicySettings {
     fn default() -> Self {
         PolicySettings {
             parameter_jobs: vec!["ps".into()],
-            min_bytes: 64 * 1024,
+            min_bytes: DEFAULT_MIN_BYTES,
             push: CodecSettings::default(),
             pull: CodecSettings::default(),
+            sparse: memoryless_default(),
+            unknown: memoryless_default(),
+            warmup_steps: 0,
             overrides: Vec::new(),
+        }
+    }
+}
+
+/// Tensors smaller than this pass as they are by default.
+pub const DEFAULT_MIN_BYTES: u64 = 64 * 1024;
+
+/// What state a compressed tensor is encoded through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Treatment {
+    /// A dense gradient: the push context's error buffer.
+    ErrorFeedback,
+    /// A dense variable read: the pull replica and its deltas.
+    Replica,
+    /// Anything else: encoded on its own, nothing remembered.
+    Stateless,
+}
+
+impl Treatment {
+    /// The treatment a tensor of `class` travelling `direction` may get.
+    /// Memory only where the graph showed the elements keep their meaning.
+    pub fn of(direction: Direction, class: TensorClass) -> Treatment {
+        match (direction, class) {
+            (Direction::Pull, TensorClass::DenseRead) => Treatment::Replica,
+            (Direction::Push, TensorClass::DenseGradient) => Treatment::ErrorFeedback,
+            _ => Treatment::Stateless,
         }
     }
 }
@@ -237,8 +311,8 @@ impl Default for PolicySettings {
 /// What to do with one tensor.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Decision {
-    /// Compress with this codec.
-    Compress(CodecChoice),
+    /// Compress with this codec, through this state.
+    Compress(CodecChoice, Treatment),
     /// Leave it as it is.
     Pass(PassReason),
 }
@@ -265,6 +339,8 @@ pub struct Policy {
     min_bytes: u64,
     push: CodecChoice,
     pull: CodecChoice,
+    sparse: CodecChoice,
+    unknown: CodecChoice,
     overrides: Vec<Override>,
 }
 
@@ -275,6 +351,8 @@ impl std::fmt::Debug for Policy {
             .field("min_bytes", &self.min_bytes)
             .field("push", &self.push)
             .field("pull", &self.pull)
+            .field("sparse", &self.sparse)
+            .field("unknown", &self.unknown)
             .field("overrides", &self.overrides.len())
             .finish()
     }
@@ -300,6 +378,8 @@ impl Policy {
         }
         let push = settings.push.resolve("policy.push")?;
         let pull = settings.pull.resolve("policy.pull")?;
+        let sparse = settings.sparse.resolve_memoryless("policy.sparse")?;
+        let unknown = settings.unknown.resolve_memoryless("policy.unknown")?;
         let mut overrides = Vec::new();
         for (i, o) in settings.overrides.iter().enumerate() {
             let key = format!("policy.overrides[{i}]");
@@ -338,6 +418,8 @@ impl Policy {
             min_bytes: settings.min_bytes,
             push,
             pull,
+            sparse,
+            unknown,
             overrides,
         })
     }
@@ -350,6 +432,11 @@ impl Policy {
     /// Tensors smaller than this pass uncompressed.
     pub fn min_bytes(&self) -> u64 {
         self.min_bytes
+    }
+
+    /// Steps a dense tensor crosses uncompressed before its context starts.
+    pub fn warmup_steps(&self) -> u32 {
+        self.settings.warmup_steps
     }
 
     /// Number of per-tensor overrides.
@@ -370,18 +457,36 @@ impl Policy {
         }
     }
 
-    /// Whether no tensor of this name and direction would be compressed,
-    /// whatever its size: then the response need not be read before it is
-    /// forwarded.
-    pub fn never_compresses(&self, direction: Direction, tensor: &str) -> bool {
-        self.decide(direction, tensor, u64::MAX) == Decision::Pass(PassReason::Skipped)
+    /// The codec for a tensor of `class` travelling `direction`, before
+    /// overrides: the direction's for dense tensors, the class's otherwise.
+    pub fn codec_for_class(&self, direction: Direction, class: TensorClass) -> CodecChoice {
+        match (Treatment::of(direction, class), class) {
+            (Treatment::ErrorFeedback | Treatment::Replica, _) => self.codec_for(direction),
+            (Treatment::Stateless, TensorClass::Sparse) => self.sparse,
+            (Treatment::Stateless, _) => self.unknown,
+        }
     }
 
-    /// What to do with a tensor of `bytes` bytes named `tensor` travelling `direction`.
-    pub fn decide(&self, direction: Direction, tensor: &str, bytes: u64) -> Decision {
+    /// Whether no tensor of this name, class and direction would be
+    /// compressed, whatever its size: then the response need not be read
+    /// before it is forwarded.
+    pub fn never_compresses(&self, direction: Direction, class: TensorClass, tensor: &str) -> bool {
+        self.decide(direction, class, tensor, u64::MAX) == Decision::Pass(PassReason::Skipped)
+    }
+
+    /// What to do with a tensor of `bytes` bytes named `tensor` of `class`
+    /// travelling `direction`.
+    pub fn decide(
+        &self,
+        direction: Direction,
+        class: TensorClass,
+        tensor: &str,
+        bytes: u64,
+    ) -> Decision {
         if bytes < self.min_bytes {
             return Decision::Pass(PassReason::Small);
         }
+        let treatment = Treatment::of(direction, class);
         let applies = |d: Directions| {
             matches!(
                 (d, direction),
@@ -396,10 +501,20 @@ impl Policy {
             .find(|o| applies(o.direction) && o.matcher.is_match(tensor))
         {
             Some(o) => o.choice,
-            None => Some(self.codec_for(direction)),
+            None => Some(self.codec_for_class(direction, class)),
         };
         match choice {
-            Some(choice) if choice.codec != Codec::None => Decision::Compress(choice),
+            Some(choice) if choice.codec != Codec::None => {
+                let choice = match treatment {
+                    // Nothing is remembered between two stateless tensors.
+                    Treatment::Stateless => CodecChoice {
+                        feedback: Feedback::Off,
+                        ..choice
+                    },
+                    _ => choice,
+                };
+                Decision::Compress(choice, treatment)
+            }
             _ => Decision::Pass(PassReason::Skipped),
         }
     }
@@ -425,10 +540,12 @@ mod tests {
         assert!(p.is_parameter_job("ps"));
         assert!(!p.is_parameter_job("worker"));
         assert_eq!(
-            p.decide(Direction::Push, "w1", 1000),
+            p.decide(Direction::Push, TensorClass::DenseGradient, "w1", 1000),
             Decision::Pass(PassReason::Small)
         );
-        let Decision::Compress(choice) = p.decide(Direction::Pull, "w1", 1 << 20) else {
+        let Decision::Compress(choice, Treatment::Replica) =
+            p.decide(Direction::Pull, TensorClass::DenseRead, "w1", 1 << 20)
+        else {
             panic!("large tensor not compressed")
         };
         assert_eq!(
@@ -464,20 +581,25 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            p.decide(Direction::Pull, "bn/batch_norm/gamma", 10),
+            p.decide(
+                Direction::Pull,
+                TensorClass::DenseRead,
+                "bn/batch_norm/gamma",
+                10
+            ),
             Decision::Pass(PassReason::Skipped)
         );
         let three = |s| Codec::ThreeLc {
             sparsity: Sparsity::new(s).unwrap(),
         };
         assert!(
-            matches!(p.decide(Direction::Push, "dense_2/kernel", 10), Decision::Compress(c) if c.codec == three(1.9))
+            matches!(p.decide(Direction::Push, TensorClass::DenseGradient, "dense_2/kernel", 10), Decision::Compress(c, _) if c.codec == three(1.9))
         );
         assert!(
-            matches!(p.decide(Direction::Pull, "dense_2/kernel", 10), Decision::Compress(c) if c.codec == Codec::TopK { percent: TopKPercent::new(5.0).unwrap() })
+            matches!(p.decide(Direction::Pull, TensorClass::DenseRead, "dense_2/kernel", 10), Decision::Compress(c, _) if c.codec == Codec::TopK { percent: TopKPercent::new(5.0).unwrap() })
         );
         assert!(
-            matches!(p.decide(Direction::Push, "dense_1/kernel", 10), Decision::Compress(c) if c.codec == three(1.5))
+            matches!(p.decide(Direction::Push, TensorClass::DenseGradient, "dense_1/kernel", 10), Decision::Compress(c, _) if c.codec == three(1.5))
         );
     }
 
@@ -511,5 +633,54 @@ mod tests {
             err.to_string().starts_with("policy.parameter_jobs"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn only_dense_tensors_get_memory() {
+        let p = policy("").unwrap();
+        let big = 1 << 20;
+        let fp16 = |d, c| match p.decide(d, c, "t", big) {
+            Decision::Compress(choice, Treatment::Stateless) => {
+                choice.codec == Codec::Fp16 && choice.feedback == Feedback::Off
+            }
+            _ => false,
+        };
+        // Gathered rows pulled, sparse gradient values pushed, never classified.
+        assert!(fp16(Direction::Pull, TensorClass::Sparse));
+        assert!(fp16(Direction::Push, TensorClass::Sparse));
+        assert!(fp16(Direction::Push, TensorClass::Unknown));
+        assert!(fp16(Direction::Pull, TensorClass::Unknown));
+        // A class that contradicts the direction is not trusted with memory.
+        assert!(fp16(Direction::Push, TensorClass::DenseRead));
+        assert!(fp16(Direction::Pull, TensorClass::DenseGradient));
+        assert!(matches!(
+            p.decide(Direction::Push, TensorClass::DenseGradient, "t", big),
+            Decision::Compress(c, Treatment::ErrorFeedback) if c.feedback == Feedback::On
+        ));
+    }
+
+    #[test]
+    fn memoryless_classes_refuse_feedback_and_take_3lc_without_it() {
+        let err = policy("[policy.sparse]\ncodec = \"3lc\"\nfeedback = true\n").unwrap_err();
+        assert!(
+            err.to_string().starts_with("policy.sparse.feedback = true"),
+            "{err}"
+        );
+        let p = policy("[policy.unknown]\ncodec = \"3lc\"\nsparsity = 1.5\n").unwrap();
+        let Decision::Compress(choice, Treatment::Stateless) =
+            p.decide(Direction::Push, TensorClass::Unknown, "t", 1 << 20)
+        else {
+            panic!("unknown tensor not compressed statelessly")
+        };
+        assert_eq!(choice.feedback, Feedback::Off);
+        assert_eq!(
+            choice.codec,
+            Codec::ThreeLc {
+                sparsity: Sparsity::new(1.5).unwrap()
+            }
+        );
+        let p = policy("[policy.sparse]\ncodec = \"none\"\n").unwrap();
+        assert!(p.never_compresses(Direction::Pull, TensorClass::Sparse, "t"));
+        assert!(!p.never_compresses(Direction::Pull, TensorClass::DenseRead, "t"));
     }
 }

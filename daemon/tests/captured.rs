@@ -13,14 +13,16 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use support::tf::{start_raw_server, Bodies};
-use support::Client;
+use support::{teach, Client};
 use tlc_daemon::config::Role;
+use tlc_daemon::graph::build::PartitionBuilder;
 use tlc_daemon::policy::{Direction, Policy};
 use tlc_daemon::proxy::Proxy;
 use tlc_daemon::sidecar::request_key;
 use tlc_daemon::sidecar::Sidecar;
 use tlc_daemon::tf::proto::RecvTensorRequest;
 use tlc_daemon::tf::recv_tensor::{self, PassReason};
+use tlc_daemon::tf::rendezvous::RendezvousKey;
 use tlc_daemon::tf::{fast_parse, grpc, RECV_TENSOR_PATH};
 
 struct Capture {
@@ -115,8 +117,38 @@ fn check_parse(name: &str, message: &[u8]) {
 
 const SCALARS: [&str; 2] = ["int64_global_step", "bool_pred"];
 
-async fn through_sidecars(server: SocketAddr) -> (Client, Vec<Proxy>) {
-    let inbound = support::proxy(Role::Inbound, server, Arc::new(Sidecar::default())).await;
+/// The captures' rendezvous key.
+fn rendezvous_key(name: &str) -> RendezvousKey {
+    use prost::Message;
+    let message = grpc::parse_single(capture(name).request, usize::MAX).unwrap();
+    let request = RecvTensorRequest::decode(message).unwrap();
+    RendezvousKey::parse(&request.rendezvous_key).unwrap()
+}
+
+/// The parameter task's partition as TensorFlow registered it for the
+/// captured tensors: variable reads sent, gradients applied.
+fn captured_partition() -> PartitionBuilder {
+    let mut partition = PartitionBuilder::new("/job:ps/replica:0/task:0");
+    for name in ALL {
+        let key = rendezvous_key(name);
+        let (src, dst) = (key.src_task().unwrap(), key.dst_task().unwrap());
+        if name.starts_with("pull_") {
+            partition = partition.dense_read(key.context_name(), &key.tensor_name, &dst.prefix());
+        } else if name.starts_with("push_") {
+            partition = partition.dense_gradient("v", &key.tensor_name, &src.prefix());
+        }
+    }
+    partition
+}
+
+/// A client → requester sidecar → holder sidecar → `server` chain; the
+/// holder has read the partition graph if `graph`.
+async fn through_sidecars(server: SocketAddr, graph: bool) -> (Client, Vec<Proxy>) {
+    let holder = Arc::new(Sidecar::default());
+    if graph {
+        teach(&holder, captured_partition());
+    }
+    let inbound = support::proxy(Role::Inbound, server, holder).await;
     let outbound = support::proxy(
         Role::Outbound,
         inbound.local_addrs()[0],
@@ -127,8 +159,7 @@ async fn through_sidecars(server: SocketAddr) -> (Client, Vec<Proxy>) {
     (client, vec![outbound, inbound])
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn captured_calls_through_two_sidecars() {
+async fn captured_server() -> SocketAddr {
     use prost::Message;
     let responses: HashMap<String, Bytes> = ALL
         .iter()
@@ -143,9 +174,28 @@ async fn captured_calls_through_two_sidecars() {
         .collect();
     let bodies: Bodies =
         Arc::new(move |request: &RecvTensorRequest| responses[&request.rendezvous_key].clone());
-    let server = start_raw_server(bodies).await;
-    let (client, _proxies) = through_sidecars(server).await;
+    start_raw_server(bodies).await
+}
 
+/// The capture's tensor as TensorFlow sent it, and as the client got it.
+fn original_and_restored(
+    name: &str,
+    message: Bytes,
+) -> (recv_tensor::FloatTensor, recv_tensor::FloatTensor) {
+    let original = recv_tensor::decode_response(
+        grpc::parse_single(capture(name).response, usize::MAX).unwrap(),
+    )
+    .unwrap();
+    let original = recv_tensor::classify(&original).unwrap();
+    let restored = recv_tensor::classify(&recv_tensor::decode_response(message).unwrap()).unwrap();
+    assert_eq!(restored.dims, original.dims, "{name}");
+    assert_eq!(restored.meta, original.meta, "{name}");
+    (original, restored)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn captured_calls_through_two_sidecars() {
+    let (client, _proxies) = through_sidecars(captured_server().await, true).await;
     for name in ALL {
         let c = capture(name);
         let reply = client.call(RECV_TENSOR_PATH, &[], c.request.clone()).await;
@@ -157,17 +207,10 @@ async fn captured_calls_through_two_sidecars() {
         let message = grpc::parse_single(reply.body.clone(), usize::MAX).unwrap();
         check_parse(name, &message);
         match name {
-            // Above the 64 KiB threshold: compressed with 3LC, s = 1.0.
+            // A dense gradient above the 64 KiB threshold: 3LC, s = 1.0.
             "push_w0_dense0_grad" => {
-                let original = recv_tensor::decode_response(
-                    grpc::parse_single(c.response, usize::MAX).unwrap(),
-                )
-                .unwrap();
-                let original = recv_tensor::classify(&original).unwrap();
-                let restored =
-                    recv_tensor::classify(&recv_tensor::decode_response(message).unwrap()).unwrap();
+                let (original, restored) = original_and_restored(name, message);
                 assert_eq!(restored.dims, vec![64, 1024]);
-                assert_eq!(restored.meta, original.meta);
                 let m = original.values().fold(0f32, |m, v| m.max(v.abs()));
                 assert!(
                     restored.values().all(|v| v == 0.0 || v.abs() == m),
@@ -177,6 +220,35 @@ async fn captured_calls_through_two_sidecars() {
             }
             // A first pull is a lossless keyframe: TF's own bytes come back.
             // Everything else is below the threshold or not float: untouched.
+            _ => assert_eq!(reply.body, c.response, "{name}: byte for byte"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_graph_large_tensors_travel_without_memory() {
+    let (client, _proxies) = through_sidecars(captured_server().await, false).await;
+    for name in ALL {
+        let c = capture(name);
+        let reply = client.call(RECV_TENSOR_PATH, &[], c.request.clone()).await;
+        assert_eq!(reply.trailers["grpc-status"], "0", "{name}");
+        let message = grpc::parse_single(reply.body.clone(), usize::MAX).unwrap();
+        check_parse(name, &message);
+        match name {
+            // Unknown class, large: fp16 on the wire, each value on its own
+            // (no error feedback, no replica).
+            "push_w0_dense0_grad" | "pull_w0_w0_read" => {
+                let (original, restored) = original_and_restored(name, message);
+                let mut changed = 0;
+                for (o, r) in original.values().zip(restored.values()) {
+                    // f16 keeps 11 significant bits (and steps of 2^-24
+                    // below its normal range).
+                    let tolerance = (o.abs() * 2f32.powi(-11)).max(2f32.powi(-24));
+                    assert!((o - r).abs() <= tolerance, "{name}: {o} came back as {r}");
+                    changed += usize::from(o != r);
+                }
+                assert!(changed > 0, "{name}: not compressed at all");
+            }
             _ => assert_eq!(reply.body, c.response, "{name}: byte for byte"),
         }
     }

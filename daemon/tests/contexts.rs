@@ -16,6 +16,7 @@ use tlc_daemon::context::{ApplyError, EnvelopeError};
 
 const HOLDER: &str = "/job:ps/replica:0/task:0";
 const TENSOR: &str = "dense/kernel/read";
+const WORKER: &str = "/job:worker/replica:0/task:0";
 
 fn three_lc() -> Codec {
     Codec::ThreeLc {
@@ -83,6 +84,7 @@ impl Holder {
 fn pull(holder: &mut Holder, worker: &ReplicaStore, value: &[f32], now: Instant) -> Served {
     let key = ReplicaKey {
         holder: HOLDER.into(),
+        requester: WORKER.into(),
         tensor: TENSOR.into(),
     };
     if holder.last.as_deref() != Some(value) {
@@ -279,6 +281,7 @@ fn push_contexts_in_a_table_keep_error_feedback_through_envelopes() {
         for (p, task) in ps.iter().enumerate() {
             let key = PushKey {
                 requester_task: (*task).into(),
+                holder_task: WORKER.into(),
                 tensor: "gradients/dense/MatMul_grad/MatMul_1".into(),
             };
             let ctx =
@@ -306,6 +309,7 @@ fn push_contexts_in_a_table_keep_error_feedback_through_envelopes() {
     for (p, task) in ps.iter().enumerate() {
         let key = PushKey {
             requester_task: (*task).into(),
+            holder_task: WORKER.into(),
             tensor: "gradients/dense/MatMul_grad/MatMul_1".into(),
         };
         let ctx = table.get(&key, now).unwrap();
@@ -325,6 +329,7 @@ fn hostile_envelopes_are_typed_errors() {
     let store = ReplicaStore::new(limits());
     let key = ReplicaKey {
         holder: HOLDER.into(),
+        requester: WORKER.into(),
         tensor: TENSOR.into(),
     };
     let now = Instant::now();

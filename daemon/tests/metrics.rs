@@ -10,14 +10,18 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use support::metrics::{get, http, key, pair, Exposition};
+use support::teach;
 use support::tf::{recv, start_tensor_server, Tensors};
-use tlc_daemon::context::PushKey;
+use tlc_daemon::context::{PushKey, SourceKey};
+use tlc_daemon::graph::build::PartitionBuilder;
 use tlc_daemon::policy::{CodecSettings, Policy, PolicySettings};
 use tlc_daemon::sidecar::stats::Stats;
 use tlc_daemon::sidecar::Sidecar;
 
 const WORKER: &str = "/job:worker/replica:0/task:0/device:CPU:0";
 const PS: &str = "/job:ps/replica:0/task:0/device:CPU:0";
+const WORKER_TASK: &str = "/job:worker/replica:0/task:0";
+const PS_TASK: &str = "/job:ps/replica:0/task:0";
 
 /// Gradients of 24 sizes: more tensors than the per-tensor families keep.
 const LAYERS: usize = 24;
@@ -107,6 +111,16 @@ async fn exposition_matches_the_sidecars_counters() {
         None,
     ));
     let path = pair(server, holder.clone()).await;
+    let mut partition = PartitionBuilder::new(PS_TASK).dense_read(
+        "dense/kernel",
+        "edge_3_dense/kernel/read",
+        WORKER_TASK,
+    );
+    for i in 0..LAYERS {
+        let tensor = format!("edge_{}_layer_{i}/grad", 10 + i);
+        partition = partition.dense_gradient(&format!("layer_{i}"), &tensor, WORKER_TASK);
+    }
+    teach(&holder, partition);
     for step in 0..PUSH_STEPS {
         for i in 0..LAYERS {
             let node = format!("layer_{i}/grad");
@@ -242,7 +256,13 @@ async fn exposition_matches_the_sidecars_counters() {
     );
     let source = holder
         .pull
-        .get(&"dense/kernel/read".to_string(), Instant::now())
+        .get(
+            &SourceKey {
+                holder: PS_TASK.into(),
+                tensor: "dense/kernel/read".into(),
+            },
+            Instant::now(),
+        )
         .unwrap();
     let (counters, state) = {
         let source = tlc_daemon::context::table::lock(&source);
@@ -278,7 +298,8 @@ async fn exposition_matches_the_sidecars_counters() {
             .push
             .get(
                 &PushKey {
-                    requester_task: "/job:ps/replica:0/task:0".into(),
+                    requester_task: PS_TASK.into(),
+                    holder_task: WORKER_TASK.into(),
                     tensor: tensor.clone(),
                 },
                 Instant::now(),
@@ -479,6 +500,10 @@ async fn calls_are_traced_with_tensor_sizes_and_outcome() {
     });
     let server = start_tensor_server(tensors).await;
     let path = pair(server, Arc::new(Sidecar::default())).await;
+    teach(
+        &path.holder,
+        PartitionBuilder::new(PS_TASK).dense_gradient("traced", "edge_7_traced/grad", WORKER_TASK),
+    );
     recv(&path.client, &key(WORKER, PS, 7, "traced/grad"), 0).await;
     recv(&path.client, &key(WORKER, PS, 8, "traced_small"), 0).await;
     let wire = Stats::get(&path.holder.stats.push.wire_bytes);
@@ -498,6 +523,11 @@ async fn calls_are_traced_with_tensor_sizes_and_outcome() {
             find(&[
                 &role,
                 "tensor=\"traced/grad\"",
+                if role.contains("inbound") {
+                    "class=\"dense_gradient\""
+                } else {
+                    ""
+                },
                 "direction=\"push\"",
                 "codec=\"3lc\"",
                 "raw_bytes=80000",

@@ -18,9 +18,10 @@ use std::time::{Duration, Instant};
 
 use support::process::{free_addr, KillOnDrop};
 use support::tf::{request_body, start_tensor_server, Tensors};
-use support::Client;
+use support::{register_graph, Client};
 use tlc_codec::{Limits, Params};
 use tlc_daemon::context::Envelope;
+use tlc_daemon::graph::build::PartitionBuilder;
 use tlc_daemon::tf::{grpc, recv_tensor, RECV_TENSOR_PATH};
 
 const WORKER0: &str = "/job:worker/replica:0/task:0/device:CPU:0";
@@ -164,6 +165,17 @@ async fn tlcctl_retunes_a_running_tlcd() {
     write(&config, "[policy.push]\ncodec = \"3lc\"\nsparsity = 1.0\n");
     let tlcd = Tlcd::start(&config, server);
     let client = Client::connect(tlcd.inbound).await;
+    // The graph passes through tlcd first, as TensorFlow's master sends it;
+    // without it the gradient would be of unknown class (no error feedback).
+    register_graph(
+        &client,
+        PartitionBuilder::new("/job:ps/replica:0/task:0").dense_gradient(
+            "dense/kernel",
+            "edge_12_gradients/dense/MatMul_grad/MatMul_1",
+            "/job:worker/replica:0/task:0",
+        ),
+    )
+    .await;
 
     for step in 0..3 {
         assert_eq!(pushed_sparsity(&client, step).await, Some(1.0));

@@ -10,19 +10,32 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use support::tf::{recv, response_body, start_tensor_server, Tensors};
-use support::Client;
+use support::{teach, Client};
 use tlc_daemon::config::Role;
-use tlc_daemon::context::{replica_hash, PushKey, ReplicaKey};
+use tlc_daemon::context::{replica_hash, PushKey, ReplicaKey, SourceKey};
+use tlc_daemon::graph::build::PartitionBuilder;
 use tlc_daemon::proxy::Proxy;
 use tlc_daemon::sidecar::stats::Stats;
 use tlc_daemon::sidecar::Sidecar;
+use tlc_daemon::tf::rendezvous::TaskName;
 
 const WORKER0: &str = "/job:worker/replica:0/task:0/device:CPU:0";
 const WORKER1: &str = "/job:worker/replica:0/task:1/device:CPU:0";
 const PS: &str = "/job:ps/replica:0/task:0/device:CPU:0";
 
+const PS_TASK: &str = "/job:ps/replica:0/task:0";
+const WORKER0_TASK: &str = "/job:worker/replica:0/task:0";
+const WORKER1_TASK: &str = "/job:worker/replica:0/task:1";
+
 fn key(src: &str, dst: &str, edge: u32, node: &str) -> String {
     format!("{src};0000000000000001;{dst};edge_{edge}_{node};0:0")
+}
+
+fn source_key() -> SourceKey {
+    SourceKey {
+        holder: PS_TASK.into(),
+        tensor: "dense/kernel/read".into(),
+    }
 }
 
 /// A requester sidecar → holder sidecar → tensor server chain.
@@ -66,6 +79,14 @@ async fn gradients_cross_compressed_with_error_feedback() {
     let path = path_to(server, Arc::new(Sidecar::default())).await;
     // The parameter task asks worker 0 for a gradient: a push.
     let key = key(WORKER0, PS, 12, "gradients/dense/MatMul_grad/MatMul_1");
+    teach(
+        &path.holder,
+        PartitionBuilder::new(PS_TASK).dense_gradient(
+            "dense/kernel",
+            "edge_12_gradients/dense/MatMul_grad/MatMul_1",
+            WORKER0_TASK,
+        ),
+    );
     let mut sent = vec![0f64; n];
     let mut received = vec![0f64; n];
     for step in 0..20 {
@@ -106,7 +127,8 @@ async fn gradients_cross_compressed_with_error_feedback() {
     // Error feedback: what was sent plus what is still pending is what was produced.
     let context = path.holder.push.get(
         &PushKey {
-            requester_task: "/job:ps/replica:0/task:0".into(),
+            requester_task: PS_TASK.into(),
+            holder_task: WORKER0_TASK.into(),
             tensor: "gradients/dense/MatMul_grad/MatMul_1".into(),
         },
         Instant::now(),
@@ -147,6 +169,12 @@ async fn model_values_share_one_encode_and_replicas_agree() {
     let tensors: Tensors = Arc::new(move |_key: &str, step: i64| (vec![n as u64], model(step)));
     let server = start_tensor_server(tensors).await;
     let holder = Arc::new(Sidecar::default());
+    teach(
+        &holder,
+        PartitionBuilder::new(PS_TASK)
+            .dense_read("dense/kernel", "edge_7_dense/kernel/read", WORKER0_TASK)
+            .dense_read("dense/kernel", "edge_9_dense/kernel/read", WORKER1_TASK),
+    );
     // Two workers, each with its own sidecar, pull from one parameter task.
     let worker0 = path_to(server, holder.clone()).await;
     let worker1 = path_to(server, holder.clone()).await;
@@ -156,17 +184,15 @@ async fn model_values_share_one_encode_and_replicas_agree() {
             let key = key(PS, worker, edge, "dense/kernel/read");
             let got = recv(&path.client, &key, step).await;
             let replica_key = ReplicaKey {
-                holder: "/job:ps/replica:0/task:0".into(),
+                holder: PS_TASK.into(),
+                requester: TaskName::of_device(worker).unwrap().prefix(),
                 tensor: "dense/kernel/read".into(),
             };
             let requester_hash = path
                 .requester
                 .replicas
                 .replica_hash(&replica_key, Instant::now());
-            let source = holder
-                .pull
-                .get(&"dense/kernel/read".to_string(), Instant::now())
-                .unwrap();
+            let source = holder.pull.get(&source_key(), Instant::now()).unwrap();
             let holder_hash = tlc_daemon::context::table::lock(&source).replica_hash();
             assert_eq!(
                 requester_hash,
@@ -192,10 +218,7 @@ async fn model_values_share_one_encode_and_replicas_agree() {
         "pull ratio {} too low",
         raw as f64 / wire as f64
     );
-    let source = holder
-        .pull
-        .get(&"dense/kernel/read".to_string(), Instant::now())
-        .unwrap();
+    let source = holder.pull.get(&source_key(), Instant::now()).unwrap();
     let counters = tlc_daemon::context::table::lock(&source).counters();
     assert_eq!(
         counters.deltas, 14,

@@ -17,7 +17,7 @@ pub mod table;
 pub use envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind};
 pub use pull::{
     replica_hash, ApplyError, EpochGenerator, PullServed, PullSource, Replica, ReplicaKey,
-    ReplicaState, ReplicaStore, ServeError,
+    ReplicaState, ReplicaStore, ServeError, SourceKey,
 };
-pub use push::{decode_push, PushContext, PushError, PushKey};
+pub use push::{decode_push, encode_stateless, PushContext, PushError, PushKey};
 pub use table::{ContextMemory, ContextTable, TableLimits};

@@ -468,6 +468,20 @@ impl ContextMemory for PullSource {
 pub struct ReplicaKey {
     /// The holder's identity, e.g. its task `/job:ps/replica:0/task:0`.
     pub holder: String,
+    /// The task the replica is for: one sidecar may carry several tasks'
+    /// calls (TF2's coordinator routes them all), and each task's replica
+    /// moves at its own pace.
+    pub requester: String,
+    /// The node name part of the rendezvous tensor name.
+    pub tensor: String,
+}
+
+/// Which pull source a holder-side sidecar keeps: one per holding task and
+/// tensor, shared by every requester.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceKey {
+    /// The task holding the tensor.
+    pub holder: String,
     /// The node name part of the rendezvous tensor name.
     pub tensor: String,
 }
@@ -1197,6 +1211,7 @@ mod tests {
         });
         let key = ReplicaKey {
             holder: "/job:ps/replica:0/task:0".into(),
+            requester: "/job:worker/replica:0/task:0".into(),
             tensor: "w1/read".into(),
         };
         let now = Instant::now();

@@ -14,6 +14,9 @@ use super::table::ContextMemory;
 pub struct PushKey {
     /// The task asking for the gradient, e.g. `/job:ps/replica:0/task:0`.
     pub requester_task: String,
+    /// The task holding it, e.g. `/job:worker/replica:0/task:1` (one
+    /// sidecar may carry several tasks' calls).
+    pub holder_task: String,
     /// The node name part of the rendezvous tensor name (`edge_12_w1/grad`
     /// gives `w1/grad`): edge ids differ between workers, node names do not.
     pub tensor: String,
@@ -124,6 +127,18 @@ impl PushContext {
     pub fn residual_l2(&self) -> f64 {
         l2(self.encoder.residual())
     }
+}
+
+/// Encodes a tensor on its own, without error feedback or any state, as a
+/// push envelope: how sparse and unclassified tensors travel, in either
+/// direction. The requesting side decodes it with [`decode_push`].
+pub fn encode_stateless(
+    values: &[f32],
+    codec: Codec,
+    fallback_token: u64,
+    out: &mut Vec<u8>,
+) -> Result<PushEncoded, EncodeError> {
+    PushContext::new(codec, Feedback::Off).encode(values, codec, fallback_token, out)
 }
 
 impl ContextMemory for PushContext {

@@ -8,6 +8,7 @@
 //! the same variable has different edge ids on different workers, as it
 //! does with real TensorFlow.
 
+use crate::graph::build::PartitionBuilder;
 use crate::tf::rendezvous::{FrameIter, RendezvousKey};
 
 use super::data::Rng;
@@ -138,6 +139,22 @@ impl Graph {
             frame_iter: FrameIter::default(),
         }
         .to_string()
+    }
+
+    /// The parameter task's partition of worker `worker`'s graph, as that
+    /// worker's master registers it (a serialized `RegisterGraphRequest`):
+    /// each variable read and sent, each gradient received and applied.
+    pub fn ps_partition(&self, worker: usize) -> Vec<u8> {
+        let worker_task = worker_task(worker);
+        let mut partition = PartitionBuilder::new(PS_TASK);
+        for (v, var) in self.variables.iter().enumerate() {
+            let pull = format!("edge_{}_{}", self.pull_edge(worker, v), var.read_node);
+            let push = format!("edge_{}_{}", self.push_edge(worker, v), var.gradient_node);
+            partition = partition
+                .dense_read(&var.name, &pull, &worker_task)
+                .dense_gradient(&var.name, &push, &worker_task);
+        }
+        partition.register_graph_request()
     }
 
     /// Which variable a worker asks the parameter task for with `key`.

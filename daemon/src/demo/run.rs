@@ -11,11 +11,11 @@ use futures_util::future::try_join_all;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::{replica_hash, ReplicaKey};
+use crate::context::{replica_hash, ReplicaKey, SourceKey};
 use crate::sidecar::stats::Stats;
 
 use super::data::Dataset;
-use super::graph::{Graph, PS_TASK};
+use super::graph::{worker_task, Graph, PS_TASK};
 use super::model::{Evaluation, Mlp, Sgd};
 use super::pods::{Pods, PodsSpec};
 use super::report::{RunReport, SidecarTotals};
@@ -200,11 +200,16 @@ fn check_replicas(
             mismatches += 1;
             continue;
         };
-        let agree = match pods.ps.sidecar.pull.get(&var.read_node, now) {
+        let source_key = SourceKey {
+            holder: PS_TASK.into(),
+            tensor: var.read_node.clone(),
+        };
+        let agree = match pods.ps.sidecar.pull.get(&source_key, now) {
             Some(source) => {
                 let holder = crate::context::table::lock(&source).replica_hash();
                 let key = ReplicaKey {
                     holder: PS_TASK.into(),
+                    requester: worker_task(0),
                     tensor: var.read_node.clone(),
                 };
                 let chief = pods.workers[0].sidecar.replicas.replica_hash(&key, now);

@@ -19,6 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::graph::tap::REGISTER_GRAPH;
 use crate::proxy::body::{self, ProxyBody};
 use crate::proxy::grpc_status;
 use crate::tf::proto::RecvTensorRequest;
@@ -85,7 +86,7 @@ pub struct Tensor {
 #[derive(Clone)]
 pub struct Client {
     sender: hyper::client::conn::http2::SendRequest<Full<Bytes>>,
-    uri: String,
+    authority: String,
 }
 
 impl Client {
@@ -105,17 +106,42 @@ impl Client {
         tokio::spawn(connection);
         Ok(Client {
             sender,
-            uri: format!("http://{addr}{RECV_TENSOR_PATH}"),
+            authority: addr.to_string(),
         })
     }
 
     /// Calls `RecvTensor` for `key` at `step` and returns the tensor, after
     /// checking the response is one TensorFlow reads on its fast path.
     pub async fn recv_tensor(&self, key: &str, step: i64) -> Result<Tensor, WireError> {
-        let request = Request::post(&self.uri)
+        let data = self
+            .unary(RECV_TENSOR_PATH, request_body(key, step))
+            .await?;
+        let message = grpc::parse_single(data.freeze(), grpc::TF_MAX_MESSAGE_LEN)?;
+        fast_parse::check(&message)?;
+        let response = recv_tensor::decode_response(message)?;
+        let tensor = recv_tensor::classify(&response)?;
+        Ok(Tensor {
+            values: tensor.values().collect(),
+            dims: tensor.dims,
+        })
+    }
+
+    /// Registers a graph partition on the peer, as a TF1 master does
+    /// before running it (`request` is a serialized `RegisterGraphRequest`).
+    pub async fn register_graph(&self, request: Vec<u8>) -> Result<(), WireError> {
+        let (prefix, message) = grpc::encode(Bytes::from(request))?;
+        let body = [prefix, message].concat();
+        self.unary(REGISTER_GRAPH, Bytes::from(body)).await?;
+        Ok(())
+    }
+
+    /// One unary call of `path`: the response body, once its gRPC status
+    /// says OK.
+    async fn unary(&self, path: &str, body: Bytes) -> Result<BytesMut, WireError> {
+        let request = Request::post(format!("http://{}{path}", self.authority))
             .header("content-type", "application/grpc")
             .header("te", "trailers")
-            .body(Full::new(request_body(key, step)))?;
+            .body(Full::new(body))?;
         let response = self.sender.clone().send_request(request).await?;
         let (parts, mut body) = response.into_parts();
         let mut data = BytesMut::new();
@@ -147,14 +173,7 @@ impl Client {
                 message,
             });
         }
-        let message = grpc::parse_single(data.freeze(), grpc::TF_MAX_MESSAGE_LEN)?;
-        fast_parse::check(&message)?;
-        let response = recv_tensor::decode_response(message)?;
-        let tensor = recv_tensor::classify(&response)?;
-        Ok(Tensor {
-            values: tensor.values().collect(),
-            dims: tensor.dims,
-        })
+        Ok(data)
     }
 }
 
@@ -278,10 +297,14 @@ async fn answer(
     handler: Handler,
     request: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
+    if request.uri().path() == REGISTER_GRAPH {
+        // The emulated task runs no graph: an empty RegisterGraphResponse.
+        return Ok(ok_response(vec![Bytes::from_static(&[0, 0, 0, 0, 0])]));
+    }
     if request.uri().path() != RECV_TENSOR_PATH {
         return Ok(grpc_status::response(
             code::UNIMPLEMENTED,
-            "only RecvTensor is served",
+            "only RecvTensor and RegisterGraph are served",
         ));
     }
     let body = match Limited::new(request.into_body(), MAX_REQUEST)
@@ -313,13 +336,18 @@ async fn answer(
         Ok(chunks) => chunks,
         Err(err) => return Ok(grpc_status::response(code::INTERNAL, &err)),
     };
+    Ok(ok_response(chunks.to_vec()))
+}
+
+/// A successful gRPC response of `chunks`.
+fn ok_response(chunks: Vec<Bytes>) -> Response<ProxyBody> {
     let mut trailers = HeaderMap::new();
     trailers.insert("grpc-status", HeaderValue::from_static("0"));
-    let mut response = Response::new(body::chunks(chunks.to_vec(), Some(trailers)));
+    let mut response = Response::new(body::chunks(chunks, Some(trailers)));
     response
         .headers_mut()
         .insert("content-type", HeaderValue::from_static("application/grpc"));
-    Ok(response)
+    response
 }
 
 /// Microseconds since the Unix epoch, as TF's `send_start_micros`.

@@ -105,6 +105,12 @@ impl WorkerTask {
         let mut batches = Batches::new(shard.len(), self.seed, 100 + self.index as u64);
         let mut train_loss = Vec::with_capacity(self.steps);
         let mut tensor_bytes = 0;
+        // As TF's master does before the first step: the parameter task's
+        // partition, through both sidecars, which learn each tensor's class.
+        self.ps
+            .register_graph(self.graph.ps_partition(self.index))
+            .await
+            .with_context(|| format!("worker {}: registering its graph", self.index))?;
         for step in 0..self.steps {
             let params = self.pull(step as i64).await?;
             tensor_bytes += params.iter().map(|p| 4 * p.len() as u64).sum::<u64>();

@@ -28,6 +28,7 @@ pub fn span(role: Role) -> Span {
         role = role.name(),
         tensor = Empty,
         direction = Empty,
+        class = Empty,
         codec = Empty,
         raw_bytes = Empty,
         wire_bytes = Empty,

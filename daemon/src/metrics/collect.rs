@@ -216,7 +216,7 @@ fn register_tensors(registry: &mut Registry, sidecar: &Sidecar) {
     for listing in sidecar.pull.snapshot(now, |s| s.counters()) {
         rows.push(TensorBytes {
             direction: Direction::Pull.name(),
-            tensor: listing.key,
+            tensor: listing.key.tensor,
             raw: listing.summary.raw_bytes,
             wire: listing.summary.wire_bytes,
         });

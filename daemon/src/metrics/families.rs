@@ -16,6 +16,7 @@ use prometheus_client::registry::{Registry, Unit};
 use tlc_codec::CodecId;
 
 use crate::config::Role;
+use crate::graph::TensorClass;
 use crate::policy::Direction;
 
 /// Upper bounds of the codec-time buckets, in seconds: 10 µs (a small
@@ -38,6 +39,15 @@ pub struct DirectionCodec {
     pub direction: &'static str,
     /// The codec's short name (`3lc`, `int8`, ...).
     pub codec: &'static str,
+}
+
+/// `direction` and `class` of a tensor.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct DirectionClass {
+    /// `push` or `pull`.
+    pub direction: &'static str,
+    /// `dense_read`, `dense_gradient`, `sparse` or `unknown`.
+    pub class: &'static str,
 }
 
 /// `direction` of a tensor.
@@ -137,6 +147,8 @@ pub struct Families {
     raw_bytes: Family<DirectionCodec, Counter>,
     wire_bytes: Family<DirectionCodec, Counter>,
     frames: Family<DirectionCodec, Counter>,
+    class_raw_bytes: Family<DirectionClass, Counter>,
+    class_wire_bytes: Family<DirectionClass, Counter>,
     encode_seconds: Histograms<DirectionCodec>,
     decode_seconds: Histograms<DirectionCodec>,
     restored: Family<DirectionLabel, Counter>,
@@ -152,6 +164,8 @@ impl Default for Families {
             raw_bytes: Family::default(),
             wire_bytes: Family::default(),
             frames: Family::default(),
+            class_raw_bytes: Family::default(),
+            class_wire_bytes: Family::default(),
             encode_seconds: Family::new_with_constructor(codec_histogram),
             decode_seconds: Family::new_with_constructor(codec_histogram),
             restored: Family::default(),
@@ -183,11 +197,13 @@ pub fn direction_codec(direction: Direction, codec: CodecId) -> DirectionCodec {
 }
 
 impl Families {
-    /// One tensor encoded with `codec` (the codec the policy chose for it).
+    /// One tensor of `class` encoded with `codec` (the codec the policy
+    /// chose for it).
     pub fn encoded(
         &self,
         direction: Direction,
         codec: CodecId,
+        class: TensorClass,
         raw: usize,
         wire: usize,
         took: Duration,
@@ -196,6 +212,16 @@ impl Families {
         self.raw_bytes.get_or_create(&labels).inc_by(raw as u64);
         self.wire_bytes.get_or_create(&labels).inc_by(wire as u64);
         self.frames.get_or_create(&labels).inc();
+        let by_class = DirectionClass {
+            direction: direction.name(),
+            class: class.name(),
+        };
+        self.class_raw_bytes
+            .get_or_create(&by_class)
+            .inc_by(raw as u64);
+        self.class_wire_bytes
+            .get_or_create(&by_class)
+            .inc_by(wire as u64);
         self.encode_seconds
             .get_or_create(&labels)
             .observe(took.as_secs_f64());
@@ -266,6 +292,19 @@ impl Families {
             self.frames.clone(),
         );
         registry.register_with_unit(
+            "class_raw",
+            "Size as f32 of the tensors sent compressed, by the class the graph gave them \
+             (encoding side)",
+            Unit::Bytes,
+            self.class_raw_bytes.clone(),
+        );
+        registry.register_with_unit(
+            "class_wire",
+            "Size of their envelopes, by class (encoding side)",
+            Unit::Bytes,
+            self.class_wire_bytes.clone(),
+        );
+        registry.register_with_unit(
             "encode",
             "Time to encode one tensor through its context (error feedback or replica delta, \
              codec, envelope)",
@@ -334,9 +373,30 @@ mod tests {
     fn encoded_counts_bytes_frames_and_time_per_codec() {
         let families = Families::default();
         let ms = Duration::from_millis(3);
-        families.encoded(Direction::Push, CodecId::ThreeLc, 4000, 100, ms);
-        families.encoded(Direction::Push, CodecId::ThreeLc, 4000, 120, ms);
-        families.encoded(Direction::Pull, CodecId::Int8, 800, 200, ms);
+        families.encoded(
+            Direction::Push,
+            CodecId::ThreeLc,
+            TensorClass::DenseGradient,
+            4000,
+            100,
+            ms,
+        );
+        families.encoded(
+            Direction::Push,
+            CodecId::ThreeLc,
+            TensorClass::DenseGradient,
+            4000,
+            120,
+            ms,
+        );
+        families.encoded(
+            Direction::Pull,
+            CodecId::Int8,
+            TensorClass::DenseRead,
+            800,
+            200,
+            ms,
+        );
         let text = render(&families);
         for line in [
             r#"tlc_tensor_raw_bytes_total{direction="push",codec="3lc"} 8000"#,

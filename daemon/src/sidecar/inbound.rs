@@ -15,11 +15,12 @@ use super::request_key::{self, TensorCall};
 use super::tensor_bytes;
 use super::{Sidecar, MAX_RESPONSE};
 use crate::context::pull::Served;
-use crate::context::{PullSource, PushContext, PushKey, ReplicaState};
+use crate::context::{encode_stateless, PullSource, PushContext, PushKey, ReplicaState, SourceKey};
+use crate::graph::Classified;
 use crate::metrics::calls;
 use crate::metrics::families::{Outcome, Side};
 use crate::peer::{self, ReplicaHeader};
-use crate::policy::{Decision, Direction, PassReason, Policy};
+use crate::policy::{Decision, PassReason, Policy, Treatment};
 use crate::proxy::body::{self, Collected, ProxyBody};
 use crate::proxy::forward::forward;
 use crate::proxy::grpc_status;
@@ -46,6 +47,7 @@ pub async fn recv_tensor(
             epoch: h.epoch,
             version: h.version,
         });
+    let hint = peer::class(request.headers());
     let (mut parts, request_body) = request.into_parts();
     peer::strip(&mut parts.headers);
     // One policy for the whole call, even if an operator changes it meanwhile.
@@ -61,7 +63,9 @@ pub async fn recv_tensor(
         return calls::unchanged(response);
     };
     calls::record_call(span, &call);
-    if policy.never_compresses(call.direction, &call.tensor) {
+    let classified = sidecar.classify(&call, hint);
+    span.record("class", classified.class.name());
+    if policy.never_compresses(call.direction, classified.class, &call.tensor) {
         // Nothing to decide from the response: stream it through.
         sidecar.stats.passed("policy_skip");
         return calls::unchanged(response);
@@ -82,7 +86,15 @@ pub async fn recv_tensor(
         }
     };
     let compressed = tokio::task::block_in_place(|| {
-        compress(sidecar, &policy, &call, replica, &collected, span)
+        compress(
+            sidecar,
+            &policy,
+            &call,
+            &classified,
+            replica,
+            &collected,
+            span,
+        )
     });
     match compressed {
         Ok(chunks) => {
@@ -106,6 +118,7 @@ fn compress(
     sidecar: &Sidecar,
     policy: &Policy,
     call: &TensorCall,
+    classified: &Classified,
     replica: Option<ReplicaState>,
     collected: &Collected,
     span: &Span,
@@ -116,11 +129,26 @@ fn compress(
     let tensor = recv_tensor::classify(&response).map_err(|reason| reason.label())?;
     let raw_bytes = tensor.content.len();
     span.record("raw_bytes", raw_bytes);
-    let choice = match policy.decide(call.direction, &call.tensor, raw_bytes as u64) {
-        Decision::Compress(choice) => choice,
-        Decision::Pass(PassReason::Small) => return Err("small"),
-        Decision::Pass(PassReason::Skipped) => return Err("policy_skip"),
+    let elements = raw_bytes / 4;
+    let (choice, treatment) = match policy.decide(
+        call.direction,
+        classified.class,
+        &call.tensor,
+        raw_bytes as u64,
+    ) {
+        Decision::Compress(choice, treatment) => (choice, treatment),
+        Decision::Pass(reason) => {
+            sidecar.record_class(call, classified, None, elements);
+            return Err(match reason {
+                PassReason::Small => "small",
+                PassReason::Skipped => "policy_skip",
+            });
+        }
     };
+    if treatment != Treatment::Stateless && sidecar.warming_up(call, policy.warmup_steps()) {
+        sidecar.record_class(call, classified, None, elements);
+        return Err("warmup");
+    }
     let mut scratch = Vec::new();
     let values = tensor_bytes::as_f32(&tensor.content, &mut scratch);
     let token = sidecar.fallbacks.token();
@@ -128,10 +156,11 @@ fn compress(
     let now = Instant::now();
     // Timed under the context's lock: the codec's work, not the wait for
     // another call on the same tensor.
-    let (took, keyframe) = match call.direction {
-        Direction::Push => {
+    let (took, keyframe) = match treatment {
+        Treatment::ErrorFeedback => {
             let key = PushKey {
                 requester_task: call.peer_task.clone(),
+                holder_task: call.holder_task.clone(),
                 tensor: call.tensor.clone(),
             };
             let context = sidecar.push.get_or_insert_with(&key, now, || {
@@ -144,8 +173,12 @@ fn compress(
                 .map_err(|_| "codec_refused")?;
             (started.elapsed(), false)
         }
-        Direction::Pull => {
-            let source = sidecar.pull.get_or_insert_with(&call.tensor, now, || {
+        Treatment::Replica => {
+            let key = SourceKey {
+                holder: call.holder_task.clone(),
+                tensor: call.tensor.clone(),
+            };
+            let source = sidecar.pull.get_or_insert_with(&key, now, || {
                 PullSource::new(sidecar.epochs.next(), sidecar.options.pull_cache_len)
             });
             let mut source = crate::context::table::lock(&source);
@@ -155,6 +188,12 @@ fn compress(
                 .map_err(|_| "codec_refused")?;
             let keyframe = matches!(served.served, Served::Keyframe(_));
             (started.elapsed(), keyframe)
+        }
+        Treatment::Stateless => {
+            let started = Instant::now();
+            encode_stateless(values, choice.codec, token, &mut envelope)
+                .map_err(|_| "codec_refused")?;
+            (started.elapsed(), false)
         }
     };
     let wire_bytes = envelope.len();
@@ -169,9 +208,20 @@ fn compress(
     let codec = choice.codec.id();
     span.record("codec", codec.name());
     span.record("wire_bytes", wire_bytes);
-    sidecar
-        .stats
-        .compressed(call.direction, codec, raw_bytes, wire_bytes, took);
+    sidecar.stats.compressed(
+        call.direction,
+        codec,
+        classified.class,
+        raw_bytes,
+        wire_bytes,
+        took,
+    );
+    sidecar.record_class(
+        call,
+        classified,
+        Some((treatment, choice.codec, raw_bytes, wire_bytes)),
+        elements,
+    );
     if keyframe {
         sidecar.stats.keyframe(Side::Holder);
     }

@@ -3,6 +3,7 @@
 //! [`outbound`] next to the task that asks, [`inbound`] next to the task
 //! that holds the tensor. Every other call is forwarded untouched.
 
+pub mod classes;
 pub mod fallback;
 pub mod inbound;
 pub mod outbound;
@@ -11,6 +12,7 @@ pub mod request_key;
 pub mod stats;
 pub mod tensor_bytes;
 pub mod tensors;
+pub mod warmup;
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -21,23 +23,32 @@ use tracing::debug;
 use crate::config::Role;
 use crate::context::pull::random_seed;
 use crate::context::{
-    ContextTable, EpochGenerator, PullSource, PushContext, PushKey, ReplicaStore, TableLimits,
+    ContextTable, EpochGenerator, PullSource, PushContext, PushKey, ReplicaStore, SourceKey,
+    TableLimits,
 };
+use crate::graph::tap::{self, Registration};
+use crate::graph::GraphIndex;
 use crate::metrics::calls;
 use crate::peer;
 use crate::policy::Policy;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::forward::forward;
 use crate::proxy::upstream::Upstream;
+use classes::{ClassKey, ClassRecord};
 use fallback::FallbackCache;
 use record::Recorder;
 use stats::Stats;
+use warmup::{Steps, WarmupKey};
 
 /// The gRPC method TensorFlow moves tensors with.
 pub use crate::tf::RECV_TENSOR_PATH as RECV_TENSOR;
 
 /// Largest request body read (RecvTensor requests are a few hundred bytes).
 pub const MAX_REQUEST: usize = 1 << 20;
+/// Largest graph registration message read (a `RegisterGraphRequest` or
+/// one `EnqueueRequest`); a larger one passes unread and its tensors stay
+/// unknown.
+pub const MAX_GRAPH_MESSAGE: usize = 256 << 20;
 /// Largest response body read: TensorFlow's own 2 GiB message limit plus the gRPC prefix.
 pub const MAX_RESPONSE: usize = (2 << 30) + 5;
 
@@ -72,6 +83,15 @@ impl Default for Options {
     }
 }
 
+/// The bounds of the bookkeeping tables (classes, warm-up counts): the age
+/// of the contexts', and a sixteenth of their memory.
+fn small_table(limits: TableLimits) -> TableLimits {
+    TableLimits {
+        max_bytes: limits.max_bytes / 16,
+        ..limits
+    }
+}
+
 /// State shared by every call through this sidecar.
 pub struct Sidecar {
     /// Swapped whole when an operator retunes; each call reads it once.
@@ -80,11 +100,17 @@ pub struct Sidecar {
     /// Holder side: error-feedback contexts of gradients.
     pub push: ContextTable<PushKey, PushContext>,
     /// Holder side: replicas and delta caches of model values.
-    pub pull: ContextTable<String, PullSource>,
+    pub pull: ContextTable<SourceKey, PullSource>,
     /// Requester side: replicas of model values.
     pub replicas: ReplicaStore,
     /// Holder side: original responses kept for fallbacks.
     pub fallbacks: FallbackCache,
+    /// What the graphs that passed through said each tensor is.
+    pub graphs: Arc<GraphIndex>,
+    /// Holder side: each tensor's class and treatment.
+    pub classes: ContextTable<ClassKey, ClassRecord>,
+    /// Holder side: steps each dense tensor has crossed in warm-up.
+    pub warmup: ContextTable<WarmupKey, Steps>,
     /// What happened so far.
     pub stats: Stats,
     epochs: EpochGenerator,
@@ -109,6 +135,9 @@ impl Sidecar {
             pull: ContextTable::new(options.pull_limits),
             replicas: ReplicaStore::new(options.replica_limits),
             fallbacks: FallbackCache::new(options.fallback_bytes, seed.rotate_left(32)),
+            graphs: Arc::new(GraphIndex::default()),
+            classes: ContextTable::new(small_table(options.push_limits)),
+            warmup: ContextTable::new(small_table(options.push_limits)),
             stats: Stats::default(),
             epochs: EpochGenerator::new(seed),
             recorder,
@@ -133,6 +162,8 @@ impl Sidecar {
         self.push.set_limits(limits);
         self.pull.set_limits(limits);
         self.replicas.table().set_limits(limits);
+        self.classes.set_limits(small_table(limits));
+        self.warmup.set_limits(small_table(limits));
     }
 
     /// Handles one call arriving on a route with `role`. RecvTensor calls
@@ -148,6 +179,12 @@ impl Sidecar {
         if role == Role::Inbound && path == peer::FALLBACK_PATH {
             self.stats.fallback_served();
             return self.fallbacks.serve(&request);
+        }
+        if let Some(registration) = Registration::of_path(path) {
+            // Read the graph on its way; the call goes on untouched.
+            let (parts, body) = request.into_parts();
+            let body = tap::tap(body, registration, self.graphs.clone(), MAX_GRAPH_MESSAGE);
+            return forward(upstream, Request::from_parts(parts, body)).await;
         }
         if path != RECV_TENSOR {
             return forward(upstream, request).await;
@@ -173,6 +210,15 @@ impl Sidecar {
         let push = self.push.evict(now);
         let pull = self.pull.evict(now);
         let replicas = self.replicas.table().evict(now);
-        debug!(?push, ?pull, ?replicas, "evicted contexts");
+        let classes = self.classes.evict(now);
+        let warmup = self.warmup.evict(now);
+        debug!(
+            ?push,
+            ?pull,
+            ?replicas,
+            ?classes,
+            ?warmup,
+            "evicted contexts"
+        );
     }
 }

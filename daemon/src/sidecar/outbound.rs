@@ -54,6 +54,17 @@ pub async fn recv_tensor(
     parts
         .headers
         .insert(peer::PEER, http::HeaderValue::from_static(peer::PROTOCOL));
+    // What this side's graphs say the tensor is: the holder's sidecar may
+    // not have seen the graph (TF2's coordinator routes registrations past it).
+    if let Some(known) =
+        sidecar
+            .graphs
+            .lookup(&call.holder_task, &call.peer_task, &call.tensor_name)
+    {
+        parts
+            .headers
+            .insert(peer::CLASS, peer::class_header(known.class));
+    }
     if let Some(state) = replica_key
         .as_ref()
         .and_then(|key| sidecar.replicas.state(key, Instant::now()))
@@ -109,6 +120,7 @@ pub async fn recv_tensor(
 fn replica_key(call: &TensorCall) -> Option<ReplicaKey> {
     (call.direction == Direction::Pull).then(|| ReplicaKey {
         holder: call.holder_task.clone(),
+        requester: call.peer_task.clone(),
         tensor: call.tensor.clone(),
     })
 }

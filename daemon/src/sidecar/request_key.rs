@@ -20,6 +20,8 @@ use super::MAX_REQUEST;
 pub struct TensorCall {
     /// The tensor's context name (the node part of the rendezvous name).
     pub tensor: String,
+    /// The full rendezvous tensor name (`edge_12_w1/read`), as graphs name it.
+    pub tensor_name: String,
     /// The task holding the tensor (`/job:ps/replica:0/task:0`).
     pub holder_task: String,
     /// The task asking for it.
@@ -43,6 +45,7 @@ pub fn read(body: &Bytes, policy: &Policy) -> Option<TensorCall> {
     };
     Some(TensorCall {
         tensor: key.context_name().to_owned(),
+        tensor_name: key.tensor_name.clone(),
         holder_task: holder.prefix(),
         peer_task: peer.prefix(),
         direction,

@@ -14,6 +14,7 @@ use std::time::Duration;
 use tlc_codec::CodecId;
 
 use crate::config::Role;
+use crate::graph::TensorClass;
 use crate::metrics::families::{Families, Outcome, Side};
 use crate::policy::Direction;
 
@@ -74,6 +75,7 @@ impl Stats {
         &self,
         direction: Direction,
         codec: CodecId,
+        class: TensorClass,
         raw: usize,
         wire: usize,
         took: Duration,
@@ -82,7 +84,8 @@ impl Stats {
         d.compressed.fetch_add(1, Ordering::Relaxed);
         d.raw_bytes.fetch_add(raw as u64, Ordering::Relaxed);
         d.wire_bytes.fetch_add(wire as u64, Ordering::Relaxed);
-        self.families.encoded(direction, codec, raw, wire, took);
+        self.families
+            .encoded(direction, codec, class, raw, wire, took);
     }
 
     /// Counts one envelope restored for TensorFlow, decoded in `took`;
@@ -179,8 +182,22 @@ mod tests {
     fn summary_keeps_the_format_scripts_parse() {
         let stats = Stats::default();
         let ms = Duration::from_millis(1);
-        stats.compressed(Direction::Push, CodecId::ThreeLc, 4000, 100, ms);
-        stats.compressed(Direction::Pull, CodecId::Int8, 800, 200, ms);
+        stats.compressed(
+            Direction::Push,
+            CodecId::ThreeLc,
+            TensorClass::DenseGradient,
+            4000,
+            100,
+            ms,
+        );
+        stats.compressed(
+            Direction::Pull,
+            CodecId::Int8,
+            TensorClass::DenseRead,
+            800,
+            200,
+            ms,
+        );
         stats.decoded(Direction::Pull, CodecId::Int8, ms);
         stats.decode_failed(Direction::Push);
         stats.fallback_fetched();

@@ -110,7 +110,7 @@ impl Sidecar {
             rows.push(TensorRow {
                 direction: "pull",
                 side: "holder",
-                tensor: listing.key,
+                tensor: listing.key.tensor,
                 peer: None,
                 codec: codec.into(),
                 elements: elements as u64,

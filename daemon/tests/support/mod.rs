@@ -14,7 +14,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use tlc_daemon::graph::build::PartitionBuilder;
 use tlc_daemon::proxy::body::{self, ProxyBody};
+use tlc_daemon::sidecar::Sidecar;
 use tokio::net::{TcpListener, TcpStream};
 
 /// What a test server does with one call.
@@ -160,4 +162,30 @@ pub async fn proxy(
     tlc_daemon::proxy::Proxy::start(&config, sidecar)
         .await
         .unwrap()
+}
+
+/// Has `sidecar` read the partition graph TensorFlow would register, as it
+/// does when the graph passes through it: the tensors it names get their
+/// classes (dense ones their contexts).
+pub fn teach(sidecar: &Sidecar, partition: PartitionBuilder) {
+    let learned = sidecar
+        .graphs
+        .learn_register_graph(&partition.register_graph_request())
+        .unwrap();
+    assert!(learned.tensors > 0);
+}
+
+/// Sends `partition` as a `RegisterGraph` call through `client` (a
+/// sidecar's listener), as a TF1 master does; the sidecars on the way read
+/// it. The answer does not matter: test servers answer with whatever
+/// they answer.
+pub async fn register_graph(client: &Client, partition: PartitionBuilder) {
+    let message = Bytes::from(partition.register_graph_request());
+    let mut body = BytesMut::new();
+    body.extend_from_slice(&[0]);
+    body.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    body.extend_from_slice(&message);
+    client
+        .call(tlc_daemon::graph::tap::REGISTER_GRAPH, &[], body.freeze())
+        .await;
 }

@@ -1,0 +1,194 @@
+//! Partition graphs as TensorFlow's partitioner writes them, for the
+//! emulated job (`tlcd demo`) and tests: a parameter task's partition with
+//! `_Send`s of variable reads or gathered rows and `_Recv`s of gradients
+//! feeding apply ops. Real TensorFlow's graphs are the fixtures under
+//! `daemon/tests/fixtures/graphs/`; this builds the same shapes by hand.
+
+use std::collections::HashMap;
+
+use prost::Message;
+
+use super::proto::{AttrValue, GraphDef, NodeDef, RegisterGraphRequest};
+
+/// Builds one task's partition graph.
+#[derive(Debug, Clone)]
+pub struct PartitionBuilder {
+    device: String,
+    nodes: Vec<NodeDef>,
+}
+
+fn device_of(task: &str) -> String {
+    format!("{task}/device:CPU:0")
+}
+
+fn string_attr(value: &str) -> AttrValue {
+    AttrValue {
+        s: Some(value.as_bytes().to_vec()),
+        r#type: None,
+    }
+}
+
+impl PartitionBuilder {
+    /// An empty partition of `task` (`/job:ps/replica:0/task:0`).
+    pub fn new(task: &str) -> PartitionBuilder {
+        PartitionBuilder {
+            device: device_of(task),
+            nodes: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, name: &str, op: &str, inputs: &[&str]) {
+        self.nodes.push(NodeDef {
+            name: name.into(),
+            op: op.into(),
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            device: self.device.clone(),
+            attr: HashMap::new(),
+        });
+    }
+
+    fn transfer(&mut self, op: &str, input: Option<&str>, tensor_name: &str, from: &str, to: &str) {
+        let name = format!("{}_{op}", tensor_name.replace('/', "_"));
+        self.add(&name, op, input.as_slice());
+        let Some(node) = self.nodes.last_mut() else {
+            return;
+        };
+        node.attr
+            .insert("tensor_name".into(), string_attr(tensor_name));
+        node.attr.insert("send_device".into(), string_attr(from));
+        node.attr.insert("recv_device".into(), string_attr(to));
+    }
+
+    fn variable(&mut self, variable: &str) {
+        if !self.nodes.iter().any(|n| n.name == variable) {
+            self.add(variable, "VariableV2", &[]);
+        }
+    }
+
+    /// `variable` held here, its value (`variable/read`) sent to
+    /// `requester` as `tensor_name`: a dense pull.
+    pub fn dense_read(mut self, variable: &str, tensor_name: &str, requester: &str) -> Self {
+        self.variable(variable);
+        let read = format!("{variable}/read");
+        if !self.nodes.iter().any(|n| n.name == read) {
+            self.add(&read, "Identity", &[variable]);
+        }
+        let device = self.device.clone();
+        self.transfer(
+            "_Send",
+            Some(&read),
+            tensor_name,
+            &device,
+            &device_of(requester),
+        );
+        self
+    }
+
+    /// A gradient of `variable` received from `sender` as `tensor_name` and
+    /// applied by `ApplyGradientDescent`: a dense push.
+    pub fn dense_gradient(mut self, variable: &str, tensor_name: &str, sender: &str) -> Self {
+        self.variable(variable);
+        let device = self.device.clone();
+        self.transfer("_Recv", None, tensor_name, &device_of(sender), &device);
+        let recv = self
+            .nodes
+            .last()
+            .map(|n| n.name.clone())
+            .unwrap_or_default();
+        self.add(
+            &format!("{recv}/apply"),
+            "ApplyGradientDescent",
+            &[variable, "lr", &recv],
+        );
+        self
+    }
+
+    /// Rows of `variable` gathered here and sent to `requester` as
+    /// `tensor_name` (`tf.nn.embedding_lookup` on a table held here).
+    pub fn gathered_rows(mut self, variable: &str, tensor_name: &str, requester: &str) -> Self {
+        self.variable(variable);
+        let gather = format!("{variable}/embedding_lookup");
+        self.add(&gather, "GatherV2", &[variable, "ids", "axis"]);
+        let device = self.device.clone();
+        self.transfer(
+            "_Send",
+            Some(&gather),
+            tensor_name,
+            &device,
+            &device_of(requester),
+        );
+        self
+    }
+
+    /// Sparse gradient values of `variable` received from `sender` as
+    /// `tensor_name` and scattered into it.
+    pub fn sparse_gradient(mut self, variable: &str, tensor_name: &str, sender: &str) -> Self {
+        self.variable(variable);
+        let device = self.device.clone();
+        self.transfer("_Recv", None, tensor_name, &device_of(sender), &device);
+        let recv = self
+            .nodes
+            .last()
+            .map(|n| n.name.clone())
+            .unwrap_or_default();
+        self.add(
+            &format!("{recv}/scatter"),
+            "ScatterSub",
+            &[variable, "indices", &recv],
+        );
+        self
+    }
+
+    /// The graph.
+    pub fn graph(self) -> GraphDef {
+        GraphDef {
+            node: self.nodes,
+            library: None,
+        }
+    }
+
+    /// A `RegisterGraphRequest` carrying the graph, serialized.
+    pub fn register_graph_request(self) -> Vec<u8> {
+        RegisterGraphRequest {
+            graph_def: Some(self.graph()),
+        }
+        .encode_to_vec()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{GraphIndex, TensorClass};
+
+    #[test]
+    fn built_partitions_classify_as_built() {
+        let ps = "/job:ps/replica:0/task:0";
+        let w0 = "/job:worker/replica:0/task:0";
+        let request = PartitionBuilder::new(ps)
+            .dense_read("w1", "edge_3_w1/read", w0)
+            .dense_gradient("w1", "edge_9_grad_w1", w0)
+            .gathered_rows("emb", "edge_4_emb/embedding_lookup", w0)
+            .sparse_gradient("emb", "edge_10_grad_emb", w0)
+            .register_graph_request();
+        let index = GraphIndex::default();
+        let learned = index.learn_register_graph(&request).unwrap();
+        assert_eq!(learned.tensors, 4);
+        let class =
+            |src: &str, dst: &str, name: &str| index.lookup(src, dst, name).map(|c| c.class);
+        assert_eq!(
+            class(ps, w0, "edge_3_w1/read"),
+            Some(TensorClass::DenseRead)
+        );
+        assert_eq!(
+            class(w0, ps, "edge_9_grad_w1"),
+            Some(TensorClass::DenseGradient)
+        );
+        assert_eq!(
+            class(ps, w0, "edge_4_emb/embedding_lookup"),
+            Some(TensorClass::Sparse)
+        );
+        assert_eq!(class(w0, ps, "edge_10_grad_emb"), Some(TensorClass::Sparse));
+        assert_eq!(class(ps, w0, "edge_9_grad_w1"), None);
+    }
+}

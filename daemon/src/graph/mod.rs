@@ -1,0 +1,25 @@
+//! Learning what each tensor is from the graphs TensorFlow registers.
+//!
+//! TF1 masters send each task its partition of the graph
+//! (`RegisterGraph`); TF2 clients register functions and the components of
+//! multi-device functions on remote tasks (`EagerService/Enqueue`). Both
+//! pass through the sidecars on their way, and both name every tensor that
+//! will cross tasks by the same `tensor_name` its `RecvTensor` request will
+//! carry. So the sidecar reads them as they pass ([`tap`]), classifies each
+//! cross-task tensor from the ops around it ([`classify`]) and keeps the
+//! answer ([`index`]) for the data path, which gives error feedback and
+//! replicas only to tensors a graph showed to be dense.
+//!
+//! - [`proto`]: the protobuf messages, as far as they are read;
+//! - [`classify`]: one graph or function body to classes;
+//! - [`index`]: what was learned, bounded, looked up per call;
+//! - [`tap`]: reads registrations out of a request body as it streams.
+
+pub mod build;
+pub mod classify;
+pub mod index;
+pub mod proto;
+pub mod tap;
+
+pub use classify::{Classified, RendezvousTensor, TensorClass};
+pub use index::GraphIndex;
