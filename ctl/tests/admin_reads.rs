@@ -182,6 +182,8 @@ fn tensors_merge_sort_and_limit_across_targets() {
             "DIRECTION",
             "SIDE",
             "TENSOR",
+            "CLASS",
+            "TREATMENT",
             "PEER",
             "CODEC",
             "S",
@@ -192,7 +194,8 @@ fn tensors_merge_sort_and_limit_across_targets() {
             "RATIO",
             "LAST M",
             "ERR NORM",
-            "REPLICA"
+            "REPLICA",
+            "WHY"
         ]
     );
     assert_eq!(rows.len(), 3, "limit 2 over both targets: {stdout}");
@@ -205,6 +208,8 @@ fn tensors_merge_sort_and_limit_across_targets() {
     assert_eq!(
         rows[1][4..],
         [
+            "dense_gradient",
+            "error_feedback",
             "/job:worker/replica:0/task:1",
             "3lc",
             "1.00",
@@ -215,7 +220,8 @@ fn tensors_merge_sort_and_limit_across_targets() {
             "87.0x",
             "0.0123",
             "0.731",
-            "-"
+            "-",
+            "feeds ApplyMomentum apply"
         ]
     );
     assert_eq!((rows[2][0], rows[2][3]), (b.addr(), "b/mid"));

@@ -112,11 +112,20 @@ pub fn render(outcomes: &[Outcome], args: &TensorsArgs, several: bool) -> String
         }
     }
     let columns = table::columns(
-        &["DIRECTION", "SIDE", "TENSOR", "PEER", "CODEC"],
+        &[
+            "DIRECTION",
+            "SIDE",
+            "TENSOR",
+            "CLASS",
+            "TREATMENT",
+            "PEER",
+            "CODEC",
+        ],
         &[
             "S", "ELEMENTS", "FRAMES", "RAW", "WIRE", "RATIO", "LAST M", "ERR NORM", "REPLICA",
         ],
     );
+    let columns = [columns, table::columns(&["WHY"], &[])].concat();
     let rows = rows
         .into_iter()
         .map(|(target, row)| (target, row_cells(row)))
@@ -129,6 +138,8 @@ fn row_cells(row: &Value) -> Vec<String> {
         fmt::cell(row, "/direction"),
         fmt::cell(row, "/side"),
         fmt::truncate_middle(&fmt::cell(row, "/tensor"), TENSOR_WIDTH),
+        fmt::cell(row, "/class"),
+        fmt::cell(row, "/treatment"),
         fmt::cell(row, "/peer"),
         fmt::cell(row, "/codec"),
         fmt::number(row, "/sparsity").map_or_else(|| NONE.to_string(), |s| format!("{s:.2}")),
@@ -140,6 +151,7 @@ fn row_cells(row: &Value) -> Vec<String> {
         fmt::significant_at(row, "/last_scale"),
         fmt::significant_at(row, "/error_norm"),
         fmt::cell(row, "/replica_version"),
+        fmt::cell(row, "/reason"),
     ]
 }
 

@@ -252,6 +252,8 @@ pub fn status(push_raw: u64, push_wire: u64) -> Value {
 pub fn tensor(name: &str, raw: u64, wire: u64, ratio: f64) -> Value {
     serde_json::json!({
         "direction": "push", "side": "holder", "tensor": name,
+        "class": "dense_gradient", "treatment": "error_feedback",
+        "reason": "feeds ApplyMomentum apply",
         "peer": "/job:worker/replica:0/task:1", "codec": "3lc", "sparsity": 1.0,
         "elements": 524288, "frames": 120, "raw_bytes": raw, "wire_bytes": wire,
         "ratio": ratio, "last_scale": 0.0123, "error_norm": 0.731,

@@ -114,12 +114,28 @@ impl MessageSplitter {
     }
 }
 
-/// Wraps a request body so that `index` reads the registrations in it.
+/// Something else to do with each registration message (`tlcd --record`
+/// keeps them as fixtures).
+pub type MessageHook = Box<dyn Fn(Registration, &[u8]) + Send>;
+
+impl Registration {
+    /// `register_graph` or `enqueue`, for file names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Registration::Graph => "register_graph",
+            Registration::Enqueue => "enqueue",
+        }
+    }
+}
+
+/// Wraps a request body so that `index` reads the registrations in it
+/// (and `hook`, if any, sees each message).
 pub fn tap(
     body: ProxyBody,
     registration: Registration,
     index: Arc<GraphIndex>,
     limit: usize,
+    hook: Option<MessageHook>,
 ) -> ProxyBody {
     use http_body_util::BodyExt;
     Tap {
@@ -127,6 +143,7 @@ pub fn tap(
         splitter: MessageSplitter::new(limit),
         registration,
         index,
+        hook,
     }
     .boxed_unsync()
 }
@@ -136,6 +153,7 @@ struct Tap {
     splitter: MessageSplitter,
     registration: Registration,
     index: Arc<GraphIndex>,
+    hook: Option<MessageHook>,
 }
 
 impl Tap {
@@ -143,7 +161,11 @@ impl Tap {
         let index = &self.index;
         let registration = self.registration;
         let had_given_up = self.splitter.gave_up().is_some();
+        let hook = &self.hook;
         self.splitter.push(chunk, |message| {
+            if let Some(hook) = hook {
+                hook(registration, message);
+            }
             let learned = match registration {
                 Registration::Graph => index.learn_register_graph(message),
                 Registration::Enqueue => index.learn_enqueue(message),

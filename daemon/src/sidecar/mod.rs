@@ -114,7 +114,7 @@ pub struct Sidecar {
     /// What happened so far.
     pub stats: Stats,
     epochs: EpochGenerator,
-    recorder: Option<Recorder>,
+    recorder: Option<Arc<Recorder>>,
 }
 
 impl Default for Sidecar {
@@ -140,7 +140,7 @@ impl Sidecar {
             warmup: ContextTable::new(small_table(options.push_limits)),
             stats: Stats::default(),
             epochs: EpochGenerator::new(seed),
-            recorder,
+            recorder: recorder.map(Arc::new),
         }
     }
 
@@ -183,7 +183,18 @@ impl Sidecar {
         if let Some(registration) = Registration::of_path(path) {
             // Read the graph on its way; the call goes on untouched.
             let (parts, body) = request.into_parts();
-            let body = tap::tap(body, registration, self.graphs.clone(), MAX_GRAPH_MESSAGE);
+            let hook = self.recorder.clone().map(|recorder| {
+                Box::new(move |kind: Registration, message: &[u8]| {
+                    recorder.write_graph(kind.name(), message)
+                }) as tap::MessageHook
+            });
+            let body = tap::tap(
+                body,
+                registration,
+                self.graphs.clone(),
+                MAX_GRAPH_MESSAGE,
+                hook,
+            );
             return forward(upstream, Request::from_parts(parts, body)).await;
         }
         if path != RECV_TENSOR {

@@ -27,7 +27,11 @@ pub struct Recorder {
     dir: PathBuf,
     next: AtomicU64,
     limit: u64,
+    next_graph: AtomicU64,
 }
+
+/// Graph registration messages kept at most.
+const MAX_GRAPHS: u64 = 1000;
 
 impl Recorder {
     /// Records up to `limit` calls into `dir` (created if missing).
@@ -37,6 +41,7 @@ impl Recorder {
             dir: dir.to_path_buf(),
             next: AtomicU64::new(0),
             limit,
+            next_graph: AtomicU64::new(0),
         })
     }
 
@@ -44,6 +49,22 @@ impl Recorder {
     pub fn claim(&self) -> Option<u64> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         (n < self.limit).then_some(n)
+    }
+
+    /// Writes one graph registration message (a `RegisterGraphRequest` or
+    /// an `EnqueueRequest`, without the gRPC prefix) as
+    /// `graphs/NNNNNN.<kind>.pb`; at most a thousand.
+    pub fn write_graph(&self, kind: &str, message: &[u8]) {
+        let n = self.next_graph.fetch_add(1, Ordering::Relaxed);
+        if n >= MAX_GRAPHS {
+            return;
+        }
+        let dir = self.dir.join("graphs");
+        let path = dir.join(format!("{n:06}.{kind}.pb"));
+        if let Err(err) = std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&path, message))
+        {
+            warn!(path = %path.display(), error = %err, "cannot write recording");
+        }
     }
 
     /// Writes one call. Failures are logged, never passed to the call.

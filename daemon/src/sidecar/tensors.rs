@@ -1,16 +1,18 @@
 //! The per-tensor view of a sidecar's contexts, for the admin API
 //! (`/v1/tensors`), `tlcctl tensors` and the per-tensor metrics.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use serde::Serialize;
 
+use super::classes::ClassRecord;
 use super::stats::ratio;
 use super::Sidecar;
 use tlc_codec::{Codec, Params};
 
 use crate::context::push::{l2, scale_of};
-use crate::policy::CodecView;
+use crate::policy::{CodecView, Treatment};
 
 /// One tensor context and what went through it.
 #[derive(Debug, Clone, Serialize)]
@@ -22,6 +24,14 @@ pub struct TensorRow {
     pub side: &'static str,
     /// The tensor's node name.
     pub tensor: String,
+    /// What the graph says it is (`dense_read`, `dense_gradient`, `sparse`,
+    /// `unknown`); holder side only.
+    pub class: Option<&'static str>,
+    /// Why: the op that decided the class.
+    pub reason: Option<String>,
+    /// `error_feedback`, `replica`, `stateless`, or `passed` (sent as
+    /// TensorFlow wrote it: small, warm-up, skipped).
+    pub treatment: Option<&'static str>,
     /// Push contexts: the task the gradients go to.
     pub peer: Option<String>,
     /// Codec of the last frame.
@@ -82,6 +92,9 @@ impl Sidecar {
             rows.push(TensorRow {
                 direction: "push",
                 side: "holder",
+                class: None,
+                reason: None,
+                treatment: Some("error_feedback"),
                 tensor: listing.key.tensor,
                 peer: Some(listing.key.requester_task),
                 codec: codec.into(),
@@ -110,6 +123,9 @@ impl Sidecar {
             rows.push(TensorRow {
                 direction: "pull",
                 side: "holder",
+                class: None,
+                reason: None,
+                treatment: Some("replica"),
                 tensor: listing.key.tensor,
                 peer: None,
                 codec: codec.into(),
@@ -137,6 +153,9 @@ impl Sidecar {
             rows.push(TensorRow {
                 direction: "pull",
                 side: "requester",
+                class: None,
+                reason: None,
+                treatment: Some("replica"),
                 tensor: listing.key.tensor,
                 peer: Some(listing.key.holder),
                 codec: params.map_or(CodecView::from(Codec::None), view_of_params),
@@ -152,6 +171,60 @@ impl Sidecar {
                 memory_bytes: listing.memory_bytes,
             });
         }
+        self.add_classes(now, &mut rows);
         rows
+    }
+
+    /// Puts the holder side's class and reason on its context rows, and
+    /// adds a row for every tensor without a context (encoded without
+    /// memory, or passed as it is).
+    fn add_classes(&self, now: Instant, rows: &mut Vec<TensorRow>) {
+        let records = self.classes.snapshot(now, ClassRecord::clone);
+        let mut by_tensor: HashMap<(&'static str, String), (&'static str, String)> = HashMap::new();
+        for listing in &records {
+            let record = &listing.summary;
+            by_tensor.insert(
+                (listing.key.direction.name(), listing.key.tensor.clone()),
+                (
+                    record.classified.class.name(),
+                    record.classified.reason.clone(),
+                ),
+            );
+        }
+        for row in rows.iter_mut().filter(|r| r.side == "holder") {
+            if let Some((class, reason)) = by_tensor.get(&(row.direction, row.tensor.clone())) {
+                row.class = Some(class);
+                row.reason = Some(reason.clone());
+            }
+        }
+        for listing in records {
+            let record = listing.summary;
+            let treatment = match record.treatment {
+                Some(Treatment::Stateless) => "stateless",
+                None => "passed",
+                // Listed with their context above.
+                Some(Treatment::ErrorFeedback | Treatment::Replica) => continue,
+            };
+            rows.push(TensorRow {
+                direction: listing.key.direction.name(),
+                side: "holder",
+                tensor: listing.key.tensor,
+                class: Some(record.classified.class.name()),
+                reason: Some(record.classified.reason),
+                treatment: Some(treatment),
+                peer: Some(listing.key.requester),
+                codec: record.codec.into(),
+                elements: record.elements,
+                frames: record.frames,
+                raw_bytes: record.raw_bytes,
+                wire_bytes: record.wire_bytes,
+                ratio: ratio(record.raw_bytes, record.wire_bytes),
+                last_scale: None,
+                error_norm: None,
+                replica_version: None,
+                idle_seconds: listing.idle.as_secs_f64(),
+                memory_bytes: listing.memory_bytes,
+            });
+        }
     }
 }

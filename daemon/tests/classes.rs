@@ -1,0 +1,168 @@
+//! Tensors get the treatment their class allows: a graph passing through
+//! the sidecars teaches both of them what each tensor is; gathered rows
+//! and sparse gradients cross without memory (no replica, no error
+//! feedback); dense tensors warm up uncompressed when asked; and one
+//! sidecar carrying several requesting tasks keeps their replicas apart.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use support::metrics::{key, pair};
+use support::register_graph;
+use support::tf::{recv, start_tensor_server, Tensors};
+use tlc_daemon::graph::build::PartitionBuilder;
+use tlc_daemon::graph::TensorClass;
+use tlc_daemon::policy::{Policy, PolicySettings};
+use tlc_daemon::sidecar::stats::Stats;
+use tlc_daemon::sidecar::Sidecar;
+
+const PS: &str = "/job:ps/replica:0/task:0/device:CPU:0";
+const W0: &str = "/job:worker/replica:0/task:0/device:CPU:0";
+const W1: &str = "/job:worker/replica:0/task:1/device:CPU:0";
+const PS_TASK: &str = "/job:ps/replica:0/task:0";
+const W0_TASK: &str = "/job:worker/replica:0/task:0";
+const W1_TASK: &str = "/job:worker/replica:0/task:1";
+const N: usize = 32_000;
+
+/// Rows of a table: different rows (values) every step.
+fn rows(step: i64) -> Vec<f32> {
+    (0..N)
+        .map(|i| ((i as f32 * 0.37 + step as f32 * 11.0).sin()) * 0.05)
+        .collect()
+}
+
+/// A model value that moves a little each step.
+fn model(step: i64) -> Vec<f32> {
+    (0..N)
+        .map(|i| (i as f32 * 0.01).cos() + step as f32 * 1e-3)
+        .collect()
+}
+
+fn server_tensors() -> Tensors {
+    Arc::new(|key: &str, step: i64| {
+        if key.contains("embedding_lookup") {
+            (vec![1000, 32], rows(step))
+        } else {
+            (vec![N as u64], model(step))
+        }
+    })
+}
+
+fn partition() -> PartitionBuilder {
+    PartitionBuilder::new(PS_TASK)
+        .gathered_rows("emb", "edge_4_emb/embedding_lookup", W0_TASK)
+        .dense_read("w", "edge_5_w/read", W0_TASK)
+        .dense_read("w", "edge_6_w/read", W1_TASK)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graph_on_the_wire_teaches_both_sidecars_and_rows_cross_without_memory() {
+    let server = start_tensor_server(server_tensors()).await;
+    let path = pair(server, Arc::new(Sidecar::default())).await;
+    register_graph(&path.client, partition()).await;
+    for sidecar in [&path.requester, &path.holder] {
+        let learned = sidecar
+            .graphs
+            .lookup(PS_TASK, W0_TASK, "edge_4_emb/embedding_lookup")
+            .expect("the graph was read on its way");
+        assert_eq!(learned.class, TensorClass::Sparse);
+        assert!(learned.reason.contains("GatherV2"), "{}", learned.reason);
+    }
+    let rows_key = key(PS, W0, 4, "emb/embedding_lookup");
+    for step in 0..5 {
+        let got = recv(&path.client, &rows_key, step).await;
+        // Each step's rows on their own: fp16 of exactly these rows, not a
+        // replica updated with deltas from other rows.
+        for (sent, got) in rows(step).iter().zip(&got.values) {
+            assert!((sent - got).abs() <= sent.abs() * 2f32.powi(-11) + 1e-7);
+        }
+    }
+    assert_eq!(Stats::get(&path.holder.stats.pull.compressed), 5);
+    assert_eq!(path.holder.pull.stats().contexts, 0, "no pull source");
+    assert_eq!(path.requester.replicas.table().stats().contexts, 0);
+    assert_eq!(Stats::get(&path.requester.stats.decode_failures), 0);
+
+    let listing = path.holder.tensors();
+    let row = listing
+        .iter()
+        .find(|r| r.tensor == "emb/embedding_lookup")
+        .expect("a row for the stateless tensor");
+    assert_eq!(row.class, Some("sparse"));
+    assert_eq!(row.treatment, Some("stateless"));
+    assert_eq!(row.codec.codec, "fp16");
+    assert_eq!(row.frames, 5);
+    assert!(row.ratio > 1.9 && row.ratio < 2.0, "{}", row.ratio);
+    assert!(row
+        .reason
+        .as_deref()
+        .unwrap_or("")
+        .contains("gathered by GatherV2"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dense_tensors_warm_up_uncompressed_then_use_their_replica() {
+    let server = start_tensor_server(server_tensors()).await;
+    let settings = PolicySettings {
+        warmup_steps: 3,
+        ..PolicySettings::default()
+    };
+    let holder = Arc::new(Sidecar::new(
+        Policy::new(&settings).unwrap(),
+        Default::default(),
+        None,
+    ));
+    let path = pair(server, holder.clone()).await;
+    register_graph(&path.client, partition()).await;
+    let w_key = key(PS, W0, 5, "w/read");
+    for step in 0..6 {
+        let got = recv(&path.client, &w_key, step).await;
+        if step < 3 {
+            assert_eq!(got.values, model(step), "warm-up step {step}: exact");
+        }
+    }
+    assert_eq!(holder.stats.passed_by_reason().get("warmup"), Some(&3));
+    assert_eq!(Stats::get(&holder.stats.pull.compressed), 3);
+    assert_eq!(holder.pull.stats().contexts, 1);
+    // The rows were never warmed up: not dense.
+    let rows_key = key(PS, W0, 4, "emb/embedding_lookup");
+    recv(&path.client, &rows_key, 0).await;
+    assert_eq!(Stats::get(&holder.stats.pull.compressed), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_sidecar_carrying_two_requesters_keeps_their_replicas_apart() {
+    // TF2's coordinator routes both workers' pulls through its own sidecar.
+    let server = start_tensor_server(server_tensors()).await;
+    let path = pair(server, Arc::new(Sidecar::default())).await;
+    register_graph(&path.client, partition()).await;
+    // The workers pull at their own pace: worker 1 lags by one step.
+    for step in 0..8i64 {
+        let a = recv(&path.client, &key(PS, W0, 5, "w/read"), step).await;
+        let b = recv(&path.client, &key(PS, W1, 6, "w/read"), (step - 1).max(0)).await;
+        for (got, truth) in [(a, model(step)), (b, model((step - 1).max(0)))] {
+            let err = got
+                .values
+                .iter()
+                .zip(&truth)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max);
+            assert!(err < 0.05, "step {step}: error {err}");
+        }
+    }
+    assert_eq!(Stats::get(&path.requester.stats.decode_failures), 0);
+    assert_eq!(Stats::get(&path.requester.stats.fallbacks), 0);
+    assert_eq!(path.requester.replicas.table().stats().contexts, 2);
+    // One shared source on the holder: one encode serves both.
+    assert_eq!(path.holder.pull.stats().contexts, 1);
+    let now = Instant::now();
+    for requester in [W0_TASK, W1_TASK] {
+        let key = tlc_daemon::context::ReplicaKey {
+            holder: PS_TASK.into(),
+            requester: requester.into(),
+            tensor: "w/read".into(),
+        };
+        assert!(path.requester.replicas.replica_hash(&key, now).is_some());
+    }
+}
