@@ -4,6 +4,9 @@
 //! through (codec none) and compressing (3LC). Prints latency of small
 //! calls, throughput of 16 MiB tensors, and the CPU time the sidecars add
 //! per byte (process CPU time through the sidecars minus directly).
+//! Then small tensors (64 to 16,384 values): the time and CPU each call
+//! costs compressed (3LC, threshold 0) against passed through, and the
+//! bytes it puts on the wire: where a lower `min_bytes` still pays.
 //!
 //! `cargo bench -p tlc-daemon --bench proxy`
 
@@ -14,10 +17,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::tf::{recv, start_tensor_server, Tensors};
-use support::Client;
+use support::{teach, Client};
 use tlc_daemon::config::Role;
+use tlc_daemon::graph::build::PartitionBuilder;
 use tlc_daemon::policy::{CodecSettings, Policy, PolicySettings};
 use tlc_daemon::proxy::Proxy;
+use tlc_daemon::sidecar::stats::Stats;
 use tlc_daemon::sidecar::{Options, Sidecar};
 
 const BIG: usize = 4 << 20;
@@ -33,7 +38,7 @@ fn cpu_seconds() -> f64 {
     t(usage.ru_utime) + t(usage.ru_stime)
 }
 
-fn policy(codec: &str) -> Policy {
+fn policy(codec: &str, min_bytes: u64) -> Policy {
     let settings = CodecSettings {
         codec: codec.into(),
         sparsity: (codec == "3lc").then_some(1.0),
@@ -42,18 +47,67 @@ fn policy(codec: &str) -> Policy {
     Policy::new(&PolicySettings {
         push: settings.clone(),
         pull: settings,
+        min_bytes,
         ..PolicySettings::default()
     })
     .expect("valid policy")
 }
 
-async fn through_sidecars(server: std::net::SocketAddr, codec: &str) -> (Client, Vec<Proxy>) {
-    let holder = Arc::new(Sidecar::new(policy(codec), Options::default(), None));
-    let requester = Arc::new(Sidecar::new(policy(codec), Options::default(), None));
-    let inbound = support::proxy(Role::Inbound, server, holder).await;
+/// Sizes of the small tensors measured, in values.
+const SMALL_SIZES: [usize; 5] = [64, 256, 1024, 4096, 16384];
+
+fn small_key(n: usize) -> String {
+    format!("/job:worker/replica:0/task:0/device:CPU:0;0000000000000001;/job:ps/replica:0/task:0/device:CPU:0;edge_{n}_small_{n};0:0")
+}
+
+async fn through_sidecars(
+    server: std::net::SocketAddr,
+    codec: &str,
+    min_bytes: u64,
+) -> (Client, Arc<Sidecar>, Vec<Proxy>) {
+    let holder = Arc::new(Sidecar::new(
+        policy(codec, min_bytes),
+        Options::default(),
+        None,
+    ));
+    // Every tensor here is a dense gradient, as the graph would say.
+    let mut partition = PartitionBuilder::new("/job:ps/replica:0/task:0");
+    let worker = "/job:worker/replica:0/task:0";
+    for (name, tensor) in [("small", "edge_1_small"), ("big", "edge_2_big")] {
+        partition = partition.dense_gradient(name, tensor, worker);
+    }
+    for n in SMALL_SIZES {
+        partition = partition.dense_gradient(
+            &format!("small_{n}"),
+            &format!("edge_{n}_small_{n}"),
+            worker,
+        );
+    }
+    teach(&holder, partition);
+    let requester = Arc::new(Sidecar::new(
+        policy(codec, min_bytes),
+        Options::default(),
+        None,
+    ));
+    let inbound = support::proxy(Role::Inbound, server, holder.clone()).await;
     let outbound = support::proxy(Role::Outbound, inbound.local_addrs()[0], requester).await;
     let client = Client::connect(outbound.local_addrs()[0]).await;
-    (client, vec![outbound, inbound])
+    (client, holder, vec![outbound, inbound])
+}
+
+/// Per call of a small tensor of `n` values: wall µs, process CPU µs.
+async fn small_calls(client: &Client, n: usize) -> (f64, f64) {
+    let key = small_key(n);
+    for step in 0..20 {
+        recv(client, &key, step).await;
+    }
+    let calls = 1000;
+    let (t, cpu) = (Instant::now(), cpu_seconds());
+    for step in 0..calls {
+        recv(client, &key, step).await;
+    }
+    let per = |x: f64| x * 1e6 / calls as f64;
+    (per(t.elapsed().as_secs_f64()), per(cpu_seconds() - cpu))
 }
 
 struct Measured {
@@ -96,9 +150,14 @@ fn main() {
     runtime.block_on(async {
         let big: Arc<Vec<f32>> =
             Arc::new((0..BIG).map(|i| (i as f32 * 0.37).sin() * 1e-3).collect());
-        let tensors: Tensors = Arc::new(move |key: &str, _step: i64| {
+        let tensors: Tensors = Arc::new(move |key: &str, step: i64| {
             if key.contains("big") {
                 (vec![BIG as u64], big.as_ref().clone())
+            } else if let Some(n) = SMALL_SIZES.iter().find(|n| key.ends_with(&format!("small_{n};0:0"))) {
+                let values = (0..*n)
+                    .map(|i| ((i as f32 * 0.61 + step as f32).sin()).powi(3) * 1e-3)
+                    .collect();
+                (vec![*n as u64], values)
             } else {
                 (vec![64], vec![0.5; 64])
             }
@@ -119,7 +178,7 @@ fn main() {
         };
         row("direct", &direct, None);
         for codec in ["none", "3lc"] {
-            let (client, proxies) = through_sidecars(server, codec).await;
+            let (client, _, proxies) = through_sidecars(server, codec, 64 * 1024).await;
             let m = measure(&client).await;
             // Bytes the sidecars moved per CPU-second they added (both sidecars together).
             let bytes = 40.0 * (BIG * 4) as f64;
@@ -132,6 +191,33 @@ fn main() {
             for proxy in proxies {
                 proxy.shutdown().await;
             }
+        }
+        println!();
+        println!("small tensors through 2 sidecars, 3LC s=1.0 (dense gradients) vs passed through");
+        println!(
+            "{:>8} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>10}",
+            "values", "raw B", "wire B", "passed µs", "3lc µs", "passed CPU", "3lc CPU", "ratio"
+        );
+        let (passing, _, passing_proxies) = through_sidecars(server, "3lc", u64::MAX).await;
+        let (compressing, holder, compressing_proxies) = through_sidecars(server, "3lc", 0).await;
+        for n in SMALL_SIZES {
+            let (pass_us, pass_cpu) = small_calls(&passing, n).await;
+            let before = (
+                Stats::get(&holder.stats.push.raw_bytes),
+                Stats::get(&holder.stats.push.wire_bytes),
+                Stats::get(&holder.stats.push.compressed),
+            );
+            let (tlc_us, tlc_cpu) = small_calls(&compressing, n).await;
+            let frames = (Stats::get(&holder.stats.push.compressed) - before.2).max(1) as f64;
+            let raw = (Stats::get(&holder.stats.push.raw_bytes) - before.0) as f64 / frames;
+            let wire = (Stats::get(&holder.stats.push.wire_bytes) - before.1) as f64 / frames;
+            println!(
+                "{n:>8} {raw:>10.0} {wire:>12.1} {pass_us:>12.1} {tlc_us:>12.1} {pass_cpu:>12.1} {tlc_cpu:>12.1} {:>9.1}x",
+                raw / wire.max(1.0)
+            );
+        }
+        for proxy in passing_proxies.into_iter().chain(compressing_proxies) {
+            proxy.shutdown().await;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     });

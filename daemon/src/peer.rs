@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `tlc-peer: 1` | request | a sidecar sent this call and decodes envelopes of version 1 |
 //! | `tlc-replica: EPOCH-VERSION` | request | for pulls: the requester's replica of this tensor (epoch in hex) |
-//! | `tlc-class: CLASS` | request | what the requester's sidecar learned of the tensor from a graph (`dense_read`, `dense_gradient`, `sparse`, `unknown`) |
+//! | `tlc-class: CLASS[;fn]` | request | what the requester's sidecar learned of the tensor from a graph (`dense_read`, `dense_gradient`, `sparse`, `unknown`); `;fn` if from a TF2 function, whose contexts are named by the whole tensor name |
 //! | `tlc-envelope: 1` | response | the response's `tensor_content` is an envelope, not the tensor |
 //! | `tlc-fallback: TOKEN` | request to [`FALLBACK_PATH`] | asks for the original response of an envelope |
 
@@ -58,15 +58,31 @@ impl ReplicaHeader {
     }
 }
 
-/// The class a requester announced, if it is one this build knows.
-pub fn class(headers: &HeaderMap) -> Option<TensorClass> {
-    let value = headers.get(CLASS)?.to_str().ok()?;
-    TensorClass::ALL.into_iter().find(|c| c.name() == value)
+/// What a requester announced of a tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassHint {
+    /// The class its graph gave the tensor.
+    pub class: TensorClass,
+    /// Whether the graph was a TF2 function body.
+    pub function: bool,
 }
 
-/// The header value announcing `class`.
-pub fn class_header(class: TensorClass) -> HeaderValue {
-    HeaderValue::from_static(class.name())
+/// The class a requester announced, if it is one this build knows.
+pub fn class(headers: &HeaderMap) -> Option<ClassHint> {
+    let value = headers.get(CLASS)?.to_str().ok()?;
+    let (name, function) = match value.strip_suffix(";fn") {
+        Some(name) => (name, true),
+        None => (value, false),
+    };
+    let class = TensorClass::ALL.into_iter().find(|c| c.name() == name)?;
+    Some(ClassHint { class, function })
+}
+
+/// The header value announcing `hint`.
+pub fn class_header(hint: ClassHint) -> HeaderValue {
+    let suffix = if hint.function { ";fn" } else { "" };
+    HeaderValue::try_from(format!("{}{suffix}", hint.class.name()))
+        .unwrap_or_else(|_| HeaderValue::from_static("unknown"))
 }
 
 /// Whether a request came from a sidecar that speaks our envelope version.
@@ -89,6 +105,23 @@ pub fn strip(headers: &mut HeaderMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn class_header_round_trips_and_rejects_junk() {
+        for class in TensorClass::ALL {
+            for function in [false, true] {
+                let hint = ClassHint { class, function };
+                let mut headers = HeaderMap::new();
+                headers.insert(CLASS, class_header(hint));
+                assert_eq!(super::class(&headers), Some(hint));
+            }
+        }
+        for junk in ["", "dense", "sparse;", "sparse;fn;fn", "DENSE_READ"] {
+            let mut headers = HeaderMap::new();
+            headers.insert(CLASS, HeaderValue::from_static(junk));
+            assert_eq!(super::class(&headers), None, "{junk}");
+        }
+    }
 
     #[test]
     fn replica_header_round_trips_and_rejects_junk() {

@@ -71,6 +71,28 @@ pub struct Classified {
     /// Which output of the source node is sent (TensorFlow's tensor name
     /// does not say; the `_Send`'s input does).
     pub output: u32,
+    /// The function whose body said so (TF2), `None` for a graph (TF1).
+    /// Node names are unique in a TF1 graph but only within a function:
+    /// two TF2 functions both have a `MatMul/ReadVariableOp`.
+    pub function: Option<String>,
+}
+
+impl Classified {
+    /// The name a tensor's context is kept under. TF1: the node name
+    /// (edge ids differ between workers' graphs, node names do not). TF2:
+    /// the whole rendezvous name, whose edge id is the same for every
+    /// worker running the function but tells two functions' nodes apart.
+    /// Either way, a second output of a node gets its own context.
+    pub fn context_name(&self, node: &str, tensor_name: &str) -> String {
+        let base = match self.function {
+            Some(_) => tensor_name,
+            None => node,
+        };
+        match self.output {
+            0 => base.to_owned(),
+            n => format!("{base}:{n}"),
+        }
+    }
 }
 
 /// The rendezvous identity of one tensor: what a `RecvTensor` request names.
@@ -245,6 +267,7 @@ impl<'a> Body<'a> {
                     class: TensorClass::DenseRead,
                     reason: format!("reads variable ({op} {})", node.name),
                     output,
+                    function: None,
                 };
             }
             if is_sparse_op(op) {
@@ -252,6 +275,7 @@ impl<'a> Body<'a> {
                     class: TensorClass::Sparse,
                     reason: format!("gathered by {op} {}", node.name),
                     output,
+                    function: None,
                 };
             }
             if !PASS_THROUGH.contains(&op) {
@@ -284,6 +308,7 @@ impl<'a> Body<'a> {
                         class: TensorClass::Sparse,
                         reason: format!("feeds {op} {}", node.name),
                         output: 0,
+                        function: None,
                     };
                 }
                 if is_dense_update(op) {
@@ -302,6 +327,7 @@ impl<'a> Body<'a> {
                 class: TensorClass::DenseGradient,
                 reason: format!("feeds {} {}", d.op, d.name),
                 output: 0,
+                function: None,
             },
             (_, Some(o)) => unknown(0, format!("feeds {} {}", o.op, o.name)),
             (None, None) => unknown(0, "received but not consumed"),
@@ -314,6 +340,7 @@ fn unknown(output: u32, reason: impl Into<String>) -> Classified {
         class: TensorClass::Unknown,
         reason: reason.into(),
         output,
+        function: None,
     }
 }
 
@@ -325,8 +352,12 @@ fn task_of(device: Option<&str>) -> Option<String> {
 
 /// Every tensor that one graph or function body sends to or receives from
 /// another task, with its class. Pairs within one task are left out (they
-/// never cross the network).
-pub fn classify_body(nodes: &[NodeDef]) -> Vec<(RendezvousTensor, Classified)> {
+/// never cross the network). `function` names the function the body is
+/// of, `None` for a graph.
+pub fn classify_body(
+    nodes: &[NodeDef],
+    function: Option<&str>,
+) -> Vec<(RendezvousTensor, Classified)> {
     let body = Body::new(nodes);
     let mut found = Vec::new();
     for (index, node) in nodes.iter().enumerate() {
@@ -344,11 +375,12 @@ pub fn classify_body(nodes: &[NodeDef]) -> Vec<(RendezvousTensor, Classified)> {
         if src_task == dst_task {
             continue;
         }
-        let classified = if is_send(op) {
+        let mut classified = if is_send(op) {
             body.classify_send(node)
         } else {
             body.classify_recv(index)
         };
+        classified.function = function.map(str::to_owned);
         found.push((
             RendezvousTensor {
                 src_task,
@@ -405,7 +437,7 @@ mod tests {
     }
 
     fn classes(nodes: &[NodeDef]) -> Vec<(String, TensorClass, String)> {
-        let mut found: Vec<_> = classify_body(nodes)
+        let mut found: Vec<_> = classify_body(nodes, None)
             .into_iter()
             .map(|(t, c)| (t.tensor_name, c.class, c.reason))
             .collect();
@@ -505,7 +537,7 @@ mod tests {
             node("split", "Split", &["axis", "x"]),
             transfer("s", "_Send", &["split:1"], "edge_2_split", PS, W0),
         ];
-        let found = classify_body(&nodes);
+        let found = classify_body(&nodes, None);
         assert_eq!(found[0].1.output, 1);
     }
 }

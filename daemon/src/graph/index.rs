@@ -112,7 +112,7 @@ impl GraphIndex {
         let request = self.decode::<RegisterGraphRequest>(message, "RegisterGraphRequest")?;
         let mut learned = Learned::default();
         if let Some(graph) = &request.graph_def {
-            self.learn_body(&graph.node, &mut learned);
+            self.learn_body(&graph.node, None, &mut learned);
             self.learn_library(graph.library.as_ref(), &mut learned);
         }
         Ok(self.finish("RegisterGraph", learned))
@@ -174,12 +174,18 @@ impl GraphIndex {
     }
 
     fn learn_function(&self, function: &FunctionDef, learned: &mut Learned) {
-        self.learn_body(&function.node_def, learned);
+        let name = function.signature.as_ref().map_or("", |s| s.name.as_str());
+        self.learn_body(&function.node_def, Some(name), learned);
     }
 
-    fn learn_body(&self, nodes: &[super::proto::NodeDef], learned: &mut Learned) {
+    fn learn_body(
+        &self,
+        nodes: &[super::proto::NodeDef],
+        function: Option<&str>,
+        learned: &mut Learned,
+    ) {
         learned.bodies += 1;
-        let found = classify_body(nodes);
+        let found = classify_body(nodes, function);
         if found.is_empty() {
             return;
         }
@@ -189,9 +195,13 @@ impl GraphIndex {
             let len = map.len();
             match map.get_mut(&tensor) {
                 Some(existing) if existing.class == TensorClass::Unknown => {}
-                Some(existing) if existing.class != classified.class => {
-                    // Two graphs disagree on one name (TF2 functions reuse
-                    // edge names): the only safe answer is "unknown".
+                Some(existing)
+                    if existing.class != classified.class
+                        || existing.function != classified.function =>
+                {
+                    // Two graphs disagree on one name, or two functions use
+                    // it (TF2 functions reuse edge names): the only safe
+                    // answer is "unknown".
                     learned.conflicts += 1;
                     self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
                     *existing = Classified {
@@ -201,6 +211,7 @@ impl GraphIndex {
                             existing.reason, classified.reason
                         ),
                         output: classified.output,
+                        function: None,
                     };
                 }
                 Some(_) => {}
@@ -217,5 +228,132 @@ impl GraphIndex {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RendezvousTensor, Classified>> {
         self.tensors.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::proto::{
+        AttrValue, EnqueueRequest, NodeDef, OpDef, QueueItem, RegisterFunctionOp,
+    };
+    use prost::Message;
+
+    const PS: &str = "/job:ps/replica:0/task:0/device:CPU:0";
+    const W0: &str = "/job:worker/replica:0/task:0/device:CPU:0";
+
+    fn node(name: &str, op: &str, input: &[&str], attrs: &[(&str, &str)]) -> NodeDef {
+        NodeDef {
+            name: name.into(),
+            op: op.into(),
+            input: input.iter().map(|s| s.to_string()).collect(),
+            device: String::new(),
+            attr: attrs
+                .iter()
+                .map(|(k, v)| {
+                    let value = AttrValue {
+                        s: Some(v.as_bytes().to_vec()),
+                        r#type: None,
+                    };
+                    (k.to_string(), value)
+                })
+                .collect(),
+        }
+    }
+
+    /// A TF2 ps component sending a variable read as `edge_60_...`.
+    fn component(function: &str, read_input: &str) -> Vec<u8> {
+        let send = [
+            ("tensor_name", "edge_60_MatMul/ReadVariableOp"),
+            ("send_device", PS),
+            ("recv_device", W0),
+        ];
+        let body = vec![
+            node(
+                "MatMul/ReadVariableOp",
+                "ReadVariableOp",
+                &[read_input],
+                &[],
+            ),
+            node("send", "_Send", &["MatMul/ReadVariableOp:value:0"], &send),
+        ];
+        EnqueueRequest {
+            context_id: 7,
+            queue: vec![QueueItem {
+                register_function: Some(RegisterFunctionOp {
+                    function_def: Some(FunctionDef {
+                        signature: Some(OpDef {
+                            name: function.into(),
+                        }),
+                        node_def: body,
+                    }),
+                    is_component_function: true,
+                    library: None,
+                }),
+            }],
+        }
+        .encode_to_vec()
+    }
+
+    #[test]
+    fn functions_name_contexts_by_the_whole_tensor_name_and_conflict_when_shared() {
+        let index = GraphIndex::default();
+        index
+            .learn_enqueue(&component("train_step_ps", "arg0"))
+            .unwrap();
+        let found = index
+            .lookup(
+                "/job:ps/replica:0/task:0",
+                "/job:worker/replica:0/task:0",
+                "edge_60_MatMul/ReadVariableOp",
+            )
+            .unwrap();
+        assert_eq!(found.class, TensorClass::DenseRead);
+        assert_eq!(found.function.as_deref(), Some("train_step_ps"));
+        assert_eq!(
+            found.context_name("MatMul/ReadVariableOp", "edge_60_MatMul/ReadVariableOp"),
+            "edge_60_MatMul/ReadVariableOp"
+        );
+        // The same registration again changes nothing.
+        assert_eq!(
+            index
+                .learn_enqueue(&component("train_step_ps", "arg0"))
+                .unwrap()
+                .conflicts,
+            0
+        );
+        // Another function with the same edge name: no one can tell which
+        // variable a call means, so neither gets memory.
+        let learned = index
+            .learn_enqueue(&component("eval_step_ps", "arg3"))
+            .unwrap();
+        assert_eq!(learned.conflicts, 1);
+        let found = index
+            .lookup(
+                "/job:ps/replica:0/task:0",
+                "/job:worker/replica:0/task:0",
+                "edge_60_MatMul/ReadVariableOp",
+            )
+            .unwrap();
+        assert_eq!(found.class, TensorClass::Unknown);
+        assert!(
+            found.reason.starts_with("graphs disagree"),
+            "{}",
+            found.reason
+        );
+    }
+
+    #[test]
+    fn garbage_is_an_error_and_the_index_stays_bounded() {
+        let index = GraphIndex::new(1);
+        assert!(index.learn_register_graph(&[0xff, 0xff, 0xff]).is_err());
+        assert_eq!(index.counters.unreadable.load(Ordering::Relaxed), 1);
+        let two = crate::graph::build::PartitionBuilder::new("/job:ps/replica:0/task:0")
+            .dense_read("a", "edge_1_a/read", "/job:worker/replica:0/task:0")
+            .dense_read("b", "edge_2_b/read", "/job:worker/replica:0/task:0")
+            .register_graph_request();
+        let learned = index.learn_register_graph(&two).unwrap();
+        assert_eq!((learned.tensors, learned.dropped), (2, 1));
+        assert_eq!(index.len(), 1);
     }
 }

@@ -11,6 +11,7 @@ use super::request_key::TensorCall;
 use super::Sidecar;
 use crate::context::ContextMemory;
 use crate::graph::{Classified, TensorClass};
+use crate::peer;
 use crate::policy::{Direction, Treatment};
 
 /// One tensor as the holder side sees it.
@@ -53,7 +54,7 @@ impl Sidecar {
     /// The class of the tensor a call asks for: from a graph this sidecar
     /// read, else from the one the requesting sidecar read (`hint`), else
     /// unknown.
-    pub fn classify(&self, call: &TensorCall, hint: Option<TensorClass>) -> Classified {
+    pub fn classify(&self, call: &TensorCall, hint: Option<peer::ClassHint>) -> Classified {
         if let Some(known) =
             self.graphs
                 .lookup(&call.holder_task, &call.peer_task, &call.tensor_name)
@@ -61,15 +62,17 @@ impl Sidecar {
             return known;
         }
         match hint {
-            Some(class) => Classified {
-                class,
+            Some(hint) => Classified {
+                class: hint.class,
                 reason: "from the requesting sidecar's graph".into(),
                 output: 0,
+                function: hint.function.then(|| "(the requester's)".into()),
             },
             None => Classified {
                 class: TensorClass::Unknown,
                 reason: "no graph seen for this tensor".into(),
                 output: 0,
+                function: None,
             },
         }
     }

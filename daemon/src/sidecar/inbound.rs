@@ -58,12 +58,13 @@ pub async fn recv_tensor(
     };
     let request = Request::from_parts(parts, peeked.into_body());
     let response = forward(upstream, request).await;
-    let Some(call) = call else {
+    let Some(mut call) = call else {
         sidecar.stats.passed("request_unreadable");
         return calls::unchanged(response);
     };
-    calls::record_call(span, &call);
     let classified = sidecar.classify(&call, hint);
+    call.tensor = classified.context_name(&call.tensor, &call.tensor_name);
+    calls::record_call(span, &call);
     span.record("class", classified.class.name());
     if policy.never_compresses(call.direction, classified.class, &call.tensor) {
         // Nothing to decide from the response: stream it through.

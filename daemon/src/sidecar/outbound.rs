@@ -43,14 +43,12 @@ pub async fn recv_tensor(
         Ok(read) => read,
         Err(response) => return (response, Outcome::Error),
     };
-    let Some(call) = call else {
+    let Some(mut call) = call else {
         // Not a request we understand: no peer announced, nothing changed.
         sidecar.stats.passed("request_unreadable");
         let request = Request::from_parts(parts, peeked.into_body());
         return calls::unchanged(forward(upstream, request).await);
     };
-    calls::record_call(span, &call);
-    let replica_key = replica_key(&call);
     parts
         .headers
         .insert(peer::PEER, http::HeaderValue::from_static(peer::PROTOCOL));
@@ -61,10 +59,15 @@ pub async fn recv_tensor(
             .graphs
             .lookup(&call.holder_task, &call.peer_task, &call.tensor_name)
     {
-        parts
-            .headers
-            .insert(peer::CLASS, peer::class_header(known.class));
+        let hint = peer::ClassHint {
+            class: known.class,
+            function: known.function.is_some(),
+        };
+        parts.headers.insert(peer::CLASS, peer::class_header(hint));
+        call.tensor = known.context_name(&call.tensor, &call.tensor_name);
     }
+    calls::record_call(span, &call);
+    let replica_key = replica_key(&call);
     if let Some(state) = replica_key
         .as_ref()
         .and_then(|key| sidecar.replicas.state(key, Instant::now()))

@@ -60,8 +60,9 @@ pub async fn start_raw_server(bodies: Bodies) -> SocketAddr {
         let bodies = bodies.clone();
         Box::pin(async move {
             if request.uri().path() == tlc_daemon::graph::tap::REGISTER_GRAPH {
-                // As TensorFlow answers a registration: an empty message
-                // (a graph handle the tests never use).
+                // As TensorFlow answers a registration: after reading it,
+                // an empty message (a graph handle the tests never use).
+                let _ = request.into_body().collect().await;
                 let body = Bytes::from_static(&[0, 0, 0, 0, 0]);
                 return super::grpc_response(body, HeaderMap::new());
             }
