@@ -172,6 +172,9 @@ pub struct PullCounters {
     pub resets: u64,
     /// Deltas the codec refused (counted in `resets` too).
     pub encode_failures: u64,
+    /// Resets because the replica had drifted more than [`MAX_DRIFT`]
+    /// from the value (counted in `resets` too).
+    pub drift_resets: u64,
     /// Answers: empty chains.
     pub up_to_date: u64,
     /// Answers: non-empty chains.
@@ -182,6 +185,28 @@ pub struct PullCounters {
     pub raw_bytes: u64,
     /// Bytes of envelopes sent.
     pub wire_bytes: u64,
+}
+
+/// Largest relative distance `‖V − R‖₂ / ‖V‖₂` a replica may have from
+/// the value it stands for after a delta; beyond it the source resets
+/// (a lossless keyframe). 3LC's error feedback keeps a replica within a
+/// few parts in a thousand of a model trained synchronously; asynchronous
+/// training with several workers was seen to let it drift past 15% and
+/// diverge.
+pub const MAX_DRIFT: f64 = 0.10;
+
+/// `‖value − replica‖₂ / ‖value‖₂`, 0 for a zero value equal to its replica.
+pub fn drift(value: &[f32], replica: &[f32]) -> f64 {
+    let (mut diff, mut norm) = (0f64, 0f64);
+    for (v, r) in value.iter().zip(replica) {
+        let d = f64::from(*v) - f64::from(*r);
+        diff += d * d;
+        norm += f64::from(*v) * f64::from(*v);
+    }
+    if norm == 0.0 {
+        return if diff == 0.0 { 0.0 } else { f64::INFINITY };
+    }
+    (diff / norm).sqrt()
 }
 
 /// Why [`PullSource::serve`] produced nothing; the caller passes the
@@ -293,6 +318,14 @@ impl PullSource {
         }
         self.value_hash = hash;
         match self.encode_delta(value, codec) {
+            Ok(()) if drift(value, &self.replica) > MAX_DRIFT => {
+                // The lossy deltas no longer keep up with the value (fast,
+                // asynchronous updates): what workers would train on is
+                // too far from the model. Start again from V, losslessly.
+                self.counters.drift_resets += 1;
+                self.reset(value, hash);
+                Update::Reset
+            }
             Ok(()) => Update::Delta,
             Err(_) => {
                 // NaN or infinity in V - R, say: send V losslessly instead,
@@ -827,6 +860,35 @@ mod tests {
             (Update::Unchanged, Served::UpToDate)
         );
         assert_eq!(served.wire_bytes, HEADER_LEN);
+    }
+
+    #[test]
+    fn a_replica_that_drifts_too_far_is_reset_losslessly() {
+        let mut source = PullSource::new(epoch(5), 8);
+        let mut replica = Replica::new();
+        let v1 = vec![1.0f32; 1000];
+        pull(&mut source, &mut replica, &v1);
+        // A small step: the delta keeps the replica close.
+        let v2: Vec<f32> = v1
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v + 1e-3 * ((i % 7) as f32 - 3.0))
+            .collect();
+        assert_eq!(pull(&mut source, &mut replica, &v2).update, Update::Delta);
+        assert!(drift(&v2, source.replica()) <= MAX_DRIFT);
+        // A jump no ternary delta can follow: reset, and the requester
+        // gets the value exactly.
+        let v3: Vec<f32> = v2
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v + 0.5 * ((i * 37 % 11) as f32 / 5.0 - 1.0))
+            .collect();
+        let served = pull(&mut source, &mut replica, &v3);
+        assert_eq!(served.update, Update::Reset);
+        assert_eq!(source.counters().drift_resets, 1);
+        assert_eq!(replica.values(), Some(v3.as_slice()));
+        assert_eq!(drift(&v3, &v3), 0.0);
+        assert_eq!(drift(&[0.0], &[1.0]), f64::INFINITY);
     }
 
     #[test]

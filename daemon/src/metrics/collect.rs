@@ -94,6 +94,14 @@ fn register_totals(registry: &mut Registry, stats: &Stats) {
         "Original responses fetched after a decode failure (fetched) or sent to a peer (served)",
         fallbacks,
     );
+    let drift = Counter::<u64>::default();
+    drift.inc_by(Stats::get(&stats.drift_resets));
+    registry.register(
+        "replica_drift_resets",
+        "Pull replicas reset (lossless keyframe) because lossy deltas let them drift too far \
+         from the model (encoding side)",
+        drift,
+    );
 }
 
 /// The codec of each direction before overrides, and 3LC's sparsity.

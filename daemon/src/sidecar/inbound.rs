@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
-use tracing::{debug, Span};
+use tracing::{debug, warn, Span};
 
 use super::request_key::{self, TensorCall};
 use super::tensor_bytes;
@@ -184,9 +184,21 @@ fn compress(
             });
             let mut source = crate::context::table::lock(&source);
             let started = Instant::now();
+            let drifted = source.counters().drift_resets;
             let served = source
                 .serve(values, replica, choice.codec, token, &mut envelope)
                 .map_err(|_| "codec_refused")?;
+            if source.counters().drift_resets > drifted {
+                sidecar.stats.drift_reset();
+                if drifted == 0 {
+                    warn!(
+                        tensor = %call.tensor,
+                        "pull replica drifted too far from the model (lossy deltas cannot keep up, \
+                         as in fast asynchronous training): sending keyframes when it does; \
+                         consider a lossless or 16-bit pull codec for this job"
+                    );
+                }
+            }
             let keyframe = matches!(served.served, Served::Keyframe(_));
             (started.elapsed(), keyframe)
         }

@@ -54,6 +54,9 @@ pub struct Stats {
     pub fallbacks: AtomicU64,
     /// Encoding side: fallback requests answered.
     pub fallbacks_served: AtomicU64,
+    /// Encoding side: pull replicas reset because they drifted too far
+    /// from the model.
+    pub drift_resets: AtomicU64,
     /// Responses passed through unchanged, by reason.
     passed: Mutex<BTreeMap<&'static str, u64>>,
     /// The labelled series only the metrics endpoint shows.
@@ -104,6 +107,11 @@ impl Stats {
     /// Counts one original response fetched after a decode failure.
     pub fn fallback_fetched(&self) {
         self.fallbacks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one pull replica reset for drifting too far.
+    pub fn drift_reset(&self) {
+        self.drift_resets.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts one fallback request answered.
@@ -157,13 +165,14 @@ impl Stats {
             )
         };
         format!(
-            "{}; {}; restored={} decode_failures={} fallbacks={} fallbacks_served={} passed={:?}",
+            "{}; {}; restored={} decode_failures={} fallbacks={} fallbacks_served={} drift_resets={} passed={:?}",
             direction("push", &self.push),
             direction("pull", &self.pull),
             Stats::get(&self.restored),
             Stats::get(&self.decode_failures),
             Stats::get(&self.fallbacks),
             Stats::get(&self.fallbacks_served),
+            Stats::get(&self.drift_resets),
             self.passed_by_reason(),
         )
     }
