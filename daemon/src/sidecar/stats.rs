@@ -219,7 +219,7 @@ mod tests {
             stats.summary(),
             "push: tensors=1 raw_bytes=4000 wire_bytes=100 ratio=40.0; \
              pull: tensors=1 raw_bytes=800 wire_bytes=200 ratio=4.0; \
-             restored=1 decode_failures=1 fallbacks=1 fallbacks_served=2 \
+             restored=1 decode_failures=1 fallbacks=1 fallbacks_served=2 drift_resets=0 \
              passed={\"policy_skip\": 1, \"small\": 2}"
         );
     }
