@@ -27,6 +27,8 @@
 #
 # Exit status: 0 if every task exited 0, every worker ran at least one step
 # and the chief reached the requested global step; 124 on timeout; 1 otherwise.
+# (train.py --mode async: the workers share the global steps, so each runs
+# about 1/n of them; a warning names a worker with less than half its share.)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -198,17 +200,21 @@ except OSError as e:
 chief = workers[0]
 local = [w["local_steps"] for w in workers]
 step_s = sum(w["seconds"] for w in workers) / sum(local) if sum(local) else None
+# Older train.py results have neither key: the MLP, synchronous.
+model, mode = chief.get("model", "mlp"), chief.get("mode", "sync")
 summary = {
     "ok": True, "global_step": chief["global_step"], "local_steps": local,
     "step_seconds": round(step_s, 5) if step_s else None, "test_accuracy": chief.get("test_accuracy"),
     "test_loss": chief.get("test_loss"), "wall_seconds": round(wall, 2),
-    "params": chief["params"], "out": out,
+    "params": chief["params"], "out": out, "model": model, "mode": mode,
 }
 problems = [f"worker{i} ran no steps" for i, s in enumerate(local) if s == 0]
 # SyncReplicasOptimizer counts gradients, not workers: a worker that lags
-# leaves its share of the steps to the others. Worth knowing, not a failure.
+# leaves its share of the steps to the others. Asynchronous workers share
+# the global steps, about 1/n each. Worth knowing, not a failure.
+share = chief["global_step"] / (n if mode == "async" else 1)
 for i, s in enumerate(local):
-    if 0 < s < chief["global_step"] / 2:
+    if 0 < s < share / 2:
         print(f"run_local: warning: worker{i} ran only {s} of {chief['global_step']} steps", file=sys.stderr)
 # Short of the target means TF silently re-initialised the model (seen after
 # a reset connection) and the "successful" run trained from scratch.
@@ -221,6 +227,6 @@ json.dump(summary, open(f"{out}/summary.json", "w"), indent=2)
 print(f"tf-run {'ok' if not problems else 'FAILED: ' + '; '.join(problems)}: "
       f"steps={chief['global_step']} local_steps={'/'.join(map(str, local))} "
       f"step={step_s or 0:.4f}s acc={chief.get('test_accuracy')} loss={chief.get('test_loss')} "
-      f"wall={wall:.1f}s out={out}")
+      f"wall={wall:.1f}s out={out}" + ("" if (model, mode) == ("mlp", "sync") else f" model={model} mode={mode}"))
 sys.exit(1 if problems else 0)
 EOF

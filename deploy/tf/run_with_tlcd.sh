@@ -1,39 +1,59 @@
 #!/usr/bin/env bash
 # Runs deploy/tf/run_local.sh (1 ps + 2 workers of an unmodified TF job on
-# loopback) with one tlcd per task in explicit mode: every task's peers are
-# pointed at its own sidecar's outbound ports, every sidecar forwards to the
-# peer task's sidecar inbound port, which forwards to the task.
+# loopback, or --ps-tasks N / --workers M) with one tlcd per task in explicit
+# mode: every task's peers are pointed at its own sidecar's outbound ports,
+# every sidecar forwards to the peer task's sidecar inbound port, which
+# forwards to the task.
 #
-#   deploy/tf/run_with_tlcd.sh [--tlcd PATH] [--config FILE] [--record DIR] [--out DIR] [-- train.py flags]
+#   deploy/tf/run_with_tlcd.sh [--tlcd PATH] [--config FILE] [--record DIR] [--out DIR]
+#                              [--ps-tasks N] [--workers M] [-- train.py flags]
 #
+# 1 ps + 2 workers (the default):
 #   ps      TF :2322  <- tlcd-ps inbound :4322 ; tlcd-ps outbound :5323 -> w0 :4323, :5324 -> w1 :4324
 #   worker0 TF :2323  <- tlcd-w0 inbound :4323 ; tlcd-w0 outbound :5322 -> ps :4322
 #   worker1 TF :2324  <- tlcd-w1 inbound :4324 ; tlcd-w1 outbound :6322 -> ps :4322
 #   admin API (tlcctl --admin) ps 127.0.0.1:15100, w0 :15101, w1 :15102;
 #   metrics http://127.0.0.1:15190/metrics (ps), :15191 (w0), :15192 (w1)
 #
+# Any other shape (at most 7 tasks): task k in the order ps0, ps1, ...,
+# w0, w1, ... listens on TF :2322+k behind tlcd-<task> inbound :4322+k; task
+# v dials task p at its sidecar's outbound :5330+10v+p (every ordered pair,
+# ps to ps included: two ps tasks dial each other); admin :15100+k, metrics
+# :15190+k. E.g. --ps-tasks 2: ps0 :2322, ps1 :2323, w0 :2324, w1 :2325;
+# w0 dials ps0 at :5350 and ps1 at :5351, ps1 dials ps0 at :5340, w1 at :5343.
+#
 # --config is given to every tlcd (a TOML file: policy, codec, sparsity);
-# --record DIR records the RecvTensor calls each sidecar sends (DIR/ps, DIR/w0, DIR/w1).
+# --record DIR records the RecvTensor calls each sidecar sends (DIR/<sidecar>).
 # Prints run_local.sh's summary and each sidecar's counters; logs in --out
-# (the sidecars' in --out/sidecars).
+# (the sidecars' in --out/sidecars: tlcd-<sidecar>.log, and metrics-<sidecar>.txt,
+# each sidecar's /metrics scraped after the job, before the sidecars stop).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 TLCD=${TLCD:-$root/target/release/tlcd}
 config=""; record=""; OUT=${OUT:-$(mktemp -d /tmp/tlc-tlcd.XXXXXX)}
+num_ps=1; num_workers=2
 while (($#)); do
     case $1 in
         --tlcd) TLCD=$2; shift 2 ;;
         --config) config=$2; shift 2 ;;
         --record) record=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
+        --ps-tasks) num_ps=$2; shift 2 ;;
+        --workers) num_workers=$2; shift 2 ;;
         --) shift; break ;;
         *) echo "run_with_tlcd: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
 [[ -x $TLCD ]] || { echo "run_with_tlcd: no tlcd at $TLCD (cargo build --release -p tlc-daemon)" >&2; exit 1; }
+[[ $num_ps =~ ^[1-9][0-9]*$ && $num_workers =~ ^[1-9][0-9]*$ ]] ||
+    { echo "run_with_tlcd: --ps-tasks and --workers must be positive integers" >&2; exit 2; }
+((num_ps + num_workers <= 7)) ||
+    { echo "run_with_tlcd: at most 7 tasks (the port layout has room for no more)" >&2; exit 2; }
 mkdir -p "$OUT/sidecars"
+# Only what a previous run put there, so stale counters are never read.
+rm -f "$OUT"/sidecars/tlcd-*.log "$OUT"/sidecars/metrics-*.txt
 
 pids=()
 cleanup() {
@@ -42,6 +62,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
+names=()
+declare -A metrics_port=()
 start_tlcd() { # name, admin port, metrics port, then --route arguments
     local name=$1 admin=$2 metrics=$3; shift 3
     local args=("$@" --admin-listen "127.0.0.1:$admin" --metrics-listen "127.0.0.1:$metrics")
@@ -50,24 +72,51 @@ start_tlcd() { # name, admin port, metrics port, then --route arguments
     [[ -n ${TLC_THREADS:-} ]] && args+=(--threads "$TLC_THREADS")
     RUST_LOG=${RUST_LOG:-info} "$TLCD" "${args[@]}" >"$OUT/sidecars/tlcd-$name.log" 2>&1 &
     pids+=($!)
+    names+=("$name")
+    metrics_port[$name]=$metrics
 }
-start_tlcd ps 15100 15190 --route 127.0.0.1:4322=127.0.0.1:2322,inbound \
-    --route 127.0.0.1:5323=127.0.0.1:4323,outbound --route 127.0.0.1:5324=127.0.0.1:4324,outbound
-start_tlcd w0 15101 15191 --route 127.0.0.1:4323=127.0.0.1:2323,inbound --route 127.0.0.1:5322=127.0.0.1:4322,outbound
-start_tlcd w1 15102 15192 --route 127.0.0.1:4324=127.0.0.1:2324,inbound --route 127.0.0.1:6322=127.0.0.1:4322,outbound
+
+peers=()
+if ((num_ps == 1 && num_workers == 2)); then
+    start_tlcd ps 15100 15190 --route 127.0.0.1:4322=127.0.0.1:2322,inbound \
+        --route 127.0.0.1:5323=127.0.0.1:4323,outbound --route 127.0.0.1:5324=127.0.0.1:4324,outbound
+    start_tlcd w0 15101 15191 --route 127.0.0.1:4323=127.0.0.1:2323,inbound --route 127.0.0.1:5322=127.0.0.1:4322,outbound
+    start_tlcd w1 15102 15192 --route 127.0.0.1:4324=127.0.0.1:2324,inbound --route 127.0.0.1:6322=127.0.0.1:4322,outbound
+    peers=(--peer ps:worker0=127.0.0.1:5323 --peer ps:worker1=127.0.0.1:5324
+        --peer worker0:ps=127.0.0.1:5322 --peer worker1:ps=127.0.0.1:6322)
+else
+    tasks=() sidecars=()
+    for ((j = 0; j < num_ps; j++)); do tasks+=("ps$j"); sidecars+=("ps$j"); done
+    for ((i = 0; i < num_workers; i++)); do tasks+=("worker$i"); sidecars+=("w$i"); done
+    for ((v = 0; v < ${#tasks[@]}; v++)); do
+        routes=(--route "127.0.0.1:$((4322 + v))=127.0.0.1:$((2322 + v)),inbound")
+        for ((p = 0; p < ${#tasks[@]}; p++)); do
+            ((p == v)) && continue
+            port=$((5330 + 10 * v + p))
+            routes+=(--route "127.0.0.1:$port=127.0.0.1:$((4322 + p)),outbound")
+            peers+=(--peer "${tasks[v]}:${tasks[p]}=127.0.0.1:$port")
+        done
+        start_tlcd "${sidecars[v]}" $((15100 + v)) $((15190 + v)) "${routes[@]}"
+    done
+fi
 sleep 0.5
 for pid in "${pids[@]}"; do
     kill -0 "$pid" 2>/dev/null || { echo "run_with_tlcd: a tlcd did not start:" >&2; tail -n 3 "$OUT"/sidecars/tlcd-*.log >&2; exit 1; }
 done
 
 status=0
-PS_PORT=2322 WORKER_PORT=2323 "$here/run_local.sh" --out "$OUT" \
-    --peer ps:worker0=127.0.0.1:5323 --peer ps:worker1=127.0.0.1:5324 \
-    --peer worker0:ps=127.0.0.1:5322 --peer worker1:ps=127.0.0.1:6322 \
+PS_PORT=2322 WORKER_PORT=$((2322 + num_ps)) "$here/run_local.sh" --out "$OUT" \
+    --ps-tasks "$num_ps" --workers "$num_workers" "${peers[@]}" \
     -- "$@" || status=$?
+# Counters only /metrics has (keyframes, per-codec bytes, latencies), read
+# while the sidecars are still up.
+for name in "${names[@]}"; do
+    curl -sf -m 5 "http://127.0.0.1:${metrics_port[$name]}/metrics" >"$OUT/sidecars/metrics-$name.txt" 2>/dev/null ||
+        echo "run_with_tlcd: could not scrape tlcd-$name's metrics" >&2
+done
 cleanup
 trap - EXIT
-for name in ps w0 w1; do
+for name in "${names[@]}"; do
     echo "tlcd-$name: $(grep -a 'sidecar totals' "$OUT/sidecars/tlcd-$name.log" | tail -n 1 | sed 's/.*sidecar totals/sidecar totals/')"
 done
 exit "$status"

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Synchronous parameter-server training of an MLP on scikit-learn's digits.
+"""Parameter-server training (sync or async) of an MLP, an embedding model or a ResNet.
 
 Plain TensorFlow 1.x-style between-graph replication (tf.compat.v1 on TF 2.x):
-tf.train.Server, replica_device_setter, SyncReplicasOptimizer and
-MonitoredTrainingSession. Nothing here knows about any proxy or sidecar: every
-task simply dials its peers at the addresses its own cluster spec gives them.
+tf.train.Server, replica_device_setter, SyncReplicasOptimizer (or each worker
+applying its own gradients) and MonitoredTrainingSession. Nothing here knows
+about any proxy or sidecar: every task simply dials its peers at the addresses
+its own cluster spec gives them.
 
     train.py --job ps     --task 0 --ps 127.0.0.1:2222 --workers 127.0.0.1:2223,127.0.0.1:2224
     train.py --job worker --task 0 --ps 127.0.0.1:2222 --workers 127.0.0.1:2223,127.0.0.1:2224
@@ -13,6 +14,13 @@ task simply dials its peers at the addresses its own cluster spec gives them.
 Each task may be given a different spec: TF binds the port of this task's own
 entry and dials every other entry as written, so a peer can be pointed at a
 local proxy port. Worker 0 is the chief.
+
+Models (--model): mlp (default) on scikit-learn's digits; embedding, a
+bag-of-tokens classifier reading a 20000 x 32 table on the ps with
+tf.nn.embedding_lookup (sparse IndexedSlices gradients; split over the ps
+tasks with --partition); resnet, a ResNet-20-style conv net on generated
+32x32x3 images. The data of the last two are generated deterministically
+from fixed seeds, so every task and every run sees the same examples.
 """
 
 import argparse
@@ -28,6 +36,14 @@ PROCESS_START = time.time()
 SPLIT_SEED = 0
 TEST_FRACTION = 0.2
 
+MODELS = ("mlp", "embedding", "resnet")
+# Per-model defaults of the flags that default to None.
+MODEL_DEFAULTS = {
+    "mlp": {"batch": 64, "lr": 0.1, "momentum": 0.9},
+    "embedding": {"batch": 128, "lr": 1.0, "momentum": 0.9},
+    "resnet": {"batch": 32, "lr": 0.003, "momentum": 0.9},
+}
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -35,13 +51,29 @@ def parse_args(argv=None):
     p.add_argument("--task", type=int, required=True, help="index within --job")
     p.add_argument("--ps", required=True, help="HOST:PORT[,HOST:PORT...] as this task sees them")
     p.add_argument("--workers", required=True, help="HOST:PORT,HOST:PORT... as this task sees them")
-    p.add_argument("--steps", type=int, default=200, help="global steps (default 200)")
-    p.add_argument("--batch", type=int, default=64, help="per-worker batch size (default 64)")
-    p.add_argument("--lr", type=float, default=0.1, help="learning rate (default 0.1)")
-    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum, 0 for plain SGD (default 0.9)")
+    p.add_argument("--model", choices=MODELS, default="mlp",
+                   help="mlp (digits), embedding (sparse lookups in a table on the ps) or resnet (default mlp)")
+    p.add_argument("--mode", choices=["sync", "async"], default="sync",
+                   help="sync: SyncReplicasOptimizer averages one gradient per worker per global step; "
+                        "async: every worker applies its own gradients (default sync)")
+    p.add_argument("--steps", type=int, default=200,
+                   help="global steps (default 200); in async mode the workers share them")
+    p.add_argument("--batch", type=int, default=None,
+                   help="per-worker batch size (default: mlp 64, embedding 128, resnet 32)")
+    p.add_argument("--lr", type=float, default=None,
+                   help="learning rate (default: mlp 0.1, embedding 1.0, resnet 0.003)")
+    p.add_argument("--momentum", type=float, default=None,
+                   help="SGD momentum, 0 for plain SGD (default 0.9)")
     p.add_argument("--hidden", type=int, default=1024,
-                   help="width of the first hidden layer; the second is half (default 1024: 596,490 params)")
+                   help="mlp: width of the first hidden layer; the second is half (default 1024: 596,490 params)")
+    p.add_argument("--vocab", type=int, default=20000, help="embedding: rows of the table (default 20000)")
+    p.add_argument("--embed-dim", type=int, default=32, help="embedding: columns of the table (default 32)")
+    p.add_argument("--partition", type=int, default=0,
+                   help="embedding: split the table into N shards with fixed_size_partitioner, placed over "
+                        "the ps tasks (default 0: one shard per ps task)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=0,
+                   help="log this worker's training loss every N local steps (default 0: never)")
     p.add_argument("--result", help="write this task's result as JSON to FILE")
     p.add_argument("--grpc-compression", choices=["none", "gzip"], default="none",
                    help="TF's own gRPC message compression (default none)")
@@ -52,6 +84,13 @@ def parse_args(argv=None):
     p.add_argument("--linger-secs", type=float, default=0.5,
                    help="how long a ps stays up after the last worker is done (default 0.5)")
     args = p.parse_args(argv)
+    for key, value in MODEL_DEFAULTS[args.model].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.partition < 0:
+        p.error("--partition must be 0 (one shard per ps task) or a number of shards")
+    if args.partition > 1 and args.model != "embedding":
+        p.error("--partition applies to --model embedding only")
     args.ps_hosts = [h for h in args.ps.split(",") if h]
     args.worker_hosts = [h for h in args.workers.split(",") if h]
     if not args.ps_hosts or not args.worker_hosts:
@@ -155,6 +194,238 @@ def batches(x, y, batch, seed):
             yield x[idx], y[idx]
 
 
+# ---- embedding model: a bag-of-tokens classifier over a table on the ps ----
+
+# Fixed, seed-independent data (like SPLIT_SEED): runs with different --seed
+# values train and test on the same examples.
+EMB_DATA_SEED = 1
+EMB_CLASSES = 10
+EMB_TOPIC_TOKENS = 40  # per class
+EMB_TRAIN, EMB_TEST = 24000, 3000
+EMB_EVAL_CHUNK = 1000
+EMB_HIDDEN = 0  # no hidden layer: mean(rows) -> logits
+EMB_INIT_STDDEV = 0.1
+
+
+def embedding_data(vocab):
+    """Examples are bags of 8-16 token ids. Background tokens follow a
+    Zipf-like law (frequent ids are gathered in nearly every step, rare ones
+    hardly ever) and carry no information. Each class owns 40 "topic" tokens
+    that never occur as background; an example of class c holds 1-3 of c's
+    topic tokens and, 40% of the time, one topic token of another class.
+    Only rows of topic tokens that have been learnt tell the classes apart
+    (about 1 example in 6 is ambiguous: one topic token of each of two
+    classes). Token ids are a fixed permutation of the Zipf ranks, so the
+    frequent rows are spread over the table and its shards.
+
+    Returns (ids, labels) for train and test: ids a list of int64 arrays."""
+    import numpy as np
+
+    rng = np.random.default_rng(EMB_DATA_SEED)
+    token_of_rank = rng.permutation(vocab).astype(np.int64)
+    topic_ranks = rng.choice(np.arange(20, min(vocab, 4020)), size=(EMB_CLASSES, EMB_TOPIC_TOKENS), replace=False)
+    topics = token_of_rank[topic_ranks]
+    weight = 1.0 / (np.arange(vocab) + 10.0)
+    weight[topic_ranks.ravel()] = 0.0
+    background = weight / weight.sum()
+
+    n = EMB_TRAIN + EMB_TEST
+    labels = rng.integers(0, EMB_CLASSES, n)
+    lengths = rng.integers(8, 17, n)
+    own = rng.integers(1, 4, n)
+    confused = rng.random(n) < 0.4
+    other = (labels + rng.integers(1, EMB_CLASSES, n)) % EMB_CLASSES
+    counts = lengths - own - confused
+    bg = token_of_rank[rng.choice(vocab, size=int(counts.sum()), p=background)]
+    picks = rng.integers(0, EMB_TOPIC_TOKENS, (n, 4))
+    ids, at = [], 0
+    for i in range(n):
+        parts = [topics[labels[i], picks[i, :own[i]]]]
+        if confused[i]:
+            parts.append(topics[other[i], picks[i, 3:]])
+        parts.append(bg[at:at + counts[i]])
+        at += counts[i]
+        ids.append(np.concatenate(parts))
+    labels = labels.astype(np.int64)
+    return ids[:EMB_TRAIN], labels[:EMB_TRAIN], ids[EMB_TRAIN:], labels[EMB_TRAIN:]
+
+
+def bag_batch(ids, labels, idx):
+    """Flat ids, the example each id belongs to, and the labels."""
+    import numpy as np
+
+    flat = np.concatenate([ids[i] for i in idx])
+    segments = np.repeat(np.arange(len(idx), dtype=np.int32), [len(ids[i]) for i in idx])
+    return flat, segments, labels[idx]
+
+
+def bag_batches(ids, labels, batch, seed):
+    """Endless shuffled epochs over this worker's shard of bags."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    while True:
+        order = rng.permutation(len(ids))
+        for start in range(0, len(order) - batch + 1, batch):
+            yield bag_batch(ids, labels, order[start:start + batch])
+
+
+def build_embedding(tf, args, shards):
+    """mean(table[ids]) per bag -> one dense layer (32 x 10) -> 10 classes.
+    tf.nn.embedding_lookup on a variable held by a ps gathers the rows there
+    and sends only them; the table's gradient is IndexedSlices. With
+    shards > 1 the table is a PartitionedVariable: one Gather per shard (on
+    that shard's ps) and a DynamicStitch on the worker."""
+    tf.compat.v1.set_random_seed(args.seed)
+    ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
+    segments = tf.compat.v1.placeholder(tf.int32, [None], name="segments")
+    y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
+    table = tf.compat.v1.get_variable(
+        "embedding", [args.vocab, args.embed_dim], tf.float32,
+        tf.compat.v1.random_normal_initializer(stddev=EMB_INIT_STDDEV, seed=args.seed),
+        partitioner=tf.compat.v1.fixed_size_partitioner(shards) if shards > 1 else None)
+    rows = tf.compat.v1.nn.embedding_lookup(table, ids, partition_strategy="div")
+    h = tf.math.segment_mean(rows, segments)
+    sizes = [args.embed_dim] + ([EMB_HIDDEN] if EMB_HIDDEN else []) + [EMB_CLASSES]
+    for i, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:])):
+        w = tf.compat.v1.get_variable(
+            f"w{i}", [fan_in, fan_out], tf.float32,
+            tf.compat.v1.glorot_uniform_initializer(seed=args.seed + 1 + i))
+        b = tf.compat.v1.get_variable(f"b{i}", [fan_out], tf.float32, tf.compat.v1.zeros_initializer())
+        h = tf.matmul(h, w) + b
+        if i < len(sizes) - 2:
+            h = tf.nn.relu(h)
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h))
+    accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(h, 1), y), tf.float32))
+    return (ids, segments, y), loss, accuracy
+
+
+# ---- resnet: a ResNet-20-style conv net on generated images ----
+
+IMG_DATA_SEED = 2
+IMG_CLASSES = 10
+IMG_TRAIN, IMG_TEST = 8000, 1000
+IMG_EVAL_CHUNK = 250
+IMG_NOISE = 0.7  # standard deviation of the pixel noise; the grating's amplitude is 0.2-1
+IMG_ANGLE_JITTER = 0.15  # radians; the classes' angles are pi/5 apart
+IMG_FREQ_JITTER = 0.15  # relative; the classes' frequencies are 2 and 4 cycles per image
+
+
+def image_data():
+    """32x32x3 images of 10 classes: a sinusoidal grating whose orientation
+    (5 angles) and spatial frequency (2) give the class, with random phase,
+    random colour (0.2-1 per channel), some jitter of angle and frequency
+    (so neighbouring classes overlap a little) and pixel noise. Returns
+    x_train, y_train, x_test, y_test."""
+    import numpy as np
+
+    rng = np.random.default_rng(IMG_DATA_SEED)
+    n = IMG_TRAIN + IMG_TEST
+    labels = rng.integers(0, IMG_CLASSES, n)
+    theta = (labels % 5) * (np.pi / 5) + rng.normal(0.0, IMG_ANGLE_JITTER, n)
+    freq = np.where(labels < 5, 2.0, 4.0) * (1.0 + rng.normal(0.0, IMG_FREQ_JITTER, n))  # cycles per image
+    phase = rng.uniform(0.0, 2 * np.pi, n)
+    colour = rng.uniform(0.2, 1.0, (n, 3))
+    grid = np.arange(32) / 32.0
+    yy, xx = np.meshgrid(grid, grid, indexing="ij")
+    u = np.cos(theta)[:, None, None] * xx + np.sin(theta)[:, None, None] * yy
+    pattern = np.sin(2 * np.pi * freq[:, None, None] * u + phase[:, None, None]).astype(np.float32)
+    x = pattern[..., None] * colour[:, None, None, :].astype(np.float32)
+    x += IMG_NOISE * rng.standard_normal(x.shape, dtype=np.float32)
+    labels = labels.astype(np.int64)
+    return x[:IMG_TRAIN], labels[:IMG_TRAIN], x[IMG_TRAIN:], labels[IMG_TRAIN:]
+
+
+def build_resnet(tf, args):
+    """ResNet-20 (He et al. 2016, CIFAR variant) without batch norm: a 3x3
+    stem of 16 channels, 3 stages of 3 basic blocks (16, 32, 64 channels;
+    stride 2 and a 1x1 projection at the start of stages 2 and 3), global
+    average pooling and a dense layer. Every conv has a bias. Without
+    normalisation the second conv of each block starts small (He init x 0.1),
+    so the net starts close to its shortcuts. 271,690 parameters in 44
+    tensors: 6 of them (the 3x3x32x64 and 3x3x64x64 kernels) are 64 KiB or
+    more, the other 38 (biases, 3x3x16x16 kernels, ...) smaller."""
+    tf.compat.v1.set_random_seed(args.seed)
+    x = tf.compat.v1.placeholder(tf.float32, [None, 32, 32, 3], name="x")
+    y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
+    seeds = iter(range(args.seed, args.seed + 1000))
+
+    def conv(h, name, size, width, stride, scale=1.0):
+        fan_in = int(h.shape[-1])
+        w = tf.compat.v1.get_variable(
+            f"{name}/kernel", [size, size, fan_in, width], tf.float32,
+            tf.compat.v1.variance_scaling_initializer(
+                scale=2.0 * scale * scale, mode="fan_in", distribution="truncated_normal", seed=next(seeds)))
+        b = tf.compat.v1.get_variable(f"{name}/bias", [width], tf.float32, tf.compat.v1.zeros_initializer())
+        return tf.nn.conv2d(h, w, [1, stride, stride, 1], "SAME") + b
+
+    h = tf.nn.relu(conv(x, "stem", 3, 16, 1))
+    for stage, width in enumerate([16, 32, 64]):
+        for block in range(3):
+            name = f"stage{stage + 1}/block{block + 1}"
+            stride = 2 if stage > 0 and block == 0 else 1
+            r = tf.nn.relu(conv(h, f"{name}/conv1", 3, width, stride))
+            r = conv(r, f"{name}/conv2", 3, width, 1, scale=0.1)
+            shortcut = h if stride == 1 else conv(h, f"{name}/shortcut", 1, width, stride)
+            h = tf.nn.relu(r + shortcut)
+    h = tf.reduce_mean(h, [1, 2])
+    w = tf.compat.v1.get_variable(
+        "logits/kernel", [64, IMG_CLASSES], tf.float32, tf.compat.v1.glorot_uniform_initializer(seed=next(seeds)))
+    b = tf.compat.v1.get_variable("logits/bias", [IMG_CLASSES], tf.float32, tf.compat.v1.zeros_initializer())
+    h = tf.matmul(h, w) + b
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h))
+    accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(h, 1), y), tf.float32))
+    return (x, y), loss, accuracy
+
+
+class Workload:
+    """What run_worker needs of a model: its loss and accuracy, feed dicts
+    for training steps, and the test set as (feed dict, examples) chunks."""
+
+    def __init__(self, loss, accuracy, train_feeds, test_feeds, info):
+        self.loss, self.accuracy = loss, accuracy
+        self.train_feeds, self.test_feeds, self.info = train_feeds, test_feeds, info
+
+
+def load_workload_data(args, num_workers):
+    """The data, before any graph is built (seed-independent)."""
+    if args.model == "mlp":
+        return load_data(args, num_workers)
+    if args.model == "embedding":
+        data = embedding_data(args.vocab)
+    else:
+        data = image_data()
+    train_x, train_y, test_x, test_y = data
+    if args.job == "worker":
+        train_x, train_y = train_x[args.task::num_workers], train_y[args.task::num_workers]
+    return train_x, train_y, test_x, test_y
+
+
+def build_workload(tf, args, data, num_ps):
+    """The model's graph (under the caller's device setter) and its feeds."""
+    x_train, y_train, x_test, y_test = data
+    seed = args.seed * 1000 + args.task
+    if args.model == "mlp":
+        x, y, loss, accuracy = build_model(tf, args)
+        train = ({x: xb, y: yb} for xb, yb in batches(x_train, y_train, args.batch, seed=seed))
+        return Workload(loss, accuracy, train, [({x: x_test, y: y_test}, len(y_test))], {})
+    if args.model == "embedding":
+        shards = args.partition or num_ps
+        (ids, segments, y), loss, accuracy = build_embedding(tf, args, shards)
+        train = ({ids: i, segments: s, y: yb} for i, s, yb in bag_batches(x_train, y_train, args.batch, seed))
+        test = []
+        for start in range(0, len(y_test), EMB_EVAL_CHUNK):
+            i, s, yb = bag_batch(x_test, y_test, range(start, min(start + EMB_EVAL_CHUNK, len(y_test))))
+            test.append(({ids: i, segments: s, y: yb}, len(yb)))
+        return Workload(loss, accuracy, train, test,
+                        {"partitions": shards, "vocab": args.vocab, "embed_dim": args.embed_dim})
+    (x, y), loss, accuracy = build_resnet(tf, args)
+    train = ({x: xb, y: yb} for xb, yb in batches(x_train, y_train, args.batch, seed=seed))
+    test = [({x: x_test[i:i + IMG_EVAL_CHUNK], y: y_test[i:i + IMG_EVAL_CHUNK]}, len(y_test[i:i + IMG_EVAL_CHUNK]))
+            for i in range(0, len(y_test), IMG_EVAL_CHUNK)]
+    return Workload(loss, accuracy, train, test, {})
+
+
 def run_ps(tf, args, cluster, config):
     num_workers = len(args.worker_hosts)
     server = tf.compat.v1.train.Server(cluster, job_name="ps", task_index=args.task, config=config)
@@ -190,6 +461,22 @@ def build_model(tf, args):
     loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h))
     accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(h, 1), y), tf.float32))
     return x, y, loss, accuracy
+
+
+def evaluate(sess, loss, accuracy, chunks):
+    """Loss and accuracy over the test set, given as (feed dict, examples)
+    chunks, averaged by examples; one chunk is one plain run."""
+    def run(feed):
+        return sess.run_step_fn(lambda step_context: step_context.session.run([loss, accuracy], feed_dict=feed))
+
+    if len(chunks) == 1:
+        return run(chunks[0][0])
+    total = sum(n for _, n in chunks)
+    sums = [0.0, 0.0]
+    for feed, n in chunks:
+        values = run(feed)
+        sums = [s + float(v) * n for s, v in zip(sums, values)]
+    return sums[0] / total, sums[1] / total
 
 
 def quiet_cancelled_queue_runner(tf):
@@ -237,31 +524,45 @@ def run_worker(tf, args, cluster, config):
     is_chief = args.task == 0
     server = tf.compat.v1.train.Server(cluster, job_name="worker", task_index=args.task, config=config)
     log(args, f"serving on {args.worker_hosts[args.task]}")
-    x_train, y_train, x_test, y_test = load_data(args, num_workers)
+    data = load_workload_data(args, num_workers)
+    sync = args.mode == "sync"
 
     worker_device = f"/job:worker/task:{args.task}"
     strategy = LeastLoadedPs(tf, num_ps)
     with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(
             ps_tasks=num_ps, worker_device=worker_device, ps_strategy=strategy)):
         global_step = tf.compat.v1.train.get_or_create_global_step()
-        x, y, loss, accuracy = build_model(tf, args)
+        work = build_workload(tf, args, data, num_ps)
+        loss, accuracy = work.loss, work.accuracy
         if args.momentum:
             base = tf.compat.v1.train.MomentumOptimizer(args.lr, args.momentum)
         else:
             base = tf.compat.v1.train.GradientDescentOptimizer(args.lr)
-        # Every global step averages exactly one gradient from each worker
-        # (as long as both keep up; the optimizer counts gradients, not
-        # workers, which is why the launcher checks local_steps per worker).
-        opt = tf.compat.v1.train.SyncReplicasOptimizer(
-            base, replicas_to_aggregate=num_workers, total_num_replicas=num_workers)
-        train_op = opt.minimize(loss, global_step=global_step)
-        # No initial tokens: with the default (one per worker) each worker's
-        # first step returns at once, before global step 0 has been applied,
-        # and its second gradient is dropped as stale, i.e. wasted.
-        sync_hook = opt.make_session_run_hook(is_chief, num_tokens=0)
-        # Extra tokens for the end of training, see below.
-        release_tokens = opt.get_init_tokens_op(num_workers)
+        if sync:
+            # Every global step averages exactly one gradient from each worker
+            # (as long as both keep up; the optimizer counts gradients, not
+            # workers, which is why the launcher checks local_steps per worker).
+            opt = tf.compat.v1.train.SyncReplicasOptimizer(
+                base, replicas_to_aggregate=num_workers, total_num_replicas=num_workers)
+            train_op = opt.minimize(loss, global_step=global_step)
+            # No initial tokens: with the default (one per worker) each worker's
+            # first step returns at once, before global step 0 has been applied,
+            # and its second gradient is dropped as stale, i.e. wasted.
+            sync_hook = opt.make_session_run_hook(is_chief, num_tokens=0)
+            # Extra tokens for the end of training, see below.
+            release_tokens = opt.get_init_tokens_op(num_workers)
+        else:
+            # Asynchronous: each worker applies its own gradient to the
+            # variables on the ps, and each application counts a global step.
+            train_op = base.minimize(loss, global_step=global_step)
     params = sum(int(v.shape.num_elements()) for v in tf.compat.v1.trainable_variables())
+    placed = {}
+    for v in tf.compat.v1.trainable_variables():
+        where = placed.setdefault(v.device.replace("/job:", ""), [0, 0])
+        where[0] += 1
+        where[1] += int(v.shape.num_elements())
+    log(args, f"model {args.model} ({args.mode}), {params} parameters: " + ", ".join(
+        f"{n} tensors ({p} parameters) on {dev}" for dev, (n, p) in sorted(placed.items())))
 
     # Rendezvous 1: the chief tells the others that the variables exist.
     # MonitoredTrainingSession makes a non-chief poll for that only every
@@ -282,11 +583,12 @@ def run_worker(tf, args, cluster, config):
         with tf.compat.v1.Session(server.target, config=config) as sess:
             sess.run(init_wait)
 
-    if is_chief:
+    if is_chief and sync:
         quiet_cancelled_queue_runner(tf)
-    hooks = [sync_hook, tf.compat.v1.train.StopAtStepHook(last_step=args.steps)]
+    hooks = [tf.compat.v1.train.StopAtStepHook(last_step=args.steps)]
+    if sync:
+        hooks.insert(0, sync_hook)
     local_steps = 0
-    data = batches(x_train, y_train, args.batch, seed=args.seed * 1000 + args.task)
     with tf.compat.v1.train.MonitoredTrainingSession(
             master=server.target, is_chief=is_chief, hooks=hooks, config=config,
             # At the end the chief's queue-runner thread is left waiting for
@@ -301,15 +603,19 @@ def run_worker(tf, args, cluster, config):
         log(args, "training")
         started = time.time()
         while not sess.should_stop():
-            xb, yb = next(data)
-            sess.run(train_op, feed_dict={x: xb, y: yb})
+            if args.log_every and (local_steps + 1) % args.log_every == 0:
+                _, batch_loss = sess.run([train_op, loss], feed_dict=next(work.train_feeds))
+                log(args, f"local step {local_steps + 1}: loss {batch_loss:.4f}")
+            else:
+                sess.run(train_op, feed_dict=next(work.train_feeds))
             local_steps += 1
         seconds = time.time() - started
-        # A worker that read the global step just before the last update may
-        # have started one more step and now waits for a sync token that will
-        # never be handed out (the other worker has stopped). Spare tokens let
-        # it return, see that training is over and stop.
-        sess.run_step_fn(raw(release_tokens))
+        if sync:
+            # A worker that read the global step just before the last update may
+            # have started one more step and now waits for a sync token that will
+            # never be handed out (the other worker has stopped). Spare tokens let
+            # it return, see that training is over and stop.
+            sess.run_step_fn(raw(release_tokens))
         step = sess.run_step_fn(raw(global_step))
         result = {
             "job": "worker", "task": args.task, "chief": is_chief,
@@ -318,12 +624,12 @@ def run_worker(tf, args, cluster, config):
             "step_seconds": round(seconds / local_steps, 5) if local_steps else None,
             "startup_seconds": round(started - PROCESS_START, 3),
             "params": params, "batch": args.batch, "lr": args.lr, "momentum": args.momentum,
-            "hidden": args.hidden, "grpc_compression": args.grpc_compression,
+            "hidden": args.hidden if args.model == "mlp" else None, "grpc_compression": args.grpc_compression,
+            "model": args.model, "mode": args.mode, "num_workers": num_workers, "num_ps": num_ps,
         }
+        result.update(work.info)
         if is_chief:
-            test_loss, test_acc = sess.run_step_fn(
-                lambda step_context: step_context.session.run(
-                    [loss, accuracy], feed_dict={x: x_test, y: y_test}))
+            test_loss, test_acc = evaluate(sess, loss, accuracy, work.test_feeds)
             result["test_loss"] = round(float(test_loss), 5)
             result["test_accuracy"] = round(float(test_acc), 5)
         log(args, f"stopped after {local_steps} local steps, global step {step}, closing")

@@ -1,0 +1,290 @@
+#!/usr/bin/env bash
+# Runs train.py's models through tlcd: each case once without sidecars
+# (run_local.sh) and once with one tlcd per task (run_with_tlcd.sh), same
+# seed and steps, one TF job at a time, and prints a table: accuracy and
+# loss without / through tlcd, tensor bytes per direction (raw and on the
+# sidecar hop), ratios, decode failures, fallbacks, keyframes, step time.
+#
+#   deploy/tf/models.sh [--cases LIST] [--steps N] [--config FILE] [--out DIR]
+#                       [--tlcd PATH] [--check] [--timeout S] [-- train.py flags]
+#
+#   --cases LIST   comma-separated MODEL-MODE-<N>ps[@STEPS], MODEL mlp,
+#                  embedding or resnet, MODE sync or async, N ps tasks
+#                  (embedding: the table is split into one shard per ps);
+#                  @STEPS overrides --steps for that case. Default:
+#                  mlp-sync-1ps,embedding-sync-1ps,embedding-sync-2ps,
+#                  resnet-sync-1ps,mlp-async-1ps,embedding-async-1ps
+#   --steps N      global steps of every run (default 300)
+#   --config FILE  given to every tlcd (default: none, tlcd's built-in policy)
+#   --out DIR      results (default a new /tmp/tlc-models.XXXXXX): per case
+#                  DIR/<case>/base and DIR/<case>/tlcd (run_local.sh's and
+#                  run_with_tlcd.sh's --out), their console output in
+#                  DIR/<case>/{base,tlcd}.out; the table in DIR/results.md
+#                  and DIR/results.json
+#   --tlcd PATH    the tlcd binary (default target/release/tlcd); copied to
+#                  DIR/tlcd first, so a rebuild meanwhile changes nothing
+#   --check        fail a case when the accuracy through tlcd is more than
+#                  0.5 points below the run without, or a sidecar reports a
+#                  decode failure
+#   --timeout S    kill a run after S seconds (default 900)
+#
+# Bytes are tlcd's own counters, summed over the sidecars (the last
+# "sidecar totals" line of each OUT/sidecars/tlcd-*.log): raw = the
+# compressed tensors' size as f32, wire = their envelopes; tensors passed
+# through uncompressed (small, not f32, ...) are in neither, only counted
+# (results.json, "passed"). push = gradients (worker -> ps), pull = model
+# values and gathered rows (ps -> worker). Keyframes = pull keyframes the ps
+# sidecars served (tlc_keyframes_total{side="holder"}, scraped from /metrics).
+# Step time = run_local.sh's training-loop seconds per local step.
+#
+# Exit status: 0 if every run finished (and, with --check, every case
+# passed); 1 otherwise, with the reasons on stderr. Runs use run_local.sh's
+# default ports (2222...) and run_with_tlcd.sh's (2322..., 4322..., 5322...,
+# 6322, 15100..., 15190...). The Python interpreter is found as run_local.sh
+# finds it ($TLC_PYTHON, ...).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cases=mlp-sync-1ps,embedding-sync-1ps,embedding-sync-2ps,resnet-sync-1ps,mlp-async-1ps,embedding-async-1ps
+steps=300; config=""; OUT=""; TLCD=$root/target/release/tlcd; check=0; timeout=900
+train_args=()
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
+die() { echo "models: $*" >&2; exit 1; }
+while (($#)); do
+    case $1 in
+        --cases) cases=${2:?}; shift 2 ;;
+        --steps) steps=${2:?}; shift 2 ;;
+        --config) config=${2:?}; shift 2 ;;
+        --out) OUT=${2:?}; shift 2 ;;
+        --tlcd) TLCD=${2:?}; shift 2 ;;
+        --check) check=1; shift ;;
+        --timeout) timeout=${2:?}; shift 2 ;;
+        -h | --help) usage 0 ;;
+        --) shift; train_args=("$@"); break ;;
+        *) echo "models: unknown argument '$1'" >&2; usage 2 >&2 ;;
+    esac
+done
+[[ $steps =~ ^[1-9][0-9]*$ ]] || die "--steps must be a positive integer"
+[[ -x $TLCD ]] || die "no tlcd at $TLCD (cargo build --release -p tlc-daemon, or --tlcd PATH)"
+[[ -z $config || -r $config ]] || die "cannot read --config $config"
+[[ -n $config ]] && config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config")
+
+if [[ -n ${TLC_PYTHON:-} ]]; then PY=$TLC_PYTHON
+elif [[ -x /work/tfvenv/bin/python ]]; then PY=/work/tfvenv/bin/python
+elif [[ -x ./.venv-tf/bin/python ]]; then PY=./.venv-tf/bin/python
+else die "no Python with TensorFlow: set TLC_PYTHON or run deploy/tf/setup-venv.sh"
+fi
+export TLC_PYTHON=$PY
+
+# Parse every case before running any.
+IFS=, read -r -a case_list <<<"$cases"
+((${#case_list[@]})) || die "--cases is empty"
+declare -A c_model=() c_mode=() c_ps=() c_steps=()
+for c in "${case_list[@]}"; do
+    [[ $c =~ ^(mlp|embedding|resnet)-(sync|async)-([1-9])ps(@([1-9][0-9]*))?$ ]] ||
+        die "bad case '$c': want MODEL-MODE-<N>ps[@STEPS], MODEL mlp|embedding|resnet, MODE sync|async, e.g. embedding-sync-2ps"
+    c_model[$c]=${BASH_REMATCH[1]} c_mode[$c]=${BASH_REMATCH[2]} c_ps[$c]=${BASH_REMATCH[3]}
+    c_steps[$c]=${BASH_REMATCH[5]:-$steps}
+done
+
+OUT=${OUT:-$(mktemp -d /tmp/tlc-models.XXXXXX)}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+cp "$TLCD" "$OUT/tlcd.tmp" && mv "$OUT/tlcd.tmp" "$OUT/tlcd"
+rm -f "$OUT"/results.{md,json} "$OUT"/runs.tsv
+{
+    echo "tlcd_source=$TLCD"
+    echo "tlcd_sha256=$(sha256sum "$OUT/tlcd" | cut -d' ' -f1)"
+    echo "tlcd_mtime=$(date -r "$TLCD" -Iseconds)"
+    echo "tlcd_version=$("$OUT/tlcd" --version 2>/dev/null || true)"
+    echo "config=${config:-none}"
+    echo "train_args=${train_args[*]}"
+    echo "started=$(date -Iseconds)"
+} >"$OUT/meta.txt"
+echo "models: ${#case_list[@]} case(s), results in $OUT (tlcd $(sed -n 's/^tlcd_sha256=//p' "$OUT/meta.txt" | cut -c1-12))"
+
+failed_runs=()
+# run CASE KIND: one run, its console output in OUT/CASE/KIND.out; appends
+# "case kind status seconds load" to runs.tsv.
+run() {
+    local c=$1 kind=$2 dir=$OUT/$1/$2 rc=0 t0 t1 load
+    local args=(--model "${c_model[$c]}" --mode "${c_mode[$c]}" --steps "${c_steps[$c]}" "${train_args[@]}")
+    mkdir -p "$dir"
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    t0=$(date +%s.%N)
+    if [[ $kind == base ]]; then
+        TIMEOUT=$timeout "$here/run_local.sh" --ps-tasks "${c_ps[$c]}" --out "$dir" -- "${args[@]}" \
+            >"$OUT/$c/$kind.out" 2>&1 || rc=$?
+    else
+        local with=(--tlcd "$OUT/tlcd" --ps-tasks "${c_ps[$c]}" --out "$dir")
+        [[ -n $config ]] && with+=(--config "$config")
+        TIMEOUT=$timeout "$here/run_with_tlcd.sh" "${with[@]}" -- "${args[@]}" \
+            >"$OUT/$c/$kind.out" 2>&1 || rc=$?
+    fi
+    t1=$(date +%s.%N)
+    printf '%s\t%s\t%s\t%.1f\t%s\n' "$c" "$kind" "$rc" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$load" >>"$OUT/runs.tsv"
+    if ((rc)); then
+        echo "models: $c: the run $([[ $kind == base ]] && echo without sidecars || echo through tlcd) FAILED (exit $rc; output $OUT/$c/$kind.out, logs $dir):" >&2
+        tail -n 8 "$OUT/$c/$kind.out" | sed 's/^/    /' >&2
+        failed_runs+=("$c/$kind")
+    else
+        echo "models: $c $(printf '%-4s' "$kind") $(grep -a '^tf-run' "$OUT/$c/$kind.out" | tail -n 1 | sed 's/ out=[^ ]*//') [$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%d", b - a }') s]"
+    fi
+}
+
+for c in "${case_list[@]}"; do
+    run "$c" base
+    run "$c" tlcd
+done
+
+set +e
+"$PY" - "$OUT" "$check" "${case_list[@]}" <<'PY'
+import glob, json, os, re, sys
+
+out, check, cases = sys.argv[1], sys.argv[2] == "1", sys.argv[3:]
+runs = {}
+for line in open(f"{out}/runs.tsv"):
+    c, kind, rc, secs, load = line.rstrip("\n").split("\t")
+    runs[(c, kind)] = {"exit": int(rc), "script_seconds": float(secs), "load_before": float(load)}
+
+
+def sidecars(d):
+    """Summed counters of every sidecar of a run through tlcd."""
+    tot = {"push_tensors": 0, "push_raw": 0, "push_wire": 0, "pull_tensors": 0, "pull_raw": 0, "pull_wire": 0,
+           "restored": 0, "decode_failures": 0, "fallbacks": 0, "fallbacks_served": 0,
+           "keyframes_served": 0, "keyframes_applied": 0, "passed": {}, "sidecars": [], "missing": []}
+    for log in sorted(glob.glob(f"{d}/sidecars/tlcd-*.log")):
+        name = os.path.basename(log)[5:-4]
+        tot["sidecars"].append(name)
+        lines = [l for l in open(log, errors="replace") if "sidecar totals" in l]
+        if not lines:
+            tot["missing"].append(name)
+            continue
+        line = lines[-1]
+        for direction in ("push", "pull"):
+            m = re.search(direction + r": tensors=(\d+) raw_bytes=(\d+) wire_bytes=(\d+)", line)
+            tot[f"{direction}_tensors"] += int(m.group(1))
+            tot[f"{direction}_raw"] += int(m.group(2))
+            tot[f"{direction}_wire"] += int(m.group(3))
+        for key in ("restored", "decode_failures", "fallbacks", "fallbacks_served"):
+            tot[key] += int(re.search(rf"\b{key}=(\d+)", line).group(1))
+        m = re.search(r"passed=\{(.*)\}", line)
+        for k, v in re.findall(r'"([^"]+)": (\d+)', m.group(1) if m else ""):
+            tot["passed"][k] = tot["passed"].get(k, 0) + int(v)
+        try:
+            metrics = open(f"{d}/sidecars/metrics-{name}.txt").read()
+        except OSError:
+            metrics = ""
+            tot["missing"].append(f"metrics-{name}")
+        for side, key in (("holder", "keyframes_served"), ("requester", "keyframes_applied")):
+            m = re.search(r'^tlc_keyframes_total\{side="' + side + r'"\} (\d+)', metrics, re.M)
+            tot[key] += int(m.group(1)) if m else 0
+    return tot
+
+
+rows, problems = [], []
+for c in cases:
+    model, mode, ps = re.match(r"(\w+)-(\w+)-(\d)ps", c).groups()
+    row = {"case": c, "model": model, "mode": mode, "ps_tasks": int(ps)}
+    for kind in ("base", "tlcd"):
+        r = dict(runs.get((c, kind), {"exit": None}))
+        try:
+            s = json.load(open(f"{out}/{c}/{kind}/summary.json"))
+        except (OSError, ValueError):
+            s = {}
+        r.update({k: s.get(k) for k in ("ok", "global_step", "local_steps", "step_seconds", "test_accuracy",
+                                       "test_loss", "wall_seconds", "params", "problems")})
+        if kind == "tlcd":
+            r.update(sidecars(f"{out}/{c}/{kind}"))
+        row[kind] = r
+    b, t = row["base"], row["tlcd"]
+    for name, r in (("without sidecars", b), ("through tlcd", t)):
+        if r["exit"] != 0 or not r.get("ok"):
+            problems.append(f"{c}: the run {name} failed (exit {r['exit']}{'; ' + '; '.join(r['problems']) if r.get('problems') else ''})")
+    if t.get("missing"):
+        problems.append(f"{c}: no counters from {', '.join(t['missing'])} (a tlcd did not shut down cleanly?)")
+    if b.get("test_accuracy") is not None and t.get("test_accuracy") is not None:
+        row["accuracy_delta_points"] = round((t["test_accuracy"] - b["test_accuracy"]) * 100, 2)
+    row["check"] = []
+    if row.get("accuracy_delta_points") is not None and row["accuracy_delta_points"] < -0.5:
+        row["check"].append(f"accuracy {-row['accuracy_delta_points']:.2f} points below the run without sidecars")
+    if t.get("decode_failures"):
+        row["check"].append(f"{t['decode_failures']} decode failures")
+    if check and row["check"]:
+        problems.append(f"{c}: check failed: " + "; ".join(row["check"]))
+    rows.append(row)
+
+
+def mb(x):
+    return "-" if x is None else f"{x / 1e6:.2f}"
+
+
+def ratio(raw, wire):
+    return "-" if not wire else f"{raw / wire:.1f}"
+
+
+def fmt(x, spec, scale=1.0):
+    return "-" if x is None else format(x * scale, spec)
+
+
+head = ["case", "model", "mode", "ps", "run", "steps (local)", "test acc", "Δ acc (pts)", "test loss",
+        "push raw MB", "push wire MB", "push ratio", "pull raw MB", "pull wire MB", "pull ratio",
+        "decode fail", "fallbacks", "keyframes", "step ms", "TF wall s", "run wall s"]
+lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+for row in rows:
+    for kind, label in (("base", "without"), ("tlcd", "tlcd")):
+        r = row[kind]
+        tl = kind == "tlcd"
+        steps = "-" if r.get("global_step") is None else f"{r['global_step']} ({'/'.join(map(str, r.get('local_steps') or []))})"
+        cells = [row["case"], row["model"], row["mode"], str(row["ps_tasks"]), label, steps,
+                 fmt(r.get("test_accuracy"), ".2%"),
+                 fmt(row.get("accuracy_delta_points"), "+.2f") if tl else "",
+                 fmt(r.get("test_loss"), ".4f"),
+                 mb(r.get("push_raw")) if tl else "-", mb(r.get("push_wire")) if tl else "-",
+                 ratio(r.get("push_raw"), r.get("push_wire")) if tl else "-",
+                 mb(r.get("pull_raw")) if tl else "-", mb(r.get("pull_wire")) if tl else "-",
+                 ratio(r.get("pull_raw"), r.get("pull_wire")) if tl else "-",
+                 str(r.get("decode_failures", "-")) if tl else "-", str(r.get("fallbacks", "-")) if tl else "-",
+                 str(r.get("keyframes_served", "-")) if tl else "-",
+                 fmt(r.get("step_seconds"), ".1f", 1000), fmt(r.get("wall_seconds"), ".1f"),
+                 fmt(r.get("script_seconds"), ".1f")]
+        lines.append("| " + " | ".join(cells) + " |")
+meta = dict(l.rstrip("\n").split("=", 1) for l in open(f"{out}/meta.txt") if "=" in l)
+md = [f"# train.py models through tlcd", "",
+      f"{meta.get('tlcd_version', 'tlcd')} sha256 {meta.get('tlcd_sha256', '')[:16]} (from {meta.get('tlcd_source')}, "
+      f"built {meta.get('tlcd_mtime')}); config {meta.get('config')}; extra train.py flags: {meta.get('train_args') or 'none'}; "
+      f"started {meta.get('started')}", "",
+      "Bytes: tlcd's counters summed over the sidecars, compressed tensors only (raw = as f32, wire = envelopes); "
+      "push = gradients, pull = values and gathered rows. Keyframes: pull keyframes served. "
+      "Step ms: training loop per local step. TF wall: first task start to last exit; run wall: the whole "
+      "run_local.sh / run_with_tlcd.sh call.", ""] + lines + [""]
+checks = [f"- {row['case']}: " + "; ".join(row["check"]) for row in rows if row["check"]]
+if checks:
+    md += ["Cases --check would fail:", ""] + checks + [""]
+open(f"{out}/results.md", "w").write("\n".join(md) + "\n")
+
+
+def strict(x):
+    """NaN (a diverged loss) as null, so the file is plain JSON."""
+    if isinstance(x, float) and x != x:
+        return None
+    if isinstance(x, dict):
+        return {k: strict(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [strict(v) for v in x]
+    return x
+
+
+json.dump(strict({"meta": meta, "check": check, "cases": rows, "problems": problems}),
+          open(f"{out}/results.json", "w"), indent=2)
+print("\n".join(lines))
+for p in problems:
+    print(f"models: FAILED: {p}", file=sys.stderr)
+sys.exit(1 if problems else 0)
+PY
+status=$?
+set -e
+echo "models: table in $OUT/results.md, details in $OUT/results.json"
+((${#failed_runs[@]} == 0)) || echo "models: failed runs: ${failed_runs[*]}" >&2
+exit "$status"
