@@ -34,7 +34,8 @@
 # through uncompressed (small, not f32, ...) are in neither, only counted
 # (results.json, "passed"). push = gradients (worker -> ps), pull = model
 # values and gathered rows (ps -> worker). Keyframes = pull keyframes the ps
-# sidecars served (tlc_keyframes_total{side="holder"}, scraped from /metrics).
+# sidecars served (tlc_keyframes_total{side="holder"}, scraped from /metrics);
+# drift resets = the totals line's drift_resets (tlcd that has them).
 # Step time = run_local.sh's training-loop seconds per local step.
 #
 # Exit status: 0 if every run finished (and, with --check, every case
@@ -152,7 +153,7 @@ for line in open(f"{out}/runs.tsv"):
 def sidecars(d):
     """Summed counters of every sidecar of a run through tlcd."""
     tot = {"push_tensors": 0, "push_raw": 0, "push_wire": 0, "pull_tensors": 0, "pull_raw": 0, "pull_wire": 0,
-           "restored": 0, "decode_failures": 0, "fallbacks": 0, "fallbacks_served": 0,
+           "restored": 0, "decode_failures": 0, "fallbacks": 0, "fallbacks_served": 0, "drift_resets": 0,
            "keyframes_served": 0, "keyframes_applied": 0, "passed": {}, "sidecars": [], "missing": []}
     for log in sorted(glob.glob(f"{d}/sidecars/tlcd-*.log")):
         name = os.path.basename(log)[5:-4]
@@ -167,8 +168,9 @@ def sidecars(d):
             tot[f"{direction}_tensors"] += int(m.group(1))
             tot[f"{direction}_raw"] += int(m.group(2))
             tot[f"{direction}_wire"] += int(m.group(3))
-        for key in ("restored", "decode_failures", "fallbacks", "fallbacks_served"):
-            tot[key] += int(re.search(rf"\b{key}=(\d+)", line).group(1))
+        for key in ("restored", "decode_failures", "fallbacks", "fallbacks_served", "drift_resets"):
+            m = re.search(rf"\b{key}=(\d+)", line)  # drift_resets: only in newer tlcd
+            tot[key] += int(m.group(1)) if m else 0
         m = re.search(r"passed=\{(.*)\}", line)
         for k, v in re.findall(r'"([^"]+)": (\d+)', m.group(1) if m else ""):
             tot["passed"][k] = tot["passed"].get(k, 0) + int(v)
@@ -202,7 +204,7 @@ for c in cases:
     for name, r in (("without sidecars", b), ("through tlcd", t)):
         if r["exit"] != 0 or not r.get("ok"):
             problems.append(f"{c}: the run {name} failed (exit {r['exit']}{'; ' + '; '.join(r['problems']) if r.get('problems') else ''})")
-    if t.get("missing"):
+    if t.get("missing") and t["exit"] == 0:
         problems.append(f"{c}: no counters from {', '.join(t['missing'])} (a tlcd did not shut down cleanly?)")
     if b.get("test_accuracy") is not None and t.get("test_accuracy") is not None:
         row["accuracy_delta_points"] = round((t["test_accuracy"] - b["test_accuracy"]) * 100, 2)
@@ -230,33 +232,36 @@ def fmt(x, spec, scale=1.0):
 
 head = ["case", "model", "mode", "ps", "run", "steps (local)", "test acc", "Δ acc (pts)", "test loss",
         "push raw MB", "push wire MB", "push ratio", "pull raw MB", "pull wire MB", "pull ratio",
-        "decode fail", "fallbacks", "keyframes", "step ms", "TF wall s", "run wall s"]
+        "decode fail", "fallbacks", "keyframes", "drift resets", "step ms", "TF wall s", "run wall s"]
 lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 for row in rows:
     for kind, label in (("base", "without"), ("tlcd", "tlcd")):
         r = row[kind]
         tl = kind == "tlcd"
+        sc = tl and not r.get("missing")  # this run's sidecar counters are all there
         steps = "-" if r.get("global_step") is None else f"{r['global_step']} ({'/'.join(map(str, r.get('local_steps') or []))})"
         cells = [row["case"], row["model"], row["mode"], str(row["ps_tasks"]), label, steps,
                  fmt(r.get("test_accuracy"), ".2%"),
                  fmt(row.get("accuracy_delta_points"), "+.2f") if tl else "",
                  fmt(r.get("test_loss"), ".4f"),
-                 mb(r.get("push_raw")) if tl else "-", mb(r.get("push_wire")) if tl else "-",
-                 ratio(r.get("push_raw"), r.get("push_wire")) if tl else "-",
-                 mb(r.get("pull_raw")) if tl else "-", mb(r.get("pull_wire")) if tl else "-",
-                 ratio(r.get("pull_raw"), r.get("pull_wire")) if tl else "-",
-                 str(r.get("decode_failures", "-")) if tl else "-", str(r.get("fallbacks", "-")) if tl else "-",
-                 str(r.get("keyframes_served", "-")) if tl else "-",
+                 mb(r.get("push_raw")) if sc else "-", mb(r.get("push_wire")) if sc else "-",
+                 ratio(r.get("push_raw"), r.get("push_wire")) if sc else "-",
+                 mb(r.get("pull_raw")) if sc else "-", mb(r.get("pull_wire")) if sc else "-",
+                 ratio(r.get("pull_raw"), r.get("pull_wire")) if sc else "-",
+                 str(r.get("decode_failures", "-")) if sc else "-", str(r.get("fallbacks", "-")) if sc else "-",
+                 str(r.get("keyframes_served", "-")) if sc else "-",
+                 str(r.get("drift_resets", "-")) if sc else "-",
                  fmt(r.get("step_seconds"), ".1f", 1000), fmt(r.get("wall_seconds"), ".1f"),
                  fmt(r.get("script_seconds"), ".1f")]
         lines.append("| " + " | ".join(cells) + " |")
 meta = dict(l.rstrip("\n").split("=", 1) for l in open(f"{out}/meta.txt") if "=" in l)
 md = [f"# train.py models through tlcd", "",
       f"{meta.get('tlcd_version', 'tlcd')} sha256 {meta.get('tlcd_sha256', '')[:16]} (from {meta.get('tlcd_source')}, "
-      f"built {meta.get('tlcd_mtime')}); config {meta.get('config')}; extra train.py flags: {meta.get('train_args') or 'none'}; "
+      f"file dated {meta.get('tlcd_mtime')}); config {meta.get('config')}; extra train.py flags: {meta.get('train_args') or 'none'}; "
       f"started {meta.get('started')}", "",
       "Bytes: tlcd's counters summed over the sidecars, compressed tensors only (raw = as f32, wire = envelopes); "
       "push = gradients, pull = values and gathered rows. Keyframes: pull keyframes served. "
+      "Drift resets: lossless keyframes sent because a pull replica drifted (newer tlcd only). "
       "Step ms: training loop per local step. TF wall: first task start to last exit; run wall: the whole "
       "run_local.sh / run_with_tlcd.sh call.", ""] + lines + [""]
 checks = [f"- {row['case']}: " + "; ".join(row["check"]) for row in rows if row["check"]]
