@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::metrics::{get, key, pair};
 use support::process::{free_addr, KillOnDrop};
+use support::register_graph;
 use support::tf::{recv, start_tensor_server, Tensors};
+use tlc_daemon::graph::build::PartitionBuilder;
 use tlc_daemon::sidecar::stats::Stats;
 use tlc_daemon::sidecar::Sidecar;
 
@@ -148,6 +150,18 @@ async fn prometheus_scrapes_the_sidecar() {
     });
     let server = start_tensor_server(tensors).await;
     let path = pair(server, Arc::new(Sidecar::default())).await;
+    // The parameter task's graph first, as TensorFlow registers it: the
+    // gradients are dense, so they get 3LC with error feedback.
+    let mut partition = PartitionBuilder::new("/job:ps/replica:0/task:0");
+    for layer in 0..3 {
+        let tensor = format!("edge_{}_layer_{layer}/grad", 5 + layer);
+        partition = partition.dense_gradient(
+            &format!("layer_{layer}"),
+            &tensor,
+            "/job:worker/replica:0/task:0",
+        );
+    }
+    register_graph(&path.client, partition).await;
     for step in 0..4 {
         for layer in 0..3 {
             let node = format!("layer_{layer}/grad");
@@ -188,6 +202,13 @@ async fn prometheus_scrapes_the_sidecar() {
             web,
             "tlc_encode_seconds_count{direction=\"push\",codec=\"3lc\"}",
             frames,
+            until,
+        );
+        wait_for(
+            &prometheus,
+            web,
+            "sum(tlc_class_raw_bytes_total{direction=\"push\",class=\"dense_gradient\"})",
+            raw,
             until,
         );
         wait_for(
