@@ -65,28 +65,28 @@ impl PartitionBuilder {
         }
     }
 
-    /// `variable` held here, its value (`variable/read`) sent to
-    /// `requester` as `tensor_name`: a dense pull.
-    pub fn dense_read(mut self, variable: &str, tensor_name: &str, requester: &str) -> Self {
-        self.variable(variable);
-        let read = format!("{variable}/read");
-        if !self.nodes.iter().any(|n| n.name == read) {
-            self.add(&read, "Identity", &[variable]);
-        }
+    /// A `_Send` of `node`'s output from this task to `requester`.
+    fn send(&mut self, node: &str, tensor_name: &str, requester: &str) {
         let device = self.device.clone();
         self.transfer(
             "_Send",
-            Some(&read),
+            Some(node),
             tensor_name,
             &device,
             &device_of(requester),
         );
-        self
     }
 
-    /// A gradient of `variable` received from `sender` as `tensor_name` and
-    /// applied by `ApplyGradientDescent`: a dense push.
-    pub fn dense_gradient(mut self, variable: &str, tensor_name: &str, sender: &str) -> Self {
+    /// A `_Recv` from `sender` on this task, consumed by an `op` node whose
+    /// inputs are `variable`, `other` and the received value.
+    fn receive_into(
+        &mut self,
+        op: &str,
+        variable: &str,
+        other: &str,
+        tensor_name: &str,
+        sender: &str,
+    ) {
         self.variable(variable);
         let device = self.device.clone();
         self.transfer("_Recv", None, tensor_name, &device_of(sender), &device);
@@ -95,11 +95,25 @@ impl PartitionBuilder {
             .last()
             .map(|n| n.name.clone())
             .unwrap_or_default();
-        self.add(
-            &format!("{recv}/apply"),
-            "ApplyGradientDescent",
-            &[variable, "lr", &recv],
-        );
+        self.add(&format!("{recv}/{op}"), op, &[variable, other, &recv]);
+    }
+
+    /// `variable` held here, its value (`variable/read`) sent to
+    /// `requester` as `tensor_name`: a dense pull.
+    pub fn dense_read(mut self, variable: &str, tensor_name: &str, requester: &str) -> Self {
+        self.variable(variable);
+        let read = format!("{variable}/read");
+        if !self.nodes.iter().any(|n| n.name == read) {
+            self.add(&read, "Identity", &[variable]);
+        }
+        self.send(&read, tensor_name, requester);
+        self
+    }
+
+    /// A gradient of `variable` received from `sender` as `tensor_name` and
+    /// applied by `ApplyGradientDescent`: a dense push.
+    pub fn dense_gradient(mut self, variable: &str, tensor_name: &str, sender: &str) -> Self {
+        self.receive_into("ApplyGradientDescent", variable, "lr", tensor_name, sender);
         self
     }
 
@@ -109,33 +123,14 @@ impl PartitionBuilder {
         self.variable(variable);
         let gather = format!("{variable}/embedding_lookup");
         self.add(&gather, "GatherV2", &[variable, "ids", "axis"]);
-        let device = self.device.clone();
-        self.transfer(
-            "_Send",
-            Some(&gather),
-            tensor_name,
-            &device,
-            &device_of(requester),
-        );
+        self.send(&gather, tensor_name, requester);
         self
     }
 
     /// Sparse gradient values of `variable` received from `sender` as
     /// `tensor_name` and scattered into it.
     pub fn sparse_gradient(mut self, variable: &str, tensor_name: &str, sender: &str) -> Self {
-        self.variable(variable);
-        let device = self.device.clone();
-        self.transfer("_Recv", None, tensor_name, &device_of(sender), &device);
-        let recv = self
-            .nodes
-            .last()
-            .map(|n| n.name.clone())
-            .unwrap_or_default();
-        self.add(
-            &format!("{recv}/scatter"),
-            "ScatterSub",
-            &[variable, "indices", &recv],
-        );
+        self.receive_into("ScatterSub", variable, "indices", tensor_name, sender);
         self
     }
 
