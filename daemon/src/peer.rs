@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `tlc-peer: 1` | request | a sidecar sent this call and decodes envelopes of version 1 |
 //! | `tlc-replica: EPOCH-VERSION` | request | for pulls: the requester's replica of this tensor (epoch in hex) |
-//! | `tlc-class: CLASS[;fn]` | request | what the requester's sidecar learned of the tensor from a graph (`dense_read`, `dense_gradient`, `sparse`, `unknown`); `;fn` if from a TF2 function, whose contexts are named by the whole tensor name |
+//! | `tlc-class: CLASS[;fn][;applied]` | request | what the requester's sidecar learned of the tensor from a graph (`dense_read`, `dense_gradient`, `sparse`, `unknown`); `;fn` if from a TF2 function, whose contexts are named by the whole tensor name; `;applied` for a gradient applied on arrival (asynchronous training: push refinement) |
 //! | `tlc-envelope: 1` | response | the response's `tensor_content` is an envelope, not the tensor |
 //! | `tlc-fallback: TOKEN` | request to [`FALLBACK_PATH`] | asks for the original response of an envelope |
 
@@ -65,23 +65,34 @@ pub struct ClassHint {
     pub class: TensorClass,
     /// Whether the graph was a TF2 function body.
     pub function: bool,
+    /// Whether the graph applies the gradient on arrival (asynchronous).
+    pub applied: bool,
 }
 
 /// The class a requester announced, if it is one this build knows.
 pub fn class(headers: &HeaderMap) -> Option<ClassHint> {
     let value = headers.get(CLASS)?.to_str().ok()?;
+    let (value, applied) = match value.strip_suffix(";applied") {
+        Some(rest) => (rest, true),
+        None => (value, false),
+    };
     let (name, function) = match value.strip_suffix(";fn") {
         Some(name) => (name, true),
         None => (value, false),
     };
     let class = TensorClass::ALL.into_iter().find(|c| c.name() == name)?;
-    Some(ClassHint { class, function })
+    Some(ClassHint {
+        class,
+        function,
+        applied,
+    })
 }
 
 /// The header value announcing `hint`.
 pub fn class_header(hint: ClassHint) -> HeaderValue {
-    let suffix = if hint.function { ";fn" } else { "" };
-    HeaderValue::try_from(format!("{}{suffix}", hint.class.name()))
+    let function = if hint.function { ";fn" } else { "" };
+    let applied = if hint.applied { ";applied" } else { "" };
+    HeaderValue::try_from(format!("{}{function}{applied}", hint.class.name()))
         .unwrap_or_else(|_| HeaderValue::from_static("unknown"))
 }
 
@@ -109,14 +120,27 @@ mod tests {
     #[test]
     fn class_header_round_trips_and_rejects_junk() {
         for class in TensorClass::ALL {
-            for function in [false, true] {
-                let hint = ClassHint { class, function };
+            for (function, applied) in [(false, false), (true, false), (false, true), (true, true)]
+            {
+                let hint = ClassHint {
+                    class,
+                    function,
+                    applied,
+                };
                 let mut headers = HeaderMap::new();
                 headers.insert(CLASS, class_header(hint));
                 assert_eq!(super::class(&headers), Some(hint));
             }
         }
-        for junk in ["", "dense", "sparse;", "sparse;fn;fn", "DENSE_READ"] {
+        for junk in [
+            "",
+            "dense",
+            "sparse;",
+            "sparse;fn;fn",
+            "DENSE_READ",
+            "dense_gradient;applied;fn",
+            "dense_gradient;applied;applied",
+        ] {
             let mut headers = HeaderMap::new();
             headers.insert(CLASS, HeaderValue::from_static(junk));
             assert_eq!(super::class(&headers), None, "{junk}");

@@ -207,16 +207,24 @@ async fn captured_calls_through_two_sidecars() {
         let message = grpc::parse_single(reply.body.clone(), usize::MAX).unwrap();
         check_parse(name, &message);
         match name {
-            // A dense gradient above the 64 KiB threshold: 3LC, s = 1.0.
+            // A dense gradient above the 64 KiB threshold, applied on
+            // arrival (the partition feeds it to ApplyGradientDescent): 3LC
+            // at s = 1.0 with refinement, so what reaches TensorFlow is
+            // within policy.refine.push_max_error (0.5) of the gradient,
+            // and not the gradient itself.
             "push_w0_dense0_grad" => {
                 let (original, restored) = original_and_restored(name, message);
                 assert_eq!(restored.dims, vec![64, 1024]);
-                let m = original.values().fold(0f32, |m, v| m.max(v.abs()));
+                let (mut error, mut norm) = (0f64, 0f64);
+                for (r, o) in restored.values().zip(original.values()) {
+                    error += f64::from(r - o).powi(2);
+                    norm += f64::from(o).powi(2);
+                }
+                let relative = (error / norm).sqrt();
                 assert!(
-                    restored.values().all(|v| v == 0.0 || v.abs() == m),
-                    "values in {{0, ±M}}"
+                    relative > 0.0 && relative <= 0.5,
+                    "relative error {relative}"
                 );
-                assert!(restored.values().any(|v| v != 0.0));
             }
             // A first pull is a lossless keyframe: TF's own bytes come back.
             // Everything else is below the threshold or not float: untouched.

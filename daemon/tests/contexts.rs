@@ -12,7 +12,7 @@ use tlc_daemon::context::pull::{
 };
 use tlc_daemon::context::push::{decode_push, PushContext, PushKey};
 use tlc_daemon::context::table::{ContextTable, TableLimits};
-use tlc_daemon::context::{ApplyError, EnvelopeError};
+use tlc_daemon::context::{ApplyError, EnvelopeError, Refinement};
 
 const HOLDER: &str = "/job:ps/replica:0/task:0";
 const TENSOR: &str = "dense/kernel/read";
@@ -95,7 +95,7 @@ fn pull(holder: &mut Holder, worker: &ReplicaStore, value: &[f32], now: Instant)
     let mut wire = Vec::new();
     let served = holder
         .source
-        .serve(value, state, three_lc(), 7, &mut wire)
+        .serve(value, state, three_lc(), Refinement::OFF, 7, &mut wire)
         .expect("serve");
     let handed_to_tf = worker
         .apply(&key, &wire, &Limits::default(), now, <[f32]>::to_vec)
@@ -249,18 +249,24 @@ fn a_steady_model_converges() {
     let mut value = noise.vec(n, 1.0);
     let mut source = PullSource::new(epochs.next(), 8);
     let mut out = Vec::new();
-    source.serve(&value, None, three_lc(), 0, &mut out).unwrap();
+    source
+        .serve(&value, None, three_lc(), Refinement::OFF, 0, &mut out)
+        .unwrap();
     for _ in 0..30 {
         let g = noise.vec(n, 1e-2);
         value.iter_mut().zip(&g).for_each(|(v, d)| *v += d);
-        source.serve(&value, None, three_lc(), 0, &mut out).unwrap();
+        source
+            .serve(&value, None, three_lc(), Refinement::OFF, 0, &mut out)
+            .unwrap();
     }
     let moving = relative_error(&value, source.replica());
     // Tiny updates to one element give the encoder more versions to send
     // the accumulated error in.
     for i in 0..30 {
         value[0] += if i % 2 == 0 { 1e-6 } else { -1e-6 };
-        let served = source.serve(&value, None, three_lc(), 0, &mut out).unwrap();
+        let served = source
+            .serve(&value, None, three_lc(), Refinement::OFF, 0, &mut out)
+            .unwrap();
         assert_eq!(served.update, Update::Delta);
     }
     let settled = relative_error(&value, source.replica());
@@ -295,7 +301,7 @@ fn push_contexts_in_a_table_keep_error_feedback_through_envelopes() {
             let encoded = ctx
                 .lock()
                 .unwrap()
-                .encode(&g, codec, step, &mut wire)
+                .encode(&g, codec, Refinement::OFF, step, &mut wire)
                 .unwrap();
             assert!(encoded.wire_bytes * 10 < encoded.raw_bytes);
             let got = decode_push(&wire, &Limits::default(), &mut decoded).unwrap();
@@ -339,7 +345,7 @@ fn hostile_envelopes_are_typed_errors() {
     let value = noise.vec(500, 1.0);
     let mut key_frame = Vec::new();
     source
-        .serve(&value, None, three_lc(), 0, &mut key_frame)
+        .serve(&value, None, three_lc(), Refinement::OFF, 0, &mut key_frame)
         .unwrap();
     let apply = |bytes: &[u8]| store.apply(&key, bytes, &small, now, |_| ());
 

@@ -13,7 +13,7 @@ use support::tf::{recv, response_body};
 use support::Client;
 use tlc_codec::{Codec, Feedback, Sparsity};
 use tlc_daemon::config::Role;
-use tlc_daemon::context::PushContext;
+use tlc_daemon::context::{PushContext, Refinement};
 use tlc_daemon::peer;
 use tlc_daemon::proxy::Proxy;
 use tlc_daemon::sidecar::stats::Stats;
@@ -43,6 +43,7 @@ fn broken_envelope_body() -> Bytes {
             Codec::ThreeLc {
                 sparsity: Sparsity::ONE,
             },
+            Refinement::OFF,
             TOKEN,
             &mut envelope,
         )

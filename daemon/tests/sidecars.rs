@@ -77,11 +77,12 @@ async fn gradients_cross_compressed_with_error_feedback() {
         Arc::new(move |_key: &str, step: i64| (vec![250, 400], gradient(n, step)));
     let server = start_tensor_server(tensors).await;
     let path = path_to(server, Arc::new(Sidecar::default())).await;
-    // The parameter task asks worker 0 for a gradient: a push.
+    // The parameter task asks worker 0 for a gradient: a push, collected
+    // by an accumulator (synchronous training), so 3LC's single pass.
     let key = key(WORKER0, PS, 12, "gradients/dense/MatMul_grad/MatMul_1");
     teach(
         &path.holder,
-        PartitionBuilder::new(PS_TASK).dense_gradient(
+        PartitionBuilder::new(PS_TASK).accumulated_gradient(
             "dense/kernel",
             "edge_12_gradients/dense/MatMul_grad/MatMul_1",
             WORKER0_TASK,

@@ -145,8 +145,9 @@ pub enum EnvelopeError {
     /// A keyframe whose frame is not lossless.
     #[error("keyframe frame uses codec {0}; a keyframe must be lossless (none)")]
     KeyframeCodec(CodecId),
-    /// The frames of a chain do not all have the same number of values.
-    #[error("chain frame {index} has {elements} values, frame 0 has {first}")]
+    /// The frames of a chain or a push do not all have the same number of
+    /// values.
+    #[error("frame {index} has {elements} values, frame 0 has {first}")]
     ChainLength {
         /// Position of the offending frame.
         index: u32,
@@ -156,6 +157,11 @@ pub enum EnvelopeError {
         first: u64,
     },
 }
+
+/// Most frames a push envelope may carry: the gradient's frame and its
+/// refinements (re-encodings of the error the previous frames left), which
+/// the receiver adds up.
+pub const MAX_PUSH_FRAMES: u32 = 8;
 
 /// The header fields of an envelope (everything but magic, version,
 /// reserved bytes and checksum, which the format fixes).
@@ -244,7 +250,9 @@ impl EnvelopeHeader {
                 field(self.epoch == 0, "a push carries no epoch")?;
                 field(self.base_version == 0, "a push carries no base version")?;
                 field(self.target_version == 0, "a push carries no target version")?;
-                1
+                // One gradient, then up to MAX_PUSH_FRAMES - 1 refinements
+                // of its error: any count in that range is right.
+                u64::from(self.frame_count.clamp(1, MAX_PUSH_FRAMES))
             }
             Kind::Keyframe => {
                 field(self.epoch != 0, "epoch 0 is reserved for pushes")?;
@@ -367,14 +375,13 @@ impl<'a> Envelope<'a> {
             return Err(EnvelopeError::TrailingBytes(rest.len()));
         }
         match header.kind {
-            Kind::Push => {}
             Kind::Keyframe => {
                 let codec = frames.first().map_or(CodecId::None, |f| f.header.codec());
                 if codec != CodecId::None {
                     return Err(EnvelopeError::KeyframeCodec(codec));
                 }
             }
-            Kind::Chain => {
+            Kind::Push | Kind::Chain => {
                 let first = frames.first().map_or(0, |f| f.header.elements);
                 for (index, frame) in (0u32..).zip(&frames) {
                     if frame.header.elements != first {
@@ -595,20 +602,35 @@ mod tests {
                 ..
             })
         ));
+        // A gradient and its refinements, all of one length: 1 to 8 frames.
+        let two = EnvelopeHeader {
+            frame_count: 2,
+            ..push
+        };
+        assert_eq!(with(two, &[one.clone(), one.clone()]), Ok(two));
+        let nine = vec![one.clone(); 9];
         assert!(matches!(
             with(
                 EnvelopeHeader {
-                    frame_count: 2,
+                    frame_count: 9,
                     ..push
                 },
-                &[one.clone(), one.clone()]
+                &nine
             ),
             Err(EnvelopeError::FrameCount {
-                declared: 2,
-                expected: 1,
+                declared: 9,
+                expected: 8,
                 ..
             })
         ));
+        assert_eq!(
+            with(two, &[one.clone(), frame(three_lc(), &[1.0])]),
+            Err(EnvelopeError::ChainLength {
+                index: 1,
+                elements: 1,
+                first: 2
+            })
+        );
         assert!(matches!(
             with(
                 EnvelopeHeader {

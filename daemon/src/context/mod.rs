@@ -5,6 +5,7 @@
 //! - [`push`]: gradients (error feedback on the worker side);
 //! - [`pull`]: model values (a shared replica per tensor on the parameter
 //!   side, one replica per holder and tensor on the worker side);
+//! - [`refine`]: how far a context's memory may lag (further 3LC passes);
 //! - [`table`]: keeps contexts bounded by age and memory.
 //!
 //! Pure logic: no sockets, no async, no global state; time is passed in.
@@ -12,6 +13,7 @@
 pub mod envelope;
 pub mod pull;
 pub mod push;
+pub mod refine;
 pub mod table;
 
 pub use envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind};
@@ -20,4 +22,5 @@ pub use pull::{
     ReplicaState, ReplicaStore, ServeError, SourceKey,
 };
 pub use push::{decode_push, encode_stateless, PushContext, PushError, PushKey};
+pub use refine::Refinement;
 pub use table::{ContextMemory, ContextTable, TableLimits};

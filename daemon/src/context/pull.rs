@@ -28,9 +28,11 @@ use tlc_codec::{Codec, DecodeError, EncodeError, Encoder, Feedback, Limits, Para
 use xxhash_rust::xxh3::Xxh3Default;
 
 use super::envelope::{write_envelope, Envelope, EnvelopeError, EnvelopeHeader, Kind, HEADER_LEN};
+use super::refine::{relative_l2, Refinement};
 use super::table::{lock, ContextMemory, ContextTable, TableLimits};
 
-/// How many encoded deltas a [`PullSource`] keeps by default.
+/// How many updates' deltas a [`PullSource`] keeps by default (each
+/// update is one delta, or several with refinement).
 pub const DEFAULT_CACHE_LEN: usize = 8;
 
 /// Names one replica value: a holder's epoch and a version in it.
@@ -168,6 +170,9 @@ pub struct PullServed {
 pub struct PullCounters {
     /// Deltas encoded (one per new version that was not a reset).
     pub deltas: u64,
+    /// Of those, refinements: further passes over what an update's first
+    /// delta left (see [`super::refine`]).
+    pub refinements: u64,
     /// Resets (first value, length change, encode failure).
     pub resets: u64,
     /// Deltas the codec refused (counted in `resets` too).
@@ -188,25 +193,17 @@ pub struct PullCounters {
 }
 
 /// Largest relative distance `‖V − R‖₂ / ‖V‖₂` a replica may have from
-/// the value it stands for after a delta; beyond it the source resets
-/// (a lossless keyframe). 3LC's error feedback keeps a replica within a
-/// few parts in a thousand of a model trained synchronously; asynchronous
-/// training with several workers was seen to let it drift past 15% and
-/// diverge.
+/// the value it stands for once an update's passes are sent; beyond it the
+/// source resets (a lossless keyframe). The backstop behind refinement:
+/// without refinement, asynchronous training with several workers was
+/// seen to let a 3LC replica drift past 15% and diverge; with it, this is
+/// reached only when the pass budget is too small for how fast the model
+/// moves.
 pub const MAX_DRIFT: f64 = 0.10;
 
 /// `‖value − replica‖₂ / ‖value‖₂`, 0 for a zero value equal to its replica.
 pub fn drift(value: &[f32], replica: &[f32]) -> f64 {
-    let (mut diff, mut norm) = (0f64, 0f64);
-    for (v, r) in value.iter().zip(replica) {
-        let d = f64::from(*v) - f64::from(*r);
-        diff += d * d;
-        norm += f64::from(*v) * f64::from(*v);
-    }
-    if norm == 0.0 {
-        return if diff == 0.0 { 0.0 } else { f64::INFINITY };
-    }
-    (diff / norm).sqrt()
+    relative_l2(value.iter().zip(replica).map(|(v, r)| v - r), value)
 }
 
 /// Why [`PullSource::serve`] produced nothing; the caller passes the
@@ -234,7 +231,10 @@ pub struct PullSource {
     value_hash: u64,
     /// `deltas[i]` takes `R` from version `version - len + i` to the next.
     deltas: VecDeque<Bytes>,
-    cache_len: usize,
+    /// Updates whose deltas are kept; the cache holds this many times the
+    /// refinement's pass budget, so a requester `cache_updates` updates
+    /// behind still gets a chain.
+    cache_updates: usize,
     /// Without feedback: the error of a lossy delta stays in `V - R`.
     encoder: Encoder,
     /// Set while `R` is being changed: if an update is cut short (a
@@ -249,15 +249,16 @@ pub struct PullSource {
 impl PullSource {
     /// An empty source: the first value becomes version 1, sent as a
     /// keyframe. `epoch` must be unique to this source (see
-    /// [`EpochGenerator`]); `cache_len` deltas are kept for chains.
-    pub fn new(epoch: NonZeroU64, cache_len: usize) -> PullSource {
+    /// [`EpochGenerator`]); the deltas of `cache_updates` updates are kept
+    /// for chains.
+    pub fn new(epoch: NonZeroU64, cache_updates: usize) -> PullSource {
         PullSource {
             epoch,
             replica: Vec::new(),
             version: 0,
             value_hash: 0,
-            deltas: VecDeque::with_capacity(cache_len.min(DEFAULT_CACHE_LEN)),
-            cache_len,
+            deltas: VecDeque::with_capacity(cache_updates.min(DEFAULT_CACHE_LEN)),
+            cache_updates,
             encoder: Encoder::new(Codec::None, Feedback::Off),
             updating: false,
             counters: PullCounters::default(),
@@ -269,17 +270,19 @@ impl PullSource {
     /// appends to `out` the envelope that takes `requester` to it: an
     /// empty chain, a chain of cached deltas, or a keyframe.
     ///
-    /// `codec` encodes the delta if there is a new version; it may change
+    /// `codec` encodes the delta if there is a new version, with further
+    /// passes (versions) while `refine` asks for them; both may change
     /// from call to call. On error `out` is as it was.
     pub fn serve(
         &mut self,
         value: &[f32],
         requester: Option<ReplicaState>,
         codec: Codec,
+        refine: Refinement,
         fallback_token: u64,
         out: &mut Vec<u8>,
     ) -> Result<PullServed, ServeError> {
-        let update = self.update(value, codec);
+        let update = self.update(value, codec, refine);
         let start = out.len();
         let served = self
             .answer(requester, fallback_token, out)
@@ -307,7 +310,7 @@ impl PullSource {
         Ok(result)
     }
 
-    fn update(&mut self, value: &[f32], codec: Codec) -> Update {
+    fn update(&mut self, value: &[f32], codec: Codec, refine: Refinement) -> Update {
         let hash = replica_hash(value);
         if self.version == 0 || self.updating || value.len() != self.replica.len() {
             self.reset(value, hash);
@@ -317,8 +320,22 @@ impl PullSource {
             return Update::Unchanged;
         }
         self.value_hash = hash;
-        match self.encode_delta(value, codec) {
-            Ok(()) if drift(value, &self.replica) > MAX_DRIFT => {
+        let cache_len = self
+            .cache_updates
+            .saturating_mul(refine.max_passes.max(1) as usize);
+        let mut result = self.encode_delta(value, codec, cache_len);
+        let mut passes = 1;
+        let mut drifted = drift(value, &self.replica);
+        while result.is_ok() && refine.another_pass(passes, drifted) {
+            result = self.encode_delta(value, codec, cache_len);
+            if result.is_ok() {
+                self.counters.refinements += 1;
+            }
+            passes += 1;
+            drifted = drift(value, &self.replica);
+        }
+        match result {
+            Ok(()) if drifted > MAX_DRIFT => {
                 // The lossy deltas no longer keep up with the value (fast,
                 // asynchronous updates): what workers would train on is
                 // too far from the model. Start again from V, losslessly.
@@ -350,8 +367,14 @@ impl PullSource {
     }
 
     /// Encodes `D = V - R` once, adds the decoded delta to `R` and caches
-    /// the frame. On error nothing has changed.
-    fn encode_delta(&mut self, value: &[f32], codec: Codec) -> Result<(), DeltaError> {
+    /// the frame, keeping at most `cache_len` frames. On error nothing has
+    /// changed.
+    fn encode_delta(
+        &mut self,
+        value: &[f32],
+        codec: Codec,
+        cache_len: usize,
+    ) -> Result<(), DeltaError> {
         let mut delta: Vec<f32> = value
             .iter()
             .zip(&self.replica)
@@ -371,8 +394,8 @@ impl PullSource {
         add_delta(&mut self.replica, &delta);
         self.version += 1;
         self.updating = false;
-        if self.cache_len > 0 {
-            if self.deltas.len() == self.cache_len {
+        if cache_len > 0 {
+            while self.deltas.len() >= cache_len {
                 self.deltas.pop_front();
             }
             self.deltas.push_back(Bytes::from(frame));
@@ -818,7 +841,14 @@ mod tests {
     fn pull(source: &mut PullSource, replica: &mut Replica, value: &[f32]) -> PullServed {
         let mut wire = Vec::new();
         let served = source
-            .serve(value, replica.state(), three_lc(), 0, &mut wire)
+            .serve(
+                value,
+                replica.state(),
+                three_lc(),
+                Refinement::OFF,
+                0,
+                &mut wire,
+            )
             .unwrap();
         assert_eq!(served.wire_bytes, wire.len());
         replica.apply(&wire, &Limits::default()).unwrap();
@@ -928,7 +958,9 @@ mod tests {
         let mut source = PullSource::new(epoch(5), 8);
         let v = ramp(50, 1.0);
         let mut out = Vec::new();
-        source.serve(&v, None, three_lc(), 0, &mut out).unwrap();
+        source
+            .serve(&v, None, three_lc(), Refinement::OFF, 0, &mut out)
+            .unwrap();
         let cases = [
             (
                 ReplicaState {
@@ -954,7 +986,7 @@ mod tests {
         ];
         for (state, reason) in cases {
             let served = source
-                .serve(&v, Some(state), three_lc(), 0, &mut out)
+                .serve(&v, Some(state), three_lc(), Refinement::OFF, 0, &mut out)
                 .unwrap();
             assert_eq!(served.served, Served::Keyframe(reason));
         }
@@ -971,11 +1003,11 @@ mod tests {
         for _ in 0..2 {
             v[0] += 1.0;
             source
-                .serve(&v, None, Codec::None, 0, &mut Vec::new())
+                .serve(&v, None, Codec::None, Refinement::OFF, 0, &mut Vec::new())
                 .unwrap();
         }
         let served = source
-            .serve(&v, old, Codec::None, 0, &mut Vec::new())
+            .serve(&v, old, Codec::None, Refinement::OFF, 0, &mut Vec::new())
             .unwrap();
         assert_eq!(served.served, Served::Keyframe(KeyframeReason::ChainLarger));
     }
@@ -1018,7 +1050,7 @@ mod tests {
         v[1] += 0.5;
         let mut chain = Vec::new();
         source
-            .serve(&v, a.state(), three_lc(), 0, &mut chain)
+            .serve(&v, a.state(), three_lc(), Refinement::OFF, 0, &mut chain)
             .unwrap();
         let limits = Limits::default();
         // b has no replica.
@@ -1043,7 +1075,7 @@ mod tests {
         // A push is not a pull answer.
         let mut push = Vec::new();
         crate::context::push::PushContext::new(three_lc(), Feedback::On)
-            .encode(&v, three_lc(), 0, &mut push)
+            .encode(&v, three_lc(), Refinement::OFF, 0, &mut push)
             .unwrap();
         assert_eq!(a.apply(&push, &limits).unwrap_err(), ApplyError::NotAPull);
         // a applies it twice? The second time its version moved on.
@@ -1067,11 +1099,13 @@ mod tests {
         for t in 0..3 {
             v[t * 10] += 1.0;
             source
-                .serve(&v, None, three_lc(), 0, &mut Vec::new())
+                .serve(&v, None, three_lc(), Refinement::OFF, 0, &mut Vec::new())
                 .unwrap();
         }
         let mut chain = Vec::new();
-        let served = source.serve(&v, old, three_lc(), 0, &mut chain).unwrap();
+        let served = source
+            .serve(&v, old, three_lc(), Refinement::OFF, 0, &mut chain)
+            .unwrap();
         assert_eq!(served.served, Served::Chain(3));
         let limits = Limits::default();
         let parsed = Envelope::parse(&chain, &limits).unwrap();
@@ -1232,7 +1266,14 @@ mod tests {
         let mut source = PullSource::new(epoch(5), 8);
         let mut key = Vec::new();
         source
-            .serve(&ramp(1000, 1.0), None, three_lc(), 0, &mut key)
+            .serve(
+                &ramp(1000, 1.0),
+                None,
+                three_lc(),
+                Refinement::OFF,
+                0,
+                &mut key,
+            )
             .unwrap();
         let mut replica = Replica::new();
         let err = replica
@@ -1282,7 +1323,14 @@ mod tests {
         let v = ramp(64, 0.5);
         let mut wire = Vec::new();
         source
-            .serve(&v, store.state(&key, now), three_lc(), 0, &mut wire)
+            .serve(
+                &v,
+                store.state(&key, now),
+                three_lc(),
+                Refinement::OFF,
+                0,
+                &mut wire,
+            )
             .unwrap();
         let copy = store
             .apply(&key, &wire, &Limits::default(), now, <[f32]>::to_vec)

@@ -1,12 +1,16 @@
 //! Push contexts: gradients, held by a worker and asked for by a parameter
 //! task. The worker-side sidecar keeps one error-feedback encoder per
-//! (requesting task, tensor) and sends each gradient as a push envelope
-//! with one frame. The requesting side needs no state: [`decode_push`].
+//! (requesting task, tensor) and sends each gradient as a push envelope:
+//! one frame, and with [refinement](super::refine) up to
+//! [`MAX_PUSH_FRAMES`]` - 1` more frames of the error the earlier ones
+//! left. The requesting side needs no state: [`decode_push`] adds the
+//! frames up.
 
 use thiserror::Error;
 use tlc_codec::{Codec, DecodeError, EncodeError, Encoder, Feedback, FrameHeader, Limits, Params};
 
-use super::envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind, HEADER_LEN};
+use super::envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind, HEADER_LEN, MAX_PUSH_FRAMES};
+use super::refine::{relative_l2, Refinement};
 use super::table::ContextMemory;
 
 /// Which push context a gradient goes through.
@@ -27,6 +31,8 @@ pub struct PushKey {
 pub struct PushCounters {
     /// Gradients encoded.
     pub frames: u64,
+    /// Refinement frames sent after them (passes over the error buffer).
+    pub refinements: u64,
     /// Their size as f32, in bytes.
     pub raw_bytes: u64,
     /// What was sent instead (envelopes, headers included), in bytes.
@@ -45,8 +51,10 @@ pub struct PushEncoded {
     pub raw_bytes: usize,
     /// Size of the envelope appended, in bytes.
     pub wire_bytes: usize,
-    /// The frame's header (codec, parameters, lengths).
+    /// The first frame's header (codec, parameters, lengths).
     pub frame: FrameHeader,
+    /// Frames in the envelope: 1, plus the refinements.
+    pub frames: u32,
 }
 
 /// The error-feedback context of one gradient stream.
@@ -54,6 +62,9 @@ pub struct PushEncoded {
 pub struct PushContext {
     encoder: Encoder,
     counters: PushCounters,
+    /// A zero tensor: encoding it through the error buffer encodes the
+    /// buffer alone (a refinement). Allocated at the first refinement.
+    zeros: Vec<f32>,
 }
 
 impl PushContext {
@@ -62,11 +73,14 @@ impl PushContext {
         PushContext {
             encoder: Encoder::new(codec, feedback),
             counters: PushCounters::default(),
+            zeros: Vec::new(),
         }
     }
 
     /// Encodes one gradient through the error buffer and appends a push
-    /// envelope (header and one frame) to `out`.
+    /// envelope to `out`: the gradient's frame, then, while `refine` asks
+    /// for it (and the context has an error buffer), frames of what is
+    /// left in the buffer.
     ///
     /// `codec` is the codec configured now: a change (of `s`, say) applies
     /// to this gradient and keeps the pending error. On error the context
@@ -76,6 +90,7 @@ impl PushContext {
         &mut self,
         values: &[f32],
         codec: Codec,
+        refine: Refinement,
         fallback_token: u64,
         out: &mut Vec<u8>,
     ) -> Result<PushEncoded, EncodeError> {
@@ -94,17 +109,64 @@ impl PushContext {
                 return Err(err);
             }
         };
+        let frames = self.refine(values, refine, fallback_token, start, out);
         let encoded = PushEncoded {
             raw_bytes: std::mem::size_of_val(values),
             wire_bytes: out.len() - start,
             frame,
+            frames,
         };
         let c = &mut self.counters;
         c.frames += 1;
+        c.refinements += u64::from(frames - 1);
         c.raw_bytes += encoded.raw_bytes as u64;
         c.wire_bytes += encoded.wire_bytes as u64;
         c.last_scale = scale_of(&frame.params);
         Ok(encoded)
+    }
+
+    /// Appends refinement frames to the envelope that starts at
+    /// `out[start]` while `refine` asks for them, and rewrites its header's
+    /// frame count. Returns the envelope's frame count. A refinement the
+    /// codec refuses ends the refinements; the frames before it stand.
+    fn refine(
+        &mut self,
+        gradient: &[f32],
+        refine: Refinement,
+        fallback_token: u64,
+        start: usize,
+        out: &mut Vec<u8>,
+    ) -> u32 {
+        let refine = Refinement {
+            max_passes: refine.max_passes.min(MAX_PUSH_FRAMES),
+            ..refine
+        };
+        if self.encoder.feedback() == Feedback::Off || refine.max_passes <= 1 {
+            return 1;
+        }
+        let mut frames = 1;
+        while refine.another_pass(frames, self.relative_error(gradient)) {
+            self.zeros.resize(gradient.len(), 0.0);
+            // The error buffer plus a zero gradient: a frame of the error
+            // alone, which the buffer then loses.
+            if self.encoder.encode(&self.zeros, out).is_err() {
+                break;
+            }
+            frames += 1;
+        }
+        if frames > 1 {
+            let mut header = EnvelopeHeader::push(fallback_token);
+            header.frame_count = frames;
+            let mut bytes = Vec::with_capacity(HEADER_LEN);
+            header.write(&mut bytes);
+            out[start..start + HEADER_LEN].copy_from_slice(&bytes);
+        }
+        frames
+    }
+
+    /// `‖e‖₂ / ‖g‖₂`: the error buffer against the gradient just encoded.
+    fn relative_error(&self, gradient: &[f32]) -> f64 {
+        relative_l2(self.encoder.residual().iter().copied(), gradient)
     }
 
     /// The codec the last gradient was encoded with (or the initial one).
@@ -138,12 +200,20 @@ pub fn encode_stateless(
     fallback_token: u64,
     out: &mut Vec<u8>,
 ) -> Result<PushEncoded, EncodeError> {
-    PushContext::new(codec, Feedback::Off).encode(values, codec, fallback_token, out)
+    PushContext::new(codec, Feedback::Off).encode(
+        values,
+        codec,
+        Refinement::OFF,
+        fallback_token,
+        out,
+    )
 }
 
 impl ContextMemory for PushContext {
     fn memory_bytes(&self) -> usize {
-        std::mem::size_of::<PushContext>() + std::mem::size_of_val(self.encoder.residual())
+        std::mem::size_of::<PushContext>()
+            + std::mem::size_of_val(self.encoder.residual())
+            + 4 * self.zeros.capacity()
     }
 }
 
@@ -203,7 +273,7 @@ pub fn decode_push(
     if parsed.header.kind != Kind::Push {
         return Err(PushError::NotAPush(parsed.header.kind));
     }
-    // Envelope::parse guarantees exactly one frame for a push.
+    // Envelope::parse guarantees 1..=MAX_PUSH_FRAMES frames of one length.
     let Some(frame) = parsed.frames().first() else {
         return Err(PushError::Envelope(EnvelopeError::Truncated {
             needed: HEADER_LEN + 1,
@@ -218,6 +288,16 @@ pub fn decode_push(
     out.clear();
     out.resize(n, 0.0);
     frame.decode_into(out)?;
+    let refinements = &parsed.frames()[1..];
+    if !refinements.is_empty() {
+        let mut refinement = vec![0f32; n];
+        for frame in refinements {
+            frame.decode_into(&mut refinement)?;
+            for (v, r) in out.iter_mut().zip(&refinement) {
+                *v += *r;
+            }
+        }
+    }
     Ok(PushDecoded {
         fallback_token: parsed.header.fallback_token,
         frame: frame.header,
@@ -266,7 +346,9 @@ mod tests {
             };
             let mut wire = Vec::new();
             let codec = three_lc(if t < 20 { 1.0 } else { 1.5 });
-            let out = ctx.encode(&g, codec, t as u64, &mut wire).unwrap();
+            let out = ctx
+                .encode(&g, codec, Refinement::OFF, t as u64, &mut wire)
+                .unwrap();
             assert_eq!(out.wire_bytes, wire.len());
             assert_eq!(out.raw_bytes, 4 * n);
             let got = decode_push(&wire, &limits, &mut decoded).unwrap();
@@ -303,13 +385,20 @@ mod tests {
     #[test]
     fn a_codec_change_keeps_the_residual() {
         let mut ctx = PushContext::new(three_lc(1.0), Feedback::On);
-        ctx.encode(&gradient(50, 0), three_lc(1.0), 0, &mut Vec::new())
-            .unwrap();
+        ctx.encode(
+            &gradient(50, 0),
+            three_lc(1.0),
+            Refinement::OFF,
+            0,
+            &mut Vec::new(),
+        )
+        .unwrap();
         let residual = ctx.residual().to_vec();
         assert!(residual.iter().any(|&e| e != 0.0));
         // Encoding zeros with s = 1.5 sends part of the pending error.
         let mut wire = Vec::new();
-        ctx.encode(&[0.0; 50], three_lc(1.5), 0, &mut wire).unwrap();
+        ctx.encode(&[0.0; 50], three_lc(1.5), Refinement::OFF, 0, &mut wire)
+            .unwrap();
         let mut decoded = Vec::new();
         decode_push(&wire, &Limits::default(), &mut decoded).unwrap();
         for i in 0..50 {
@@ -321,14 +410,22 @@ mod tests {
     fn an_encode_error_changes_nothing() {
         let mut ctx = PushContext::new(three_lc(1.0), Feedback::On);
         let mut wire = vec![0xaa];
-        ctx.encode(&gradient(20, 0), three_lc(1.0), 0, &mut wire)
-            .unwrap();
+        ctx.encode(
+            &gradient(20, 0),
+            three_lc(1.0),
+            Refinement::OFF,
+            0,
+            &mut wire,
+        )
+        .unwrap();
         let residual = ctx.residual().to_vec();
         let counters = ctx.counters();
         let len = wire.len();
         let mut bad = gradient(20, 1);
         bad[3] = f32::NAN;
-        let err = ctx.encode(&bad, three_lc(1.5), 0, &mut wire).unwrap_err();
+        let err = ctx
+            .encode(&bad, three_lc(1.5), Refinement::OFF, 0, &mut wire)
+            .unwrap_err();
         assert_eq!(err, EncodeError::NonFinite);
         assert_eq!(wire.len(), len);
         assert_eq!(ctx.residual(), residual);
@@ -348,7 +445,8 @@ mod tests {
         let mut out = Vec::new();
         let mut wire = Vec::new();
         let mut ctx = PushContext::new(Codec::None, Feedback::Off);
-        ctx.encode(&[1.0; 10], Codec::None, 0, &mut wire).unwrap();
+        ctx.encode(&[1.0; 10], Codec::None, Refinement::OFF, 0, &mut wire)
+            .unwrap();
         assert!(decode_push(&wire, &limits, &mut out).is_ok());
         assert_eq!(out, [1.0; 10]);
 
@@ -366,7 +464,8 @@ mod tests {
         ));
         // Too many values for the limits.
         let mut big = Vec::new();
-        ctx.encode(&[0.5; 101], Codec::None, 0, &mut big).unwrap();
+        ctx.encode(&[0.5; 101], Codec::None, Refinement::OFF, 0, &mut big)
+            .unwrap();
         assert!(matches!(
             decode_push(&big, &limits, &mut out),
             Err(PushError::Envelope(EnvelopeError::Frame {
@@ -391,8 +490,14 @@ mod tests {
     fn memory_counts_the_residual() {
         let mut ctx = PushContext::new(three_lc(1.0), Feedback::On);
         let empty = ctx.memory_bytes();
-        ctx.encode(&[1.0; 1000], three_lc(1.0), 0, &mut Vec::new())
-            .unwrap();
+        ctx.encode(
+            &[1.0; 1000],
+            three_lc(1.0),
+            Refinement::OFF,
+            0,
+            &mut Vec::new(),
+        )
+        .unwrap();
         assert_eq!(ctx.memory_bytes(), empty + 4000);
     }
 }

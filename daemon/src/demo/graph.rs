@@ -152,7 +152,7 @@ impl Graph {
             let push = format!("edge_{}_{}", self.push_edge(worker, v), var.gradient_node);
             partition = partition
                 .dense_read(&var.name, &pull, &worker_task)
-                .dense_gradient(&var.name, &push, &worker_task);
+                .accumulated_gradient(&var.name, &push, &worker_task);
         }
         partition.register_graph_request()
     }

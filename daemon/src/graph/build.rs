@@ -111,9 +111,25 @@ impl PartitionBuilder {
     }
 
     /// A gradient of `variable` received from `sender` as `tensor_name` and
-    /// applied by `ApplyGradientDescent`: a dense push.
+    /// applied on arrival by `ApplyGradientDescent`: a dense push of
+    /// asynchronous training.
     pub fn dense_gradient(mut self, variable: &str, tensor_name: &str, sender: &str) -> Self {
         self.receive_into("ApplyGradientDescent", variable, "lr", tensor_name, sender);
+        self
+    }
+
+    /// A gradient of `variable` received from `sender` as `tensor_name` and
+    /// collected by `AccumulatorApplyGradient`, to be averaged with the
+    /// other workers' (`SyncReplicasOptimizer`): a dense push of
+    /// synchronous training.
+    pub fn accumulated_gradient(mut self, variable: &str, tensor_name: &str, sender: &str) -> Self {
+        self.receive_into(
+            "AccumulatorApplyGradient",
+            variable,
+            "local_step",
+            tensor_name,
+            sender,
+        );
         self
     }
 

@@ -75,6 +75,11 @@ pub struct Classified {
     /// Node names are unique in a TF1 graph but only within a function:
     /// two TF2 functions both have a `MatMul/ReadVariableOp`.
     pub function: Option<String>,
+    /// A dense gradient that an op applies to its variable as it arrives
+    /// (`ApplyMomentum`, `AssignSubVariableOp`...) rather than an
+    /// accumulator averaging it with others: asynchronous training, where
+    /// 3LC's lag adds to the staleness (see [`crate::context::refine`]).
+    pub applied_on_arrival: bool,
 }
 
 impl Classified {
@@ -153,6 +158,13 @@ const VARIABLE_READS: &[&str] = &[
     "ReadVariableOp",
     "_ReadVariablesOp",
     "VarHandleOp",
+];
+
+/// Dense update ops that only collect a gradient, to be averaged with
+/// others and applied later (`SyncReplicasOptimizer`'s accumulators).
+const ACCUMULATORS: &[&str] = &[
+    "AccumulatorApplyGradient",
+    "ResourceAccumulatorApplyGradient",
 ];
 
 /// Ops that consume a dense gradient: every element updates its parameter.
@@ -268,6 +280,7 @@ impl<'a> Body<'a> {
                     reason: format!("reads variable ({op} {})", node.name),
                     output,
                     function: None,
+                    applied_on_arrival: false,
                 };
             }
             if is_sparse_op(op) {
@@ -276,6 +289,7 @@ impl<'a> Body<'a> {
                     reason: format!("gathered by {op} {}", node.name),
                     output,
                     function: None,
+                    applied_on_arrival: false,
                 };
             }
             if !PASS_THROUGH.contains(&op) {
@@ -292,6 +306,7 @@ impl<'a> Body<'a> {
     /// The class of what a `_Recv` receives, from every op its value reaches.
     fn classify_recv(&self, recv: usize) -> Classified {
         let mut dense: Option<&NodeDef> = None;
+        let mut applied_on_arrival = false;
         let mut other: Option<&NodeDef> = None;
         let mut frontier = vec![(recv, 0usize)];
         let mut seen = vec![recv];
@@ -309,10 +324,12 @@ impl<'a> Body<'a> {
                         reason: format!("feeds {op} {}", node.name),
                         output: 0,
                         function: None,
+                        applied_on_arrival: false,
                     };
                 }
                 if is_dense_update(op) {
                     dense.get_or_insert(node);
+                    applied_on_arrival |= !ACCUMULATORS.contains(&op);
                 } else if (PASS_THROUGH.contains(&op) || ELEMENTWISE.contains(&op))
                     && depth + 1 < MAX_DEPTH
                 {
@@ -328,6 +345,7 @@ impl<'a> Body<'a> {
                 reason: format!("feeds {} {}", d.op, d.name),
                 output: 0,
                 function: None,
+                applied_on_arrival,
             },
             (_, Some(o)) => unknown(0, format!("feeds {} {}", o.op, o.name)),
             (None, None) => unknown(0, "received but not consumed"),
@@ -341,6 +359,7 @@ fn unknown(output: u32, reason: impl Into<String>) -> Classified {
         reason: reason.into(),
         output,
         function: None,
+        applied_on_arrival: false,
     }
 }
 
@@ -529,6 +548,38 @@ mod tests {
         let found = classes(&nodes);
         assert_eq!(found[0].1, TensorClass::Unknown);
         assert!(found[0].2.contains("L2Loss"), "{found:?}");
+    }
+
+    #[test]
+    fn gradients_applied_on_arrival_are_told_from_accumulated_ones() {
+        let nodes = vec![
+            transfer("r1", "_Recv", &[], "edge_1_g1", W0, PS),
+            node("apply", "ApplyMomentum", &["v", "acc", "lr", "r1", "m"]),
+            transfer("r2", "_Recv", &[], "edge_2_g2", W0, PS),
+            node(
+                "collect",
+                "AccumulatorApplyGradient",
+                &["handle", "step", "r2"],
+            ),
+            transfer("r3", "_Recv", &[], "edge_3_g3", W0, PS),
+            node("scaled", "Mul", &["r3", "lr"]),
+            node("assign", "AssignSubVariableOp", &["v3", "scaled"]),
+        ];
+        let found: Vec<(String, bool)> = classify_body(&nodes, None)
+            .into_iter()
+            .map(|(t, c)| {
+                assert_eq!(c.class, TensorClass::DenseGradient);
+                (t.tensor_name, c.applied_on_arrival)
+            })
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("edge_1_g1".to_string(), true),
+                ("edge_2_g2".to_string(), false),
+                ("edge_3_g3".to_string(), true),
+            ]
+        );
     }
 
     #[test]

@@ -212,9 +212,12 @@ impl GraphIndex {
                         ),
                         output: classified.output,
                         function: None,
+                        applied_on_arrival: false,
                     };
                 }
-                Some(_) => {}
+                // One graph accumulates a gradient, another applies it on
+                // arrival: refine it (more passes are never less safe).
+                Some(existing) => existing.applied_on_arrival |= classified.applied_on_arrival,
                 None if len >= self.max_entries => {
                     learned.dropped += 1;
                     self.counters.dropped.fetch_add(1, Ordering::Relaxed);

@@ -102,6 +102,20 @@ fn register_totals(registry: &mut Registry, stats: &Stats) {
          from the model (encoding side)",
         drift,
     );
+    let refinements = Family::<DirectionLabel, Counter>::default();
+    for direction in [Direction::Push, Direction::Pull] {
+        refinements
+            .get_or_create(&DirectionLabel {
+                direction: direction.name(),
+            })
+            .inc_by(Stats::get(&stats.direction(direction).refinements));
+    }
+    registry.register(
+        "refinement_passes",
+        "Further 3LC passes sent because the first left too much error behind (policy.refine): \
+         frames of pushes, versions of pulls (encoding side)",
+        refinements,
+    );
 }
 
 /// The codec of each direction before overrides, and 3LC's sparsity.

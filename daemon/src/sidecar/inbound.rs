@@ -20,7 +20,7 @@ use crate::graph::Classified;
 use crate::metrics::calls;
 use crate::metrics::families::{Outcome, Side};
 use crate::peer::{self, ReplicaHeader};
-use crate::policy::{Decision, PassReason, Policy, Treatment};
+use crate::policy::{Decision, Direction, PassReason, Policy, Treatment};
 use crate::proxy::body::{self, Collected, ProxyBody};
 use crate::proxy::forward::forward;
 use crate::proxy::grpc_status;
@@ -169,9 +169,18 @@ fn compress(
             });
             let mut context = crate::context::table::lock(&context);
             let started = Instant::now();
-            context
-                .encode(values, choice.codec, token, &mut envelope)
+            let encoded = context
+                .encode(
+                    values,
+                    choice.codec,
+                    policy.refine().push(classified.applied_on_arrival),
+                    token,
+                    &mut envelope,
+                )
                 .map_err(|_| "codec_refused")?;
+            sidecar
+                .stats
+                .refined(Direction::Push, u64::from(encoded.frames - 1));
             (started.elapsed(), false)
         }
         Treatment::Replica => {
@@ -184,13 +193,24 @@ fn compress(
             });
             let mut source = crate::context::table::lock(&source);
             let started = Instant::now();
-            let drifted = source.counters().drift_resets;
+            let before = source.counters();
             let served = source
-                .serve(values, replica, choice.codec, token, &mut envelope)
+                .serve(
+                    values,
+                    replica,
+                    choice.codec,
+                    policy.refine().pull(),
+                    token,
+                    &mut envelope,
+                )
                 .map_err(|_| "codec_refused")?;
-            if source.counters().drift_resets > drifted {
+            let after = source.counters();
+            sidecar
+                .stats
+                .refined(Direction::Pull, after.refinements - before.refinements);
+            if after.drift_resets > before.drift_resets {
                 sidecar.stats.drift_reset();
-                if drifted == 0 {
+                if before.drift_resets == 0 {
                     warn!(
                         tensor = %call.tensor,
                         "pull replica drifted too far from the model (lossy deltas cannot keep up, \

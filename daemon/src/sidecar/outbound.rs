@@ -62,6 +62,7 @@ pub async fn recv_tensor(
         let hint = peer::ClassHint {
             class: known.class,
             function: known.function.is_some(),
+            applied: known.applied_on_arrival,
         };
         parts.headers.insert(peer::CLASS, peer::class_header(hint));
         call.tensor = known.context_name(&call.tensor, &call.tensor_name);
@@ -273,7 +274,7 @@ async fn recover(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::context::PullSource;
+    use crate::context::{PullSource, Refinement};
     use std::num::NonZeroU64;
     use tlc_codec::{Codec, Sparsity};
 
@@ -286,16 +287,32 @@ mod tests {
         let v1: Vec<f32> = (0..1000).map(|i| i as f32 * 0.01).collect();
         let v2: Vec<f32> = v1.iter().map(|v| v + 0.5).collect();
         let mut keyframe = Vec::new();
-        let first = source.serve(&v1, None, codec, 1, &mut keyframe).unwrap();
+        let first = source
+            .serve(&v1, None, codec, Refinement::OFF, 1, &mut keyframe)
+            .unwrap();
         assert_eq!(first_frame_codec(&keyframe), CodecId::None);
         let mut up_to_date = Vec::new();
         source
-            .serve(&v1, Some(first.state), codec, 2, &mut up_to_date)
+            .serve(
+                &v1,
+                Some(first.state),
+                codec,
+                Refinement::OFF,
+                2,
+                &mut up_to_date,
+            )
             .unwrap();
         assert_eq!(first_frame_codec(&up_to_date), CodecId::None);
         let mut chain = Vec::new();
         source
-            .serve(&v2, Some(first.state), codec, 3, &mut chain)
+            .serve(
+                &v2,
+                Some(first.state),
+                codec,
+                Refinement::OFF,
+                3,
+                &mut chain,
+            )
             .unwrap();
         assert_eq!(EnvelopeHeader::parse(&chain).unwrap().kind, Kind::Chain);
         assert_eq!(first_frame_codec(&chain), CodecId::ThreeLc);

@@ -36,6 +36,9 @@ pub struct DirectionStats {
     pub raw_bytes: AtomicU64,
     /// Their size on the wire (envelopes), in bytes.
     pub wire_bytes: AtomicU64,
+    /// Refinement passes sent with them: further 3LC frames (pushes) or
+    /// versions (pulls) over what the first pass left.
+    pub refinements: AtomicU64,
 }
 
 /// Everything counted, by the sidecar that holds the tensors (encoding) or
@@ -109,6 +112,13 @@ impl Stats {
         self.fallbacks.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts `passes` refinement passes sent in `direction`.
+    pub fn refined(&self, direction: Direction, passes: u64) {
+        self.direction(direction)
+            .refinements
+            .fetch_add(passes, Ordering::Relaxed);
+    }
+
     /// Counts one pull replica reset for drifting too far.
     pub fn drift_reset(&self) {
         self.drift_resets.fetch_add(1, Ordering::Relaxed);
@@ -159,9 +169,10 @@ impl Stats {
         let direction = |name: &str, d: &DirectionStats| {
             let (raw, wire) = (Stats::get(&d.raw_bytes), Stats::get(&d.wire_bytes));
             format!(
-                "{name}: tensors={} raw_bytes={raw} wire_bytes={wire} ratio={:.1}",
+                "{name}: tensors={} raw_bytes={raw} wire_bytes={wire} ratio={:.1} refinements={}",
                 Stats::get(&d.compressed),
-                ratio(raw, wire)
+                ratio(raw, wire),
+                Stats::get(&d.refinements),
             )
         };
         format!(
@@ -207,6 +218,7 @@ mod tests {
             200,
             ms,
         );
+        stats.refined(Direction::Pull, 3);
         stats.decoded(Direction::Pull, CodecId::Int8, ms);
         stats.decode_failed(Direction::Push);
         stats.fallback_fetched();
@@ -217,8 +229,8 @@ mod tests {
         stats.passed("policy_skip");
         assert_eq!(
             stats.summary(),
-            "push: tensors=1 raw_bytes=4000 wire_bytes=100 ratio=40.0; \
-             pull: tensors=1 raw_bytes=800 wire_bytes=200 ratio=4.0; \
+            "push: tensors=1 raw_bytes=4000 wire_bytes=100 ratio=40.0 refinements=0; \
+             pull: tensors=1 raw_bytes=800 wire_bytes=200 ratio=4.0 refinements=3; \
              restored=1 decode_failures=1 fallbacks=1 fallbacks_served=2 drift_resets=0 \
              passed={\"policy_skip\": 1, \"small\": 2}"
         );

@@ -20,6 +20,9 @@
 //! [policy.unknown]          # never classified by a graph: no memory
 //! codec = "fp16"
 //!
+//! [policy.refine]           # bounded lag for 3LC's memory, see `refine`
+//! pull_max_drift = 0.02
+//!
 //! [[policy.overrides]]      # first match wins
 //! tensor = "*batch_norm*"   # glob over the tensor's node name
 //! direction = "both"        # push, pull or both
@@ -31,6 +34,10 @@
 //! `[policy.pull]` and a replica, only a dense gradient travelling as a push
 //! gets `[policy.push]` and error feedback. Everything else is encoded
 //! without memory, each tensor on its own.
+
+mod refine;
+
+pub use refine::{PushGradients, Refine, RefineSettings};
 
 use globset::{Glob, GlobMatcher};
 use serde::{Deserialize, Serialize};
@@ -255,6 +262,8 @@ pub struct PolicySettings {
     /// Dense tensors cross uncompressed for their first this many steps
     /// (per tensor and requesting task), while training moves fastest.
     pub warmup_steps: u32,
+    /// How far 3LC's memory may lag (further passes).
+    pub refine: RefineSettings,
     /// Per-tensor exceptions, first match wins.
     pub overrides: Vec<OverrideSettings>,
 }
@@ -277,6 +286,7 @@ impl Default for PolicySettings {
             sparse: memoryless_default(),
             unknown: memoryless_default(),
             warmup_steps: 0,
+            refine: RefineSettings::default(),
             overrides: Vec::new(),
         }
     }
@@ -341,6 +351,7 @@ pub struct Policy {
     pull: CodecChoice,
     sparse: CodecChoice,
     unknown: CodecChoice,
+    refine: Refine,
     overrides: Vec<Override>,
 }
 
@@ -353,6 +364,7 @@ impl std::fmt::Debug for Policy {
             .field("pull", &self.pull)
             .field("sparse", &self.sparse)
             .field("unknown", &self.unknown)
+            .field("refine", &self.refine)
             .field("overrides", &self.overrides.len())
             .finish()
     }
@@ -380,6 +392,7 @@ impl Policy {
         let pull = settings.pull.resolve("policy.pull")?;
         let sparse = settings.sparse.resolve_memoryless("policy.sparse")?;
         let unknown = settings.unknown.resolve_memoryless("policy.unknown")?;
+        let refine = Refine::new(&settings.refine)?;
         let mut overrides = Vec::new();
         for (i, o) in settings.overrides.iter().enumerate() {
             let key = format!("policy.overrides[{i}]");
@@ -420,6 +433,7 @@ impl Policy {
             pull,
             sparse,
             unknown,
+            refine,
             overrides,
         })
     }
@@ -437,6 +451,11 @@ impl Policy {
     /// Steps a dense tensor crosses uncompressed before its context starts.
     pub fn warmup_steps(&self) -> u32 {
         self.settings.warmup_steps
+    }
+
+    /// How far 3LC's memory may lag before another pass is sent.
+    pub fn refine(&self) -> &Refine {
+        &self.refine
     }
 
     /// Number of per-tensor overrides.
