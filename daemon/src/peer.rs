@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `tlc-peer: 1` | request | a sidecar sent this call and decodes envelopes of version 1 |
 //! | `tlc-replica: EPOCH-VERSION` | request | for pulls: the requester's replica of this tensor (epoch in hex) |
-//! | `tlc-class: CLASS[;fn][;applied]` | request | what the requester's sidecar learned of the tensor from a graph (`dense_read`, `dense_gradient`, `sparse`, `unknown`); `;fn` if from a TF2 function, whose contexts are named by the whole tensor name; `;applied` for a gradient applied on arrival (asynchronous training: push refinement) |
+//! | `tlc-class: CLASS[;fn][;accumulated]` | request | what the requester's sidecar learned of the tensor from a graph (`dense_read`, `dense_gradient`, `sparse`, `unknown`); `;fn` if from a TF2 function, whose contexts are named by the whole tensor name; `;accumulated` for a gradient collected by an accumulator (synchronous training: no refinement) |
 //! | `tlc-envelope: 1` | response | the response's `tensor_content` is an envelope, not the tensor |
 //! | `tlc-fallback: TOKEN` | request to [`FALLBACK_PATH`] | asks for the original response of an envelope |
 
@@ -65,14 +65,15 @@ pub struct ClassHint {
     pub class: TensorClass,
     /// Whether the graph was a TF2 function body.
     pub function: bool,
-    /// Whether the graph applies the gradient on arrival (asynchronous).
-    pub applied: bool,
+    /// Whether the graph collects the gradient in an accumulator
+    /// (synchronous training).
+    pub accumulated: bool,
 }
 
 /// The class a requester announced, if it is one this build knows.
 pub fn class(headers: &HeaderMap) -> Option<ClassHint> {
     let value = headers.get(CLASS)?.to_str().ok()?;
-    let (value, applied) = match value.strip_suffix(";applied") {
+    let (value, accumulated) = match value.strip_suffix(";accumulated") {
         Some(rest) => (rest, true),
         None => (value, false),
     };
@@ -84,15 +85,15 @@ pub fn class(headers: &HeaderMap) -> Option<ClassHint> {
     Some(ClassHint {
         class,
         function,
-        applied,
+        accumulated,
     })
 }
 
 /// The header value announcing `hint`.
 pub fn class_header(hint: ClassHint) -> HeaderValue {
     let function = if hint.function { ";fn" } else { "" };
-    let applied = if hint.applied { ";applied" } else { "" };
-    HeaderValue::try_from(format!("{}{function}{applied}", hint.class.name()))
+    let accumulated = if hint.accumulated { ";accumulated" } else { "" };
+    HeaderValue::try_from(format!("{}{function}{accumulated}", hint.class.name()))
         .unwrap_or_else(|_| HeaderValue::from_static("unknown"))
 }
 
@@ -120,12 +121,13 @@ mod tests {
     #[test]
     fn class_header_round_trips_and_rejects_junk() {
         for class in TensorClass::ALL {
-            for (function, applied) in [(false, false), (true, false), (false, true), (true, true)]
+            for (function, accumulated) in
+                [(false, false), (true, false), (false, true), (true, true)]
             {
                 let hint = ClassHint {
                     class,
                     function,
-                    applied,
+                    accumulated,
                 };
                 let mut headers = HeaderMap::new();
                 headers.insert(CLASS, class_header(hint));
@@ -138,8 +140,8 @@ mod tests {
             "sparse;",
             "sparse;fn;fn",
             "DENSE_READ",
-            "dense_gradient;applied;fn",
-            "dense_gradient;applied;applied",
+            "dense_gradient;accumulated;fn",
+            "dense_gradient;accumulated;accumulated",
         ] {
             let mut headers = HeaderMap::new();
             headers.insert(CLASS, HeaderValue::from_static(junk));

@@ -177,6 +177,15 @@ async fn captured_server() -> SocketAddr {
     start_raw_server(bodies).await
 }
 
+/// Whether a capture holds a float tensor the default policy compresses
+/// (at least `min_bytes`); dead, integer and smaller ones pass.
+fn large_float(name: &str) -> bool {
+    let message = grpc::parse_single(capture(name).response, usize::MAX).unwrap();
+    let response = recv_tensor::decode_response(message).unwrap();
+    recv_tensor::classify(&response)
+        .is_ok_and(|t| 4 * t.element_count() >= Policy::default().min_bytes())
+}
+
 /// The capture's tensor as TensorFlow sent it, and as the client got it.
 fn original_and_restored(
     name: &str,
@@ -207,14 +216,14 @@ async fn captured_calls_through_two_sidecars() {
         let message = grpc::parse_single(reply.body.clone(), usize::MAX).unwrap();
         check_parse(name, &message);
         match name {
-            // A dense gradient above the 64 KiB threshold, applied on
-            // arrival (the partition feeds it to ApplyGradientDescent): 3LC
-            // at s = 1.0 with refinement, so what reaches TensorFlow is
-            // within policy.refine.push_max_error (0.5) of the gradient,
-            // and not the gradient itself.
-            "push_w0_dense0_grad" => {
+            // Dense gradients above the threshold, applied on arrival (the
+            // partition feeds them to ApplyGradientDescent): 3LC at s = 1.0
+            // with refinement, so what reaches TensorFlow is within
+            // policy.refine.push_max_error (0.5) of the gradient, and not
+            // the gradient itself.
+            "push_w0_dense0_grad" | "push_w0_dense2_grad" => {
+                assert!(large_float(name), "{name}");
                 let (original, restored) = original_and_restored(name, message);
-                assert_eq!(restored.dims, vec![64, 1024]);
                 let (mut error, mut norm) = (0f64, 0f64);
                 for (r, o) in restored.values().zip(original.values()) {
                     error += f64::from(r - o).powi(2);
@@ -228,7 +237,7 @@ async fn captured_calls_through_two_sidecars() {
             }
             // A first pull is a lossless keyframe: TF's own bytes come back.
             // Everything else is below the threshold or not float: untouched.
-            _ => assert_eq!(reply.body, c.response, "{name}: byte for byte"),
+            _ => assert!(reply.body == c.response, "{name}: not byte for byte"),
         }
     }
 }
@@ -245,7 +254,7 @@ async fn without_a_graph_large_tensors_travel_without_memory() {
         match name {
             // Unknown class, large: fp16 on the wire, each value on its own
             // (no error feedback, no replica).
-            "push_w0_dense0_grad" | "pull_w0_w0_read" => {
+            _ if large_float(name) => {
                 let (original, restored) = original_and_restored(name, message);
                 let mut changed = 0;
                 for (o, r) in original.values().zip(restored.values()) {
@@ -257,7 +266,7 @@ async fn without_a_graph_large_tensors_travel_without_memory() {
                 }
                 assert!(changed > 0, "{name}: not compressed at all");
             }
-            _ => assert_eq!(reply.body, c.response, "{name}: byte for byte"),
+            _ => assert!(reply.body == c.response, "{name}: not byte for byte"),
         }
     }
 }

@@ -228,6 +228,65 @@ async fn model_values_share_one_encode_and_replicas_agree() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synchronous_training_gets_a_looser_pull_bound() {
+    let n = 20_000;
+    // Each step moves one value in a thousand by 0.05 and the rest by at
+    // most 0.005: single-pass 3LC lets the bulk wait about five steps.
+    let model = move |step: i64| -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let move_by = if i % 997 == 0 {
+                    0.05
+                } else {
+                    0.005 * ((i % 7) as f32 - 3.0) / 3.0
+                };
+                (i as f32 * 0.001).cos() + step as f32 * move_by
+            })
+            .collect()
+    };
+    let tensors: Tensors = Arc::new(move |_key: &str, step: i64| (vec![n as u64], model(step)));
+    let server = start_tensor_server(tensors).await;
+    let key = key(PS, WORKER0, 7, "dense/kernel/read");
+    let mut worst = Vec::new();
+    for synchronous in [true, false] {
+        let holder = Arc::new(Sidecar::default());
+        let partition = PartitionBuilder::new(PS_TASK).dense_read(
+            "dense/kernel",
+            "edge_7_dense/kernel/read",
+            WORKER0_TASK,
+        );
+        // What the parameter task does with the gradient tells how it trains.
+        teach(
+            &holder,
+            if synchronous {
+                partition.accumulated_gradient("dense/kernel", "edge_8_grad", WORKER0_TASK)
+            } else {
+                partition.dense_gradient("dense/kernel", "edge_8_grad", WORKER0_TASK)
+            },
+        );
+        let path = path_to(server, holder.clone()).await;
+        let mut drift = 0f64;
+        for step in 0..12 {
+            let got = recv(&path.client, &key, step).await;
+            drift = drift.max(tlc_daemon::context::pull::drift(&model(step), &got.values));
+        }
+        let refinements = Stats::get(&holder.stats.pull.refinements);
+        assert_eq!(refinements > 0, !synchronous, "synchronous: {synchronous}");
+        worst.push(drift);
+    }
+    // Asynchronous: within policy.refine.pull_max_drift (1%) after every
+    // update. Synchronous: this model stays under the synchronous bound
+    // (5%) with 3LC's single pass, which lags well beyond 1%.
+    assert!(worst[1] <= 0.01, "refined drift {}", worst[1]);
+    assert!(
+        worst[0] > 2.0 * worst[1],
+        "single pass {} vs refined {}",
+        worst[0],
+        worst[1]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_tensors_and_calls_without_a_peer_pass_unchanged() {
     let tensors: Tensors = Arc::new(|key: &str, step: i64| {
         let n = if key.contains("big") { 50_000 } else { 100 };

@@ -254,6 +254,14 @@ if mode == "tlcd":
             for k in keys:
                 s[k] = int(re.search(k + r"=(\d+)", line)[1])
                 total[k] += s[k]
+            for k in ("drift_resets", "passed_bytes"):  # newer tlcd only
+                m = re.search(r"\b" + k + r"=(\d+)", line)
+                s[k] = int(m[1]) if m else 0
+                total[k] = total.get(k, 0) + s[k]
+            for d in ("push", "pull"):
+                m = re.search(d + r": [^;]*\brefinements=(\d+)", line)
+                s[d]["refinements"] = int(m[1]) if m else 0
+                total[d]["refinements"] = total[d].get("refinements", 0) + s[d]["refinements"]
         try:
             metrics = open(f"{out}/sidecars/metrics-{name}.txt").read()
         except OSError:

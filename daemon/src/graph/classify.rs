@@ -75,11 +75,14 @@ pub struct Classified {
     /// Node names are unique in a TF1 graph but only within a function:
     /// two TF2 functions both have a `MatMul/ReadVariableOp`.
     pub function: Option<String>,
-    /// A dense gradient that an op applies to its variable as it arrives
-    /// (`ApplyMomentum`, `AssignSubVariableOp`...) rather than an
-    /// accumulator averaging it with others: asynchronous training, where
-    /// 3LC's lag adds to the staleness (see [`crate::context::refine`]).
-    pub applied_on_arrival: bool,
+    /// A dense gradient that only accumulators consume
+    /// (`AccumulatorApplyGradient`: `SyncReplicasOptimizer` averages it with
+    /// the other workers' before applying): synchronous training, where
+    /// 3LC's single pass is enough. `false` for a gradient applied on
+    /// arrival (`ApplyMomentum`, `AssignSubVariableOp`...), where 3LC's lag
+    /// adds to the staleness (see [`crate::context::refine`]), and for
+    /// everything that is not a dense gradient.
+    pub accumulated: bool,
 }
 
 impl Classified {
@@ -280,7 +283,7 @@ impl<'a> Body<'a> {
                     reason: format!("reads variable ({op} {})", node.name),
                     output,
                     function: None,
-                    applied_on_arrival: false,
+                    accumulated: false,
                 };
             }
             if is_sparse_op(op) {
@@ -289,7 +292,7 @@ impl<'a> Body<'a> {
                     reason: format!("gathered by {op} {}", node.name),
                     output,
                     function: None,
-                    applied_on_arrival: false,
+                    accumulated: false,
                 };
             }
             if !PASS_THROUGH.contains(&op) {
@@ -307,6 +310,7 @@ impl<'a> Body<'a> {
     fn classify_recv(&self, recv: usize) -> Classified {
         let mut dense: Option<&NodeDef> = None;
         let mut applied_on_arrival = false;
+        let mut accumulated = false;
         let mut other: Option<&NodeDef> = None;
         let mut frontier = vec![(recv, 0usize)];
         let mut seen = vec![recv];
@@ -324,12 +328,16 @@ impl<'a> Body<'a> {
                         reason: format!("feeds {op} {}", node.name),
                         output: 0,
                         function: None,
-                        applied_on_arrival: false,
+                        accumulated: false,
                     };
                 }
                 if is_dense_update(op) {
                     dense.get_or_insert(node);
-                    applied_on_arrival |= !ACCUMULATORS.contains(&op);
+                    if ACCUMULATORS.contains(&op) {
+                        accumulated = true;
+                    } else {
+                        applied_on_arrival = true;
+                    }
                 } else if (PASS_THROUGH.contains(&op) || ELEMENTWISE.contains(&op))
                     && depth + 1 < MAX_DEPTH
                 {
@@ -345,7 +353,7 @@ impl<'a> Body<'a> {
                 reason: format!("feeds {} {}", d.op, d.name),
                 output: 0,
                 function: None,
-                applied_on_arrival,
+                accumulated: accumulated && !applied_on_arrival,
             },
             (_, Some(o)) => unknown(0, format!("feeds {} {}", o.op, o.name)),
             (None, None) => unknown(0, "received but not consumed"),
@@ -359,7 +367,7 @@ fn unknown(output: u32, reason: impl Into<String>) -> Classified {
         reason: reason.into(),
         output,
         function: None,
-        applied_on_arrival: false,
+        accumulated: false,
     }
 }
 
@@ -569,7 +577,7 @@ mod tests {
             .into_iter()
             .map(|(t, c)| {
                 assert_eq!(c.class, TensorClass::DenseGradient);
-                (t.tensor_name, c.applied_on_arrival)
+                (t.tensor_name, !c.accumulated)
             })
             .collect();
         assert_eq!(

@@ -11,6 +11,7 @@ use tracing::{debug, warn};
 
 use super::classify::{classify_body, Classified, RendezvousTensor, TensorClass};
 use super::proto::{EnqueueRequest, FunctionDef, FunctionDefLibrary, RegisterGraphRequest};
+use super::training::{Training, TrainingLedger};
 
 /// Why a registration message could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +57,7 @@ pub struct IndexCounters {
 pub struct GraphIndex {
     tensors: Mutex<HashMap<RendezvousTensor, Classified>>,
     max_entries: usize,
+    training: TrainingLedger,
     /// What happened so far.
     pub counters: IndexCounters,
 }
@@ -76,6 +78,7 @@ impl GraphIndex {
         GraphIndex {
             tensors: Mutex::new(HashMap::new()),
             max_entries,
+            training: TrainingLedger::default(),
             counters: IndexCounters::default(),
         }
     }
@@ -88,6 +91,12 @@ impl GraphIndex {
             tensor_name: tensor_name.to_owned(),
         };
         self.lock().get(&key).cloned()
+    }
+
+    /// How `task`'s variables are updated, from the dense gradients the
+    /// graphs show it receiving.
+    pub fn training(&self, task: &str) -> Training {
+        self.training.training(task)
     }
 
     /// Number of tensors known.
@@ -189,6 +198,12 @@ impl GraphIndex {
         if found.is_empty() {
             return;
         }
+        for (tensor, classified) in &found {
+            if classified.class == TensorClass::DenseGradient {
+                self.training
+                    .saw_gradient(&tensor.dst_task, !classified.accumulated);
+            }
+        }
         let mut map = self.lock();
         for (tensor, classified) in found {
             learned.tensors += 1;
@@ -212,12 +227,12 @@ impl GraphIndex {
                         ),
                         output: classified.output,
                         function: None,
-                        applied_on_arrival: false,
+                        accumulated: false,
                     };
                 }
                 // One graph accumulates a gradient, another applies it on
                 // arrival: refine it (more passes are never less safe).
-                Some(existing) => existing.applied_on_arrival |= classified.applied_on_arrival,
+                Some(existing) => existing.accumulated &= classified.accumulated,
                 None if len >= self.max_entries => {
                     learned.dropped += 1;
                     self.counters.dropped.fetch_add(1, Ordering::Relaxed);

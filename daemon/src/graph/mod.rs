@@ -13,6 +13,7 @@
 //! - [`proto`]: the protobuf messages, as far as they are read;
 //! - [`classify`]: one graph or function body to classes;
 //! - [`index`]: what was learned, bounded, looked up per call;
+//! - [`training`]: per parameter task, synchronous or asynchronous updates;
 //! - [`tap`]: reads registrations out of a request body as it streams.
 
 pub mod build;
@@ -20,6 +21,8 @@ pub mod classify;
 pub mod index;
 pub mod proto;
 pub mod tap;
+pub mod training;
 
 pub use classify::{Classified, RendezvousTensor, TensorClass};
 pub use index::GraphIndex;
+pub use training::Training;

@@ -80,6 +80,19 @@ fn register_totals(registry: &mut Registry, stats: &Stats) {
         "RecvTensor responses left uncompressed, by reason",
         passthrough,
     );
+    let passthrough_bytes = Family::<ReasonLabel, Counter>::default();
+    for (reason, n) in stats.passed_bytes_by_reason() {
+        passthrough_bytes
+            .get_or_create(&ReasonLabel { reason })
+            .inc_by(n);
+    }
+    registry.register_with_unit(
+        "passthrough",
+        "Body bytes of RecvTensor responses left uncompressed after the sidecar read them, \
+         by reason (encoding side)",
+        Unit::Bytes,
+        passthrough_bytes,
+    );
     let fallbacks = Family::<FallbackSide, Counter>::default();
     for (side, counter) in [
         ("fetched", &stats.fallbacks),

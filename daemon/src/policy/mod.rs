@@ -4,7 +4,7 @@
 //! ```toml
 //! [policy]
 //! parameter_jobs = ["ps"]   # jobs whose tasks hold the model
-//! min_bytes = 65536         # smaller tensors pass as they are
+//! min_bytes = 4096          # smaller tensors pass as they are
 //!
 //! [policy.push]             # gradients, worker -> parameter task
 //! codec = "3lc"
@@ -37,7 +37,7 @@
 
 mod refine;
 
-pub use refine::{PushGradients, Refine, RefineSettings};
+pub use refine::{Refine, RefineSettings, SynchronousTargets};
 
 use globset::{Glob, GlobMatcher};
 use serde::{Deserialize, Serialize};
@@ -293,7 +293,7 @@ impl Default for PolicySettings {
 }
 
 /// Tensors smaller than this pass as they are by default.
-pub const DEFAULT_MIN_BYTES: u64 = 64 * 1024;
+pub const DEFAULT_MIN_BYTES: u64 = 4 * 1024;
 
 /// What state a compressed tensor is encoded through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -371,7 +371,7 @@ impl std::fmt::Debug for Policy {
 }
 
 impl Default for Policy {
-    /// The built-in defaults: 3LC at s = 1.0 both ways above 64 KiB, `ps` holds parameters.
+    /// The built-in defaults: 3LC at s = 1.0 both ways above 4 KiB, `ps` holds parameters.
     fn default() -> Self {
         // The built-in settings are constants of this program, tested below.
         Policy::new(&PolicySettings::default()).expect("built-in policy settings are valid")

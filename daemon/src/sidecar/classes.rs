@@ -67,14 +67,14 @@ impl Sidecar {
                 reason: "from the requesting sidecar's graph".into(),
                 output: 0,
                 function: hint.function.then(|| "(the requester's)".into()),
-                applied_on_arrival: hint.applied,
+                accumulated: hint.accumulated,
             },
             None => Classified {
                 class: TensorClass::Unknown,
                 reason: "no graph seen for this tensor".into(),
                 output: 0,
                 function: None,
-                applied_on_arrival: false,
+                accumulated: false,
             },
         }
     }

@@ -16,7 +16,7 @@ use super::tensor_bytes;
 use super::{Sidecar, MAX_RESPONSE};
 use crate::context::pull::Served;
 use crate::context::{encode_stateless, PullSource, PushContext, PushKey, ReplicaState, SourceKey};
-use crate::graph::Classified;
+use crate::graph::{Classified, Training};
 use crate::metrics::calls;
 use crate::metrics::families::{Outcome, Side};
 use crate::peer::{self, ReplicaHeader};
@@ -108,6 +108,7 @@ pub async fn recv_tensor(
         Err(reason) => {
             debug!(tensor = %call.tensor, reason, "passing through");
             sidecar.stats.passed(reason);
+            sidecar.stats.passed_bytes(reason, collected.len() as u64);
             let body = body::chunks(collected.chunks, collected.trailers);
             (Response::from_parts(parts, body), Outcome::Passed)
         }
@@ -173,7 +174,7 @@ fn compress(
                 .encode(
                     values,
                     choice.codec,
-                    policy.refine().push(classified.applied_on_arrival),
+                    policy.refine().push(classified.accumulated),
                     token,
                     &mut envelope,
                 )
@@ -199,7 +200,9 @@ fn compress(
                     values,
                     replica,
                     choice.codec,
-                    policy.refine().pull(),
+                    policy
+                        .refine()
+                        .pull(sidecar.graphs.training(&call.holder_task) == Training::Synchronous),
                     token,
                     &mut envelope,
                 )

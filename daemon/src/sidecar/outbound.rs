@@ -62,7 +62,7 @@ pub async fn recv_tensor(
         let hint = peer::ClassHint {
             class: known.class,
             function: known.function.is_some(),
-            applied: known.applied_on_arrival,
+            accumulated: known.accumulated,
         };
         parts.headers.insert(peer::CLASS, peer::class_header(hint));
         call.tensor = known.context_name(&call.tensor, &call.tensor_name);

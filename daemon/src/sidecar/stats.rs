@@ -62,6 +62,9 @@ pub struct Stats {
     pub drift_resets: AtomicU64,
     /// Responses passed through unchanged, by reason.
     passed: Mutex<BTreeMap<&'static str, u64>>,
+    /// Their body bytes, by reason, where the sidecar read the response
+    /// (a response streamed through unread is counted, not measured).
+    passed_bytes: Mutex<BTreeMap<&'static str, u64>>,
     /// The labelled series only the metrics endpoint shows.
     families: Families,
 }
@@ -156,6 +159,21 @@ impl Stats {
         *passed.entry(reason).or_default() += 1;
     }
 
+    /// Counts one response of `bytes` body bytes passed through for
+    /// `reason` (after [`Stats::passed`] was counted for it).
+    pub fn passed_bytes(&self, reason: &'static str, bytes: u64) {
+        let mut passed = self.passed_bytes.lock().unwrap_or_else(|e| e.into_inner());
+        *passed.entry(reason).or_default() += bytes;
+    }
+
+    /// Body bytes of the pass-throughs measured so far, by reason.
+    pub fn passed_bytes_by_reason(&self) -> BTreeMap<&'static str, u64> {
+        self.passed_bytes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Pass-throughs so far, by reason.
     pub fn passed_by_reason(&self) -> BTreeMap<&'static str, u64> {
         self.passed
@@ -176,7 +194,7 @@ impl Stats {
             )
         };
         format!(
-            "{}; {}; restored={} decode_failures={} fallbacks={} fallbacks_served={} drift_resets={} passed={:?}",
+            "{}; {}; restored={} decode_failures={} fallbacks={} fallbacks_served={} drift_resets={} passed_bytes={} passed={:?}",
             direction("push", &self.push),
             direction("pull", &self.pull),
             Stats::get(&self.restored),
@@ -184,6 +202,7 @@ impl Stats {
             Stats::get(&self.fallbacks),
             Stats::get(&self.fallbacks_served),
             Stats::get(&self.drift_resets),
+            self.passed_bytes_by_reason().values().sum::<u64>(),
             self.passed_by_reason(),
         )
     }
@@ -227,12 +246,13 @@ mod tests {
         stats.passed("small");
         stats.passed("small");
         stats.passed("policy_skip");
+        stats.passed_bytes("small", 300);
         assert_eq!(
             stats.summary(),
             "push: tensors=1 raw_bytes=4000 wire_bytes=100 ratio=40.0 refinements=0; \
              pull: tensors=1 raw_bytes=800 wire_bytes=200 ratio=4.0 refinements=3; \
              restored=1 decode_failures=1 fallbacks=1 fallbacks_served=2 drift_resets=0 \
-             passed={\"policy_skip\": 1, \"small\": 2}"
+             passed_bytes=300 passed={\"policy_skip\": 1, \"small\": 2}"
         );
     }
 }

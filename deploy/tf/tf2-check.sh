@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# CI's TF2 case: a ParameterServerStrategy job (coordinator + 2 workers +
+# 1 ps, asynchronous: each gradient applied on arrival) run without
+# sidecars and through tlcd (run_tf2.sh), same seed and steps. Fails when,
+# through tlcd:
+#   - a sidecar reports a decode failure or a pull drift reset;
+#   - test accuracy is more than MAX_LOSS points (default 2) below the run
+#     without sidecars (TF2's asynchronous runs differ by about 1 point
+#     from run to run without tlcd; a diverging job ends near 10%);
+#   - pulls or pushes are less than MIN_RATIO (default 10) times smaller.
+#
+#   deploy/tf/tf2-check.sh [--steps N] [--out DIR] [-- train_tf2.py flags]
+#
+# Prints one line per run and a verdict; results in DIR/{none,tlcd}.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+steps=300 OUT="" extra=()
+while (($#)); do
+    case $1 in
+        --steps) steps=${2:?}; shift 2 ;;
+        --out) OUT=${2:?}; shift 2 ;;
+        --) shift; extra=("$@"); break ;;
+        *) echo "tf2-check: unknown argument '$1'" >&2; exit 2 ;;
+    esac
+done
+OUT=${OUT:-$(mktemp -d /tmp/tlc-tf2-check.XXXXXX)}
+chmod 0755 "$OUT"
+for mode in none tlcd; do
+    "$here/run_tf2.sh" --mode "$mode" --steps "$steps" --out "$OUT/$mode" -- "${extra[@]}" \
+        > "$OUT/$mode.out" 2>&1 || { cat "$OUT/$mode.out" >&2; echo "tf2-check: the run '$mode' failed" >&2; exit 1; }
+    grep -E '^(tf2-run|all sidecars)' "$OUT/$mode.out"
+done
+PY=${TLC_PYTHON:-python3}
+"$PY" - "$OUT" "${MAX_LOSS:-2}" "${MIN_RATIO:-10}" <<'PYEOF'
+import json, sys
+out, max_loss, min_ratio = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+none = json.load(open(f"{out}/none/summary.json"))
+tlcd = json.load(open(f"{out}/tlcd/summary.json"))
+t = tlcd["sidecar_totals"]
+delta = (tlcd["test_accuracy"] - none["test_accuracy"]) * 100
+problems = []
+if t["decode_failures"]:
+    problems.append(f"{t['decode_failures']} decode failures")
+if t.get("drift_resets"):
+    problems.append(f"{t['drift_resets']} pull drift resets")
+if delta < -max_loss:
+    problems.append(f"accuracy {-delta:.2f} points below the run without sidecars (at most {max_loss})")
+for d in ("push", "pull"):
+    if (t[d]["ratio"] or 0) < min_ratio:
+        problems.append(f"{d} only {t[d]['ratio']}x smaller (at least {min_ratio}x)")
+print(f"tf2-check: accuracy {none['test_accuracy']:.4f} without, {tlcd['test_accuracy']:.4f} through tlcd "
+      f"({delta:+.2f} points); push {t['push']['ratio']}x, pull {t['pull']['ratio']}x; "
+      f"refinements push {t['push'].get('refinements', 0)} pull {t['pull'].get('refinements', 0)}; "
+      f"decode failures {t['decode_failures']}, drift resets {t.get('drift_resets', 0)}")
+if problems:
+    sys.exit("tf2-check: FAILED: " + "; ".join(problems))
+PYEOF
