@@ -9,17 +9,18 @@
 #     from run to run without tlcd; a diverging job ends near 10%);
 #   - pulls or pushes are less than MIN_RATIO (default 10) times smaller.
 #
-#   deploy/tf/tf2-check.sh [--steps N] [--out DIR] [-- train_tf2.py flags]
+#   deploy/tf/tf2-check.sh [--steps N] [--out DIR] [--tlcd PATH] [-- train_tf2.py flags]
 #
 # Prints one line per run and a verdict; results in DIR/{none,tlcd}.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-steps=300 OUT="" extra=()
+steps=300 OUT="" extra=() tlcd=()
 while (($#)); do
     case $1 in
         --steps) steps=${2:?}; shift 2 ;;
         --out) OUT=${2:?}; shift 2 ;;
+        --tlcd) tlcd=(--tlcd "${2:?}"); shift 2 ;;
         --) shift; extra=("$@"); break ;;
         *) echo "tf2-check: unknown argument '$1'" >&2; exit 2 ;;
     esac
@@ -27,7 +28,7 @@ done
 OUT=${OUT:-$(mktemp -d /tmp/tlc-tf2-check.XXXXXX)}
 chmod 0755 "$OUT"
 for mode in none tlcd; do
-    "$here/run_tf2.sh" --mode "$mode" --steps "$steps" --out "$OUT/$mode" -- "${extra[@]}" \
+    "$here/run_tf2.sh" --mode "$mode" --steps "$steps" --out "$OUT/$mode" "${tlcd[@]}" -- "${extra[@]}" \
         > "$OUT/$mode.out" 2>&1 || { cat "$OUT/$mode.out" >&2; echo "tf2-check: the run '$mode' failed" >&2; exit 1; }
     grep -E '^(tf2-run|all sidecars)' "$OUT/$mode.out"
 done
