@@ -247,7 +247,7 @@ async fn synchronous_training_gets_a_looser_pull_bound() {
     let tensors: Tensors = Arc::new(move |_key: &str, step: i64| (vec![n as u64], model(step)));
     let server = start_tensor_server(tensors).await;
     let key = key(PS, WORKER0, 7, "dense/kernel/read");
-    let mut worst = Vec::new();
+    let (mut worst, mut passes) = (Vec::new(), Vec::new());
     for synchronous in [true, false] {
         let holder = Arc::new(Sidecar::default());
         let partition = PartitionBuilder::new(PS_TASK).dense_read(
@@ -270,19 +270,19 @@ async fn synchronous_training_gets_a_looser_pull_bound() {
             let got = recv(&path.client, &key, step).await;
             drift = drift.max(tlc_daemon::context::pull::drift(&model(step), &got.values));
         }
-        let refinements = Stats::get(&holder.stats.pull.refinements);
-        assert_eq!(refinements > 0, !synchronous, "synchronous: {synchronous}");
+        passes.push(Stats::get(&holder.stats.pull.refinements));
         worst.push(drift);
     }
-    // Asynchronous: within policy.refine.pull_max_drift (1%) after every
-    // update. Synchronous: this model stays under the synchronous bound
-    // (5%) with 3LC's single pass, which lags well beyond 1%.
-    assert!(worst[1] <= 0.01, "refined drift {}", worst[1]);
+    // Each within its bound after every update (policy.refine: 2% for a
+    // task whose gradients are all accumulated, 1% otherwise), and the
+    // looser bound costs fewer passes.
+    assert!(worst[0] <= 0.02, "synchronous drift {}", worst[0]);
+    assert!(worst[1] <= 0.01, "asynchronous drift {}", worst[1]);
     assert!(
-        worst[0] > 2.0 * worst[1],
-        "single pass {} vs refined {}",
-        worst[0],
-        worst[1]
+        passes[0] < passes[1],
+        "refinement passes: synchronous {} vs asynchronous {}",
+        passes[0],
+        passes[1]
     );
 }
 

@@ -237,7 +237,7 @@ print(f"tf2-run {'ok' if summary['ok'] else 'FAILED'} ({mode}): {r['model']} ste
       f"loss={r['test_loss']:.4f} wall={summary['wall_seconds']:.1f}s out={out}")
 if mode == "tlcd":
     keys = ["decode_failures", "fallbacks", "fallbacks_served", "restored"]
-    total = {"push": {"tensors": 0, "raw_bytes": 0, "wire_bytes": 0}, "pull": {"tensors": 0, "raw_bytes": 0, "wire_bytes": 0}}
+    total = {d: {"tensors": 0, "raw_bytes": 0, "wire_bytes": 0, "refinements": 0} for d in ("push", "pull")}
     total.update({k: 0 for k in keys + ["keyframes_holder", "keyframes_requester"]})
     sidecars = {}
     for name in names:
@@ -249,6 +249,8 @@ if mode == "tlcd":
             for d in ("push", "pull"):
                 m = re.search(d + r": tensors=(\d+) raw_bytes=(\d+) wire_bytes=(\d+)", line)
                 s[d] = {"tensors": int(m[1]), "raw_bytes": int(m[2]), "wire_bytes": int(m[3])}
+                m = re.search(d + r": [^;]*\brefinements=(\d+)", line)  # newer tlcd only
+                s[d]["refinements"] = int(m[1]) if m else 0
                 for f in total[d]:
                     total[d][f] += s[d][f]
             for k in keys:
@@ -258,10 +260,7 @@ if mode == "tlcd":
                 m = re.search(r"\b" + k + r"=(\d+)", line)
                 s[k] = int(m[1]) if m else 0
                 total[k] = total.get(k, 0) + s[k]
-            for d in ("push", "pull"):
-                m = re.search(d + r": [^;]*\brefinements=(\d+)", line)
-                s[d]["refinements"] = int(m[1]) if m else 0
-                total[d]["refinements"] = total[d].get("refinements", 0) + s[d]["refinements"]
+
         try:
             metrics = open(f"{out}/sidecars/metrics-{name}.txt").read()
         except OSError:

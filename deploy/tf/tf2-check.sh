@@ -26,6 +26,7 @@ while (($#)); do
     esac
 done
 OUT=${OUT:-$(mktemp -d /tmp/tlc-tf2-check.XXXXXX)}
+mkdir -p "$OUT"
 chmod 0755 "$OUT"
 for mode in none tlcd; do
     "$here/run_tf2.sh" --mode "$mode" --steps "$steps" --out "$OUT/$mode" "${tlcd[@]}" -- "${extra[@]}" \
