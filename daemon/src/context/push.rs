@@ -10,7 +10,7 @@ use thiserror::Error;
 use tlc_codec::{Codec, DecodeError, EncodeError, Encoder, Feedback, FrameHeader, Limits, Params};
 
 use super::envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind, HEADER_LEN, MAX_PUSH_FRAMES};
-use super::refine::{relative_l2, Refinement};
+use super::refine::{relative_l2, sum_of_squares, Refinement};
 use super::table::ContextMemory;
 
 /// Which push context a gradient goes through.
@@ -219,11 +219,7 @@ impl ContextMemory for PushContext {
 
 /// L2 norm, accumulated in f64 so that long tensors do not lose precision.
 pub(crate) fn l2(values: &[f32]) -> f64 {
-    values
-        .iter()
-        .map(|&v| f64::from(v) * f64::from(v))
-        .sum::<f64>()
-        .sqrt()
+    sum_of_squares(values.iter().copied()).sqrt()
 }
 
 /// The scale a frame's values are multiples of (3LC's and TernGrad's M,

@@ -44,12 +44,17 @@ impl Refinement {
     }
 }
 
+/// `Σ v²`, accumulated in f64 so that long tensors keep their precision.
+pub(crate) fn sum_of_squares(values: impl Iterator<Item = f32>) -> f64 {
+    values.map(|v| f64::from(v) * f64::from(v)).sum()
+}
+
 /// `‖error‖₂ / ‖reference‖₂`, accumulated in f64 so that long tensors keep
 /// their precision; 0 when both are zero, infinite for an error against a
 /// zero reference.
 pub fn relative_l2(error: impl Iterator<Item = f32>, reference: &[f32]) -> f64 {
-    let error: f64 = error.map(|e| f64::from(e) * f64::from(e)).sum();
-    let norm: f64 = reference.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+    let error = sum_of_squares(error);
+    let norm = sum_of_squares(reference.iter().copied());
     if norm == 0.0 {
         return if error == 0.0 { 0.0 } else { f64::INFINITY };
     }

@@ -21,7 +21,7 @@
 //! codec = "fp16"
 //!
 //! [policy.refine]           # bounded lag for 3LC's memory, see `refine`
-//! pull_max_drift = 0.02
+//! pull_max_drift = 0.01
 //!
 //! [[policy.overrides]]      # first match wins
 //! tensor = "*batch_norm*"   # glob over the tensor's node name

@@ -107,8 +107,7 @@ pub async fn recv_tensor(
         }
         Err(reason) => {
             debug!(tensor = %call.tensor, reason, "passing through");
-            sidecar.stats.passed(reason);
-            sidecar.stats.passed_bytes(reason, collected.len() as u64);
+            sidecar.stats.passed_read(reason, collected.len() as u64);
             let body = body::chunks(collected.chunks, collected.trailers);
             (Response::from_parts(parts, body), Outcome::Passed)
         }

@@ -41,6 +41,15 @@ pub struct DirectionStats {
     pub refinements: AtomicU64,
 }
 
+/// Pass-throughs of one reason.
+#[derive(Debug, Clone, Copy, Default)]
+struct Passed {
+    /// Responses passed.
+    responses: u64,
+    /// Body bytes of those the sidecar read; `None` while none was.
+    bytes: Option<u64>,
+}
+
 /// Everything counted, by the sidecar that holds the tensors (encoding) or
 /// the one that asked for them (decoding).
 #[derive(Debug, Default)]
@@ -61,10 +70,7 @@ pub struct Stats {
     /// from the model.
     pub drift_resets: AtomicU64,
     /// Responses passed through unchanged, by reason.
-    passed: Mutex<BTreeMap<&'static str, u64>>,
-    /// Their body bytes, by reason, where the sidecar read the response
-    /// (a response streamed through unread is counted, not measured).
-    passed_bytes: Mutex<BTreeMap<&'static str, u64>>,
+    passed: Mutex<BTreeMap<&'static str, Passed>>,
     /// The labelled series only the metrics endpoint shows.
     families: Families,
 }
@@ -153,25 +159,36 @@ impl Stats {
         &self.families
     }
 
-    /// Counts one response passed through for `reason`.
+    /// Counts one response passed through for `reason`, streamed on
+    /// unread (its size is not known).
     pub fn passed(&self, reason: &'static str) {
+        self.count_passed(reason, None);
+    }
+
+    /// Counts one response of `bytes` body bytes that the sidecar read and
+    /// then passed through for `reason`.
+    pub fn passed_read(&self, reason: &'static str, bytes: u64) {
+        self.count_passed(reason, Some(bytes));
+    }
+
+    fn count_passed(&self, reason: &'static str, bytes: Option<u64>) {
         let mut passed = self.passed.lock().unwrap_or_else(|e| e.into_inner());
-        *passed.entry(reason).or_default() += 1;
+        let entry = passed.entry(reason).or_default();
+        entry.responses += 1;
+        if let Some(bytes) = bytes {
+            *entry.bytes.get_or_insert(0) += bytes;
+        }
     }
 
-    /// Counts one response of `bytes` body bytes passed through for
-    /// `reason` (after [`Stats::passed`] was counted for it).
-    pub fn passed_bytes(&self, reason: &'static str, bytes: u64) {
-        let mut passed = self.passed_bytes.lock().unwrap_or_else(|e| e.into_inner());
-        *passed.entry(reason).or_default() += bytes;
-    }
-
-    /// Body bytes of the pass-throughs measured so far, by reason.
+    /// Body bytes of the pass-throughs measured so far, by reason (only
+    /// reasons whose responses were read).
     pub fn passed_bytes_by_reason(&self) -> BTreeMap<&'static str, u64> {
-        self.passed_bytes
+        self.passed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .iter()
+            .filter_map(|(reason, p)| Some((*reason, p.bytes?)))
+            .collect()
     }
 
     /// Pass-throughs so far, by reason.
@@ -179,7 +196,9 @@ impl Stats {
         self.passed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .iter()
+            .map(|(reason, p)| (*reason, p.responses))
+            .collect()
     }
 
     /// One line with every counter, for the log at shutdown.
@@ -244,9 +263,8 @@ mod tests {
         stats.fallback_served();
         stats.fallback_served();
         stats.passed("small");
-        stats.passed("small");
+        stats.passed_read("small", 300);
         stats.passed("policy_skip");
-        stats.passed_bytes("small", 300);
         assert_eq!(
             stats.summary(),
             "push: tensors=1 raw_bytes=4000 wire_bytes=100 ratio=40.0 refinements=0; \
