@@ -13,6 +13,9 @@ pub(crate) struct Scratch<'a> {
     pub stream_key: u64,
     /// Reusable buffer for the top-k sample.
     pub sample: &'a mut Vec<f32>,
+    /// A refinement pass's goal: the squared error it may leave (3LC
+    /// picks its scale toward it; other codecs ignore it).
+    pub allowed_squared_error: Option<f64>,
 }
 
 /// Encodes `x` through `e` and appends the payload to `out`.
@@ -34,7 +37,13 @@ pub(crate) fn encode(
         Codec::TopK { percent } => topk::encode(acc, percent, scratch.sample, out),
         Codec::ThreeLc { sparsity } => {
             let (x, e) = acc.into_parts();
-            tlc3::encode(x, e, sparsity, out)
+            let scale = match scratch.allowed_squared_error {
+                Some(allowed_squared_error) => tlc3::Scale::Toward {
+                    allowed_squared_error,
+                },
+                None => tlc3::Scale::Sparsity(sparsity),
+            };
+            tlc3::encode(x, e, scale, out)
         }
     }
 }

@@ -105,6 +105,30 @@ impl Encoder {
         values: &[f32],
         out: &mut Vec<u8>,
     ) -> Result<FrameHeader, EncodeError> {
+        self.encode_with(values, None, out)
+    }
+
+    /// Encodes one tensor as a refinement pass over what earlier frames
+    /// left: like [`encode`](Self::encode), but 3LC chooses its scale to
+    /// leave at most `allowed_squared_error` (`Σ (acc − decoded)²`) with the
+    /// fewest nonzero trits instead of `max|acc| * s`
+    /// ([`tlc3::toward`](crate::tlc3::toward)). Other codecs encode as
+    /// usual.
+    pub fn encode_toward(
+        &mut self,
+        values: &[f32],
+        allowed_squared_error: f64,
+        out: &mut Vec<u8>,
+    ) -> Result<FrameHeader, EncodeError> {
+        self.encode_with(values, Some(allowed_squared_error), out)
+    }
+
+    fn encode_with(
+        &mut self,
+        values: &[f32],
+        allowed_squared_error: Option<f64>,
+        out: &mut Vec<u8>,
+    ) -> Result<FrameHeader, EncodeError> {
         let feedback = self.feedback == Feedback::On;
         // A new shape starts from a fresh buffer, swapped in only once the
         // tensor has encoded, so a failed tensor leaves the old one alone.
@@ -125,6 +149,7 @@ impl Encoder {
         let scratch = Scratch {
             stream_key: terngrad::stream_key(seed, self.frames),
             sample: &mut self.sample,
+            allowed_squared_error,
         };
         let e = feedback.then_some(residual.as_mut_slice());
         let result = dispatch::encode(&self.codec, values, e, scratch, out)

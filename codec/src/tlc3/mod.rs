@@ -4,6 +4,7 @@
 
 pub mod quantize;
 pub mod quartic;
+pub mod toward;
 pub mod zero_run;
 
 use crate::codec::Sparsity;
@@ -13,19 +14,43 @@ use crate::frame::Params;
 
 use quartic::Unpacker;
 
+/// How a pass picks its scale `M`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scale {
+    /// `M = max|acc| * s`: 3LC as the paper and DESIGN define it.
+    Sparsity(Sparsity),
+    /// A refinement pass over what earlier passes left: the `M` that leaves
+    /// at most this much squared L2 error with the fewest nonzero trits,
+    /// or removes the most when no `M` reaches it ([`toward`]). Elements
+    /// above `M` clamp to one trit and keep the rest in the error.
+    Toward {
+        /// `Σ (acc − M q)²` the pass may leave.
+        allowed_squared_error: f64,
+    },
+}
+
 /// Encodes `x` (through the error buffer `e`, if given) and appends the
 /// zero-run-encoded payload to `out`. On error neither `e` nor `out` is changed.
 pub fn encode(
     x: &[f32],
     mut e: Option<&mut [f32]>,
-    sparsity: Sparsity,
+    scale: Scale,
     out: &mut Vec<u8>,
 ) -> Result<Params, EncodeError> {
     let quantize::MaxAbs { max, finite } = quantize::max_abs(x, e.as_deref());
     if !finite {
         return Err(EncodeError::NonFinite);
     }
-    let scale = max * sparsity.get();
+    let (scale, sparsity) = match scale {
+        Scale::Sparsity(sparsity) => (max * sparsity.get(), sparsity),
+        Scale::Toward {
+            allowed_squared_error,
+        } => (
+            toward::scale_toward(x, e.as_deref(), max, allowed_squared_error),
+            // Informational only; a refinement has no multiplier.
+            Sparsity::ONE,
+        ),
+    };
     if !scale.is_finite() {
         // max|acc| * s overflowed f32: the scale cannot be sent.
         let (index, value) = Accumulator::new(x, e.as_deref_mut()).find_magnitude(max);
@@ -155,7 +180,13 @@ mod tests {
                 let x = gradient_like(n, step * 31 + n as u64);
                 let (m_ref, bytes_ref) = reference(&x, &mut e_ref, s);
                 let mut out = Vec::new();
-                let params = encode(&x, Some(&mut e), Sparsity::new(s).unwrap(), &mut out).unwrap();
+                let params = encode(
+                    &x,
+                    Some(&mut e),
+                    Scale::Sparsity(Sparsity::new(s).unwrap()),
+                    &mut out,
+                )
+                .unwrap();
                 assert_eq!(
                     params,
                     Params::ThreeLc {
@@ -176,7 +207,7 @@ mod tests {
     fn all_zero_tensor_is_runs_only() {
         let x = vec![0f32; 700];
         let mut out = Vec::new();
-        let p = encode(&x, None, Sparsity::ONE, &mut out).unwrap();
+        let p = encode(&x, None, Scale::Sparsity(Sparsity::ONE), &mut out).unwrap();
         assert_eq!(
             p,
             Params::ThreeLc {
@@ -196,7 +227,7 @@ mod tests {
         let x = [1.0, 0.5, -0.5, 0.500_000_06, -1.0];
         let mut e = [0f32; 5];
         let mut out = Vec::new();
-        encode(&x, Some(&mut e), Sparsity::ONE, &mut out).unwrap();
+        encode(&x, Some(&mut e), Scale::Sparsity(Sparsity::ONE), &mut out).unwrap();
         let mut back = [0f32; 5];
         decode(1.0, &out, &mut back).unwrap();
         assert_eq!(back, [1.0, 0.0, 0.0, 1.0, -1.0]);
@@ -209,14 +240,19 @@ mod tests {
         let mut e = [0.25f32; 3];
         let mut out = vec![7u8];
         assert_eq!(
-            encode(&x, Some(&mut e), Sparsity::ONE, &mut out),
+            encode(&x, Some(&mut e), Scale::Sparsity(Sparsity::ONE), &mut out),
             Err(EncodeError::NonFinite)
         );
         assert_eq!(e, [0.25; 3]);
         assert_eq!(out, vec![7]);
         let huge = [f32::MAX, 1.0];
         assert!(matches!(
-            encode(&huge, None, Sparsity::new(1.5).unwrap(), &mut out),
+            encode(
+                &huge,
+                None,
+                Scale::Sparsity(Sparsity::new(1.5).unwrap()),
+                &mut out
+            ),
             Err(EncodeError::OutOfRange { .. })
         ));
     }

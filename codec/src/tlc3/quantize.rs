@@ -33,8 +33,11 @@ pub fn max_abs(x: &[f32], e: Option<&[f32]>) -> MaxAbs {
     portable::max_abs(x, e)
 }
 
-/// Pass two: quantizes with scale `m` (finite, `m >= max|acc|`), writes
-/// residuals into `e` if present, and fills `out` with `ceil(n/5)` quartic bytes.
+/// Pass two: quantizes with scale `m` (finite), writes residuals into `e`
+/// if present, and fills `out` with `ceil(n/5)` quartic bytes. With
+/// `m >= max|acc|` (3LC's own scale) every trit is `round(acc / m)`; a
+/// smaller `m` (a refinement pass) clamps the trits of larger elements to
+/// ±1 and leaves the rest of them in `e`.
 pub fn quantize_pack(x: &[f32], e: Option<&mut [f32]>, m: f32, out: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
@@ -83,7 +86,8 @@ mod kernel {
     fn trit<const FEEDBACK: bool>(x: f32, e: &mut f32, m: f32) -> i32 {
         let acc = if FEEDBACK { x + *e } else { x };
         let v = acc / m;
-        // round_ties_even(v) for |v| <= 1: exactly 0.5 goes to the even 0.
+        // round_ties_even(v) for |v| <= 1: exactly 0.5 goes to the even 0;
+        // beyond 1 the trit clamps to ±1.
         let q = (v > 0.5) as i32 - (v < -0.5) as i32;
         if FEEDBACK {
             *e = acc - m * q as f32;

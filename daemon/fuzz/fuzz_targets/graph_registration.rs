@@ -29,6 +29,10 @@ fuzz_target!(|data: &[u8]| {
     let _ = index.learn_register_graph(stream);
     let _ = index.learn_enqueue(stream);
     assert!(index.len() <= MAX_ENTRIES);
-    let _ = index.lookup("/job:ps/replica:0/task:0", "/job:worker/replica:0/task:0", "edge_1_x");
+    let _ = index.lookup(
+        "/job:ps/replica:0/task:0",
+        "/job:worker/replica:0/task:0",
+        "edge_1_x",
+    );
     let _ = index.class_counts();
 });

@@ -10,7 +10,7 @@ use thiserror::Error;
 use tlc_codec::{Codec, DecodeError, EncodeError, Encoder, Feedback, FrameHeader, Limits, Params};
 
 use super::envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind, HEADER_LEN, MAX_PUSH_FRAMES};
-use super::refine::{relative_l2, sum_of_squares, Refinement};
+use super::refine::{relative_to, sum_of_squares, Refinement};
 use super::table::ContextMemory;
 
 /// Which push context a gradient goes through.
@@ -145,11 +145,17 @@ impl PushContext {
             return 1;
         }
         let mut frames = 1;
-        while refine.another_pass(frames, self.relative_error(gradient)) {
+        let gradient_squares = sum_of_squares(gradient.iter().copied());
+        let allowed = refine.allowed_squared_error(gradient_squares);
+        while refine.another_pass(frames, self.relative_error(gradient_squares)) {
             self.zeros.resize(gradient.len(), 0.0);
             // The error buffer plus a zero gradient: a frame of the error
             // alone, which the buffer then loses.
-            if self.encoder.encode(&self.zeros, out).is_err() {
+            if self
+                .encoder
+                .encode_toward(&self.zeros, allowed, out)
+                .is_err()
+            {
                 break;
             }
             frames += 1;
@@ -164,9 +170,13 @@ impl PushContext {
         frames
     }
 
-    /// `‖e‖₂ / ‖g‖₂`: the error buffer against the gradient just encoded.
-    fn relative_error(&self, gradient: &[f32]) -> f64 {
-        relative_l2(self.encoder.residual().iter().copied(), gradient)
+    /// `‖e‖₂ / ‖g‖₂`: the error buffer against the gradient just encoded,
+    /// given `‖g‖₂²`.
+    fn relative_error(&self, gradient_squares: f64) -> f64 {
+        relative_to(
+            sum_of_squares(self.encoder.residual().iter().copied()),
+            gradient_squares,
+        )
     }
 
     /// The codec the last gradient was encoded with (or the initial one).

@@ -1,0 +1,237 @@
+//! The scale of a refinement pass: the `M` that brings the error under a
+//! goal with the fewest nonzero trits.
+//!
+//! 3LC's own scale, `M = max|acc| * s`, moves only the elements above
+//! `M / 2`. That is right for a first pass, where it is what the paper
+//! measured, but a pass sent only to shrink what is left (a refinement, see
+//! the daemon's `context::refine`) wants the `M` that removes the most
+//! error per byte. Setting an element with `|a| > M / 2` to `a - M*sign(a)`
+//! removes `M (2|a| - M)` of squared error (elements above `M` are clamped
+//! to one trit and keep `|a| - M`); elements at or below `M / 2` stay. So
+//! for each candidate `M` the removed error and the nonzero count are sums
+//! over the elements above `M / 2`, which one histogram pass gives for all
+//! candidates at once.
+//!
+//! The frame is an ordinary 3LC frame: `M` travels in it and decoding uses
+//! `M` alone, so a receiver needs nothing new.
+
+/// Candidate thresholds per octave of `|a|` (two mantissa bits).
+const PER_OCTAVE: usize = 4;
+/// Octaves below `max|acc|` searched; smaller `M` would touch nearly every
+/// element for little error.
+const OCTAVES: usize = 10;
+const BINS: usize = PER_OCTAVE * OCTAVES;
+
+/// Picks `M` for a pass over `acc = x + e` whose largest magnitude is
+/// `max`, so that the squared error left, `Σ acc² − removed(M)`, is at most
+/// `allowed`: among the candidates that reach it, the one with the fewest
+/// nonzero trits; when none does, the one that removes the most. Returns
+/// `max` itself when `max` is 0 or not finite (the caller's encoder then
+/// refuses or sends zeros as usual).
+pub fn scale_toward(x: &[f32], e: Option<&[f32]>, max: f32, allowed: f64) -> f32 {
+    if !(max.is_finite() && max > 0.0) {
+        return max;
+    }
+    let histogram = Histogram::of(x, e, max);
+    let total: f64 = histogram.total_squares;
+    let need = total - allowed;
+    let mut best_reaching: Option<(usize, f32)> = None;
+    let mut best_removing = (f64::NEG_INFINITY, max);
+    let (mut count, mut sum) = (0usize, 0f64);
+    for bin in 0..BINS {
+        // Elements in bins 0..=bin are those above this bin's lower
+        // threshold `t`, which the candidate `M = 2t` moves.
+        count += histogram.count[bin];
+        sum += histogram.sum[bin];
+        let m = 2.0 * histogram.threshold(bin);
+        let m64 = f64::from(m);
+        let removed = 2.0 * m64 * sum - m64 * m64 * count as f64;
+        if removed >= need && best_reaching.is_none_or(|(fewest, _)| count < fewest) {
+            best_reaching = Some((count, m));
+        }
+        if removed > best_removing.0 {
+            best_removing = (removed, m);
+        }
+    }
+    best_reaching.map_or(best_removing.1, |(_, m)| m)
+}
+
+/// Counts and magnitude sums of `|acc|` by bin: bin `k` holds the elements
+/// with `threshold(k) <= |a| < threshold(k − 1)`, bin 0 those from
+/// `threshold(0) = max / 2` up (the threshold of 3LC's own `M = max`).
+struct Histogram {
+    count: [usize; BINS],
+    sum: [f64; BINS],
+    total_squares: f64,
+    max: f32,
+}
+
+impl Histogram {
+    fn of(x: &[f32], e: Option<&[f32]>, max: f32) -> Histogram {
+        let mut h = Histogram {
+            count: [0; BINS],
+            sum: [0.0; BINS],
+            total_squares: 0.0,
+            max,
+        };
+        let mut add = |a: f32| {
+            let a = a.abs();
+            h.total_squares += f64::from(a) * f64::from(a);
+            if let Some(bin) = h.bin(a) {
+                h.count[bin] += 1;
+                h.sum[bin] += f64::from(a);
+            }
+        };
+        match e {
+            Some(e) => x.iter().zip(e).for_each(|(x, e)| add(x + e)),
+            None => x.iter().for_each(|&x| add(x)),
+        }
+        h
+    }
+
+    /// The lower edge of bin `k`: `max / 2` times the `k`-th float below
+    /// 1.0 that has only two mantissa bits (1.75, 1.5, 1.25, 1.0 times a
+    /// power of two: four candidates per octave).
+    fn threshold(&self, k: usize) -> f32 {
+        self.max * 0.5 * f32::from_bits((ONE_KEY - k as u32) << KEY_SHIFT)
+    }
+
+    /// The bin of `a`, or `None` below the last threshold. Read from the
+    /// bits of `a / (max / 2)`: its exponent and two top mantissa bits.
+    fn bin(&self, a: f32) -> Option<usize> {
+        let ratio = a / (self.max * 0.5);
+        if ratio >= 1.0 {
+            return Some(0);
+        }
+        let below = ONE_KEY.checked_sub(ratio.to_bits() >> KEY_SHIFT)? as usize;
+        (below < BINS).then_some(below)
+    }
+}
+
+/// Bits below the two top mantissa bits of an f32.
+const KEY_SHIFT: u32 = 21;
+/// `1.0f32`'s exponent and two top mantissa bits.
+const ONE_KEY: u32 = 0x3f80_0000 >> KEY_SHIFT;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tlc3::quantize::quantize_pack;
+
+    fn laplace(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                let u = (s >> 11) as f64 / (1u64 << 53) as f64 - 0.5;
+                (-u.signum() * (1.0 - 2.0 * u.abs()).max(1e-12).ln()) as f32
+            })
+            .collect()
+    }
+
+    fn squares(v: &[f32]) -> f64 {
+        v.iter().map(|&a| f64::from(a) * f64::from(a)).sum()
+    }
+
+    fn max_abs(v: &[f32]) -> f32 {
+        v.iter().fold(0f32, |m, a| m.max(a.abs()))
+    }
+
+    /// One pass at `m`: the squared error left and the nonzero trits.
+    fn pass(acc: &[f32], m: f32) -> (f64, usize) {
+        let mut e = acc.to_vec();
+        let zeros = vec![0f32; acc.len()];
+        let mut out = vec![0u8; acc.len().div_ceil(5)];
+        quantize_pack(&zeros, Some(&mut e), m, &mut out);
+        let moved = e.iter().zip(acc).filter(|(e, a)| e != a).count();
+        (squares(&e), moved)
+    }
+
+    #[test]
+    fn the_histogram_predicts_what_the_pass_removes() {
+        let acc = laplace(20_000, 3);
+        let max = max_abs(&acc);
+        let h = Histogram::of(&acc, None, max);
+        let (mut count, mut sum) = (0, 0.0);
+        for k in 0..BINS {
+            count += h.count[k];
+            sum += h.sum[k];
+            let m = 2.0 * h.threshold(k);
+            let (left, moved) = pass(&acc, m);
+            let predicted =
+                h.total_squares - (2.0 * f64::from(m) * sum - f64::from(m).powi(2) * count as f64);
+            assert_eq!(moved, count, "bin {k}");
+            assert!(
+                (left - predicted).abs() <= 1e-6 * h.total_squares,
+                "bin {k}: {left} vs {predicted}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_reachable_goal_is_reached_with_fewer_trits_than_the_best_removal() {
+        let acc = laplace(20_000, 5);
+        let max = max_abs(&acc);
+        let total = squares(&acc);
+        // Half the error may stay: reachable in one pass.
+        let m = scale_toward(&acc, None, max, total * 0.5);
+        let (left, moved) = pass(&acc, m);
+        assert!(
+            left <= total * 0.5 * (1.0 + 1e-6),
+            "{left} > {}",
+            total * 0.5
+        );
+        // The pass that removes the most moves more elements.
+        let greedy = scale_toward(&acc, None, max, 0.0);
+        let (greedy_left, greedy_moved) = pass(&acc, greedy);
+        assert!(greedy_left < left);
+        assert!(moved < greedy_moved, "{moved} vs {greedy_moved}");
+    }
+
+    #[test]
+    fn an_unreachable_goal_removes_more_than_3lcs_own_scale() {
+        let acc = laplace(20_000, 7);
+        let max = max_abs(&acc);
+        let m = scale_toward(&acc, None, max, 0.0);
+        assert!(m < max);
+        assert!(pass(&acc, m).0 < pass(&acc, max).0);
+    }
+
+    #[test]
+    fn the_error_buffer_is_part_of_what_is_refined() {
+        let x = laplace(5_000, 11);
+        let e = laplace(5_000, 13);
+        let acc: Vec<f32> = x.iter().zip(&e).map(|(x, e)| x + e).collect();
+        let max = max_abs(&acc);
+        let allowed = squares(&acc) * 0.3;
+        assert_eq!(
+            scale_toward(&x, Some(&e), max, allowed),
+            scale_toward(&acc, None, max, allowed)
+        );
+    }
+
+    #[test]
+    fn degenerate_tensors_keep_their_max() {
+        assert_eq!(scale_toward(&[0.0; 4], None, 0.0, 0.0), 0.0);
+        assert!(scale_toward(&[1.0], None, f32::NAN, 0.0).is_nan());
+        // A single element: M = |a| removes it all.
+        assert_eq!(scale_toward(&[-2.0], None, 2.0, 0.0), 2.0);
+    }
+
+    #[test]
+    fn every_bin_is_bounded_by_its_thresholds() {
+        let h = Histogram::of(&[], None, 3.0);
+        for i in 1..10_000 {
+            let a = 3.0 * i as f32 / 10_000.0;
+            match h.bin(a) {
+                Some(k) => {
+                    assert!(a >= h.threshold(k), "{a} in bin {k}");
+                    assert!(k == 0 || a < h.threshold(k - 1), "{a} in bin {k}");
+                }
+                None => assert!(a < h.threshold(BINS - 1), "{a} dropped"),
+            }
+        }
+    }
+}
