@@ -78,6 +78,24 @@ fn bench(c: &mut Criterion) {
                     .expect("encodes");
             })
         });
+        if let Codec::ThreeLc { .. } = codec {
+            // A refinement pass (`encode_toward`): a histogram pass picks
+            // the scale, then the usual two. Half the squared error may stay.
+            let allowed: f64 = tensors[0]
+                .iter()
+                .map(|&v| f64::from(v).powi(2))
+                .sum::<f64>()
+                * 0.5;
+            group.bench_function(BenchmarkId::new("encode_toward", "4M"), |b| {
+                b.iter(|| {
+                    frame.clear();
+                    step = (step + 1) % tensors.len();
+                    encoder
+                        .encode_toward(black_box(&tensors[step]), allowed, &mut frame)
+                        .expect("encodes");
+                })
+            });
+        }
         // Decode a frame from a fixed point of the stream (the 8th tensor
         // through a fresh context), not whatever the encode loop left.
         let mut fresh = Encoder::new(codec, Feedback::default_for(&codec));

@@ -6,26 +6,39 @@
 //! measured, but a pass sent only to shrink what is left (a refinement, see
 //! the daemon's `context::refine`) wants the `M` that removes the most
 //! error per byte. Setting an element with `|a| > M / 2` to `a - M*sign(a)`
-//! removes `M (2|a| - M)` of squared error (elements above `M` are clamped
-//! to one trit and keep `|a| - M`); elements at or below `M / 2` stay. So
-//! for each candidate `M` the removed error and the nonzero count are sums
-//! over the elements above `M / 2`, which one histogram pass gives for all
-//! candidates at once.
+//! removes `M (2|a| - M)` of squared error; elements at or below `M / 2`
+//! stay. So for each candidate `M` the removed error and the nonzero count
+//! are sums over the elements above `M / 2`, which one histogram pass
+//! gives for all candidates at once.
+//!
+//! Which candidates: a pass that reaches the goal must use an `M` from
+//! `max|acc|` down to `max|acc| / 2`. Then no element keeps more than
+//! `max / 2` when refinement stops, as after a pass at 3LC's own scale, so
+//! the values that move most are never the ones left behind (a smaller `M`
+//! clamps the largest elements to one trit and leaves them most of their
+//! error). A pass that cannot reach the goal may go lower, down ten
+//! octaves, to remove the most: the largest elements it clamps are then
+//! the largest of what is left, which the next pass takes first. Measured
+//! on real jobs (README, "Refinement").
 //!
 //! The frame is an ordinary 3LC frame: `M` travels in it and decoding uses
 //! `M` alone, so a receiver needs nothing new.
 
 /// Candidate thresholds per octave of `|a|` (two mantissa bits).
 const PER_OCTAVE: usize = 4;
-/// Octaves below `max|acc|` searched; smaller `M` would touch nearly every
-/// element for little error.
+/// Candidates a pass that reaches its goal may use: `M = max * {1, 7/8,
+/// 3/4, 5/8, 1/2}`.
+const REACHING: usize = PER_OCTAVE + 1;
+/// Octaves below `max|acc|` a pass that cannot reach its goal searches;
+/// smaller `M` would touch nearly every element for little error.
 const OCTAVES: usize = 10;
 const BINS: usize = PER_OCTAVE * OCTAVES;
 
 /// Picks `M` for a pass over `acc = x + e` whose largest magnitude is
 /// `max`, so that the squared error left, `Σ acc² − removed(M)`, is at most
-/// `allowed`: among the candidates that reach it, the one with the fewest
-/// nonzero trits; when none does, the one that removes the most. Returns
+/// `allowed`: among the candidates from `max` to `max / 2` that reach it,
+/// the one with the fewest nonzero trits; when none does, the candidate
+/// down to `max / 1024` that removes the most. Returns
 /// `max` itself when `max` is 0 or not finite (the caller's encoder then
 /// refuses or sends zeros as usual).
 pub fn scale_toward(x: &[f32], e: Option<&[f32]>, max: f32, allowed: f64) -> f32 {
@@ -46,7 +59,10 @@ pub fn scale_toward(x: &[f32], e: Option<&[f32]>, max: f32, allowed: f64) -> f32
         let m = 2.0 * histogram.threshold(bin);
         let m64 = f64::from(m);
         let removed = 2.0 * m64 * sum - m64 * m64 * count as f64;
-        if removed >= need && best_reaching.is_none_or(|(fewest, _)| count < fewest) {
+        if bin < REACHING
+            && removed >= need
+            && best_reaching.is_none_or(|(fewest, _)| count < fewest)
+        {
             best_reaching = Some((count, m));
         }
         if removed > best_removing.0 {
@@ -175,14 +191,12 @@ mod tests {
         let acc = laplace(20_000, 5);
         let max = max_abs(&acc);
         let total = squares(&acc);
-        // Half the error may stay: reachable in one pass.
-        let m = scale_toward(&acc, None, max, total * 0.5);
+        // 98% of the error may stay: reachable in one pass (a Laplace
+        // tensor has few elements above max / 4).
+        let allowed = total * 0.98;
+        let m = scale_toward(&acc, None, max, allowed);
         let (left, moved) = pass(&acc, m);
-        assert!(
-            left <= total * 0.5 * (1.0 + 1e-6),
-            "{left} > {}",
-            total * 0.5
-        );
+        assert!(left <= allowed * (1.0 + 1e-6), "{left} > {allowed}");
         // The pass that removes the most moves more elements.
         let greedy = scale_toward(&acc, None, max, 0.0);
         let (greedy_left, greedy_moved) = pass(&acc, greedy);
@@ -197,6 +211,25 @@ mod tests {
         let m = scale_toward(&acc, None, max, 0.0);
         assert!(m < max);
         assert!(pass(&acc, m).0 < pass(&acc, max).0);
+    }
+
+    #[test]
+    fn a_pass_that_reaches_the_goal_leaves_no_element_more_than_half_the_largest() {
+        // One outlier and a bulk just under a quarter of it. Removing the
+        // most error would take M near the bulk and clamp the outlier; a
+        // goal that sending the outlier alone reaches must not do that.
+        let mut acc = vec![0.24f32; 1000];
+        acc[0] = 1.0;
+        let total = squares(&acc);
+        let m = scale_toward(&acc, None, 1.0, total - 0.9);
+        assert!(m >= 0.5, "{m}");
+        let mut e = acc.clone();
+        let mut out = vec![0u8; 200];
+        quantize_pack(&[0.0; 1000], Some(&mut e), m, &mut out);
+        assert!(max_abs(&e) <= 0.5, "{}", max_abs(&e));
+        // A goal out of one pass's reach: the most removed, however low.
+        let greedy = scale_toward(&acc, None, 1.0, 0.0);
+        assert!(greedy < 0.5, "{greedy}");
     }
 
     #[test]
