@@ -22,5 +22,5 @@ pub use pull::{
     ReplicaState, ReplicaStore, ServeError, SourceKey,
 };
 pub use push::{decode_push, encode_stateless, PushContext, PushError, PushKey};
-pub use refine::Refinement;
+pub use refine::{PassScale, Refinement};
 pub use table::{ContextMemory, ContextTable, TableLimits};

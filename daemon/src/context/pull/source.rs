@@ -12,7 +12,7 @@ use tlc_codec::{Codec, DecodeError, EncodeError, Encoder, Feedback, Limits};
 
 use super::{add_delta, replica_hash, ReplicaState, DEFAULT_CACHE_LEN};
 use crate::context::envelope::{write_envelope, EnvelopeError, EnvelopeHeader, HEADER_LEN};
-use crate::context::refine::{relative_l2, sum_of_squares, Refinement};
+use crate::context::refine::{relative_l2, sum_of_squares, PassScale, Refinement};
 use crate::context::table::ContextMemory;
 
 /// Why a keyframe was sent rather than deltas.
@@ -230,9 +230,9 @@ impl PullSource {
         let mut result = self.encode_delta(value, codec, cache_len, None);
         let mut passes = 1;
         let mut drifted = drift(value, &self.replica);
-        // Refinements pick their scale toward the drift target (in squared
-        // L2 of V - R), not 3LC's `M = max`.
-        let allowed = (passes < refine.max_passes)
+        // Refinements toward the target aim at the squared L2 of V - R it
+        // allows.
+        let allowed = (passes < refine.max_passes && refine.scale == PassScale::Toward)
             .then(|| refine.allowed_squared_error(sum_of_squares(value.iter().copied())));
         while result.is_ok() && refine.another_pass(passes, drifted) {
             result = self.encode_delta(value, codec, cache_len, allowed);
