@@ -18,12 +18,12 @@
 //! after `max_passes`. Every pass is a 3LC frame; passes after the first
 //! use 3LC's own scale or pick `M` toward the target ([`PassScale`]).
 //! Toward the target, passes stop close to it instead of below it, which
-//! is where most of the bytes it saves come from: the bound then means
-//! more. Measured (README, "Refinement"): for synchronous pulls at 1% it
-//! cost nothing (ResNet-20 with lossless pushes +0.02 points) and saved
-//! 8–10% of the job's bytes; for asynchronous pulls at 1% the TF1 MLP lost
-//! 7.5 points on a seed where 3LC-scale passes lost 1.4. The policy uses
-//! it for synchronous pulls only.
+//! is where most of the bytes it saves come from. Pulls use it (TF2
+//! ParameterServerStrategy pulls 17–19x -> 21–23x, ResNet-20's job 28.5x
+//! -> 30–32x; with lossless pushes the ResNet lost nothing from its pulls
+//! at 1%). Pushes keep 3LC's scale: their bound was measured with passes
+//! that end below it, and toward it TF2's MLP lost 6.9 points on one seed
+//! (a single run; asynchronous runs vary by several points).
 
 /// How a refinement pass (the second and later) picks its 3LC scale `M`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]

@@ -6,7 +6,7 @@
 //! [policy.refine]                # training asynchronous, or not known
 //! pull_max_drift = 0.01          # replica within 1% (L2) of the model after an update
 //! pull_max_passes = 8            # 3LC passes (versions) per update at most; 1 = off
-//! pull_pass_scale = "max"        # later passes: "max" (3LC's M = max|acc| s) or "toward" the target
+//! pull_pass_scale = "toward"     # later passes: "toward" the target or "max" (3LC's M = max|acc| s)
 //! push_max_error = 0.5           # error buffer at most 0.5x the gradient (L2) after a push
 //! push_max_passes = 8            # frames per gradient at most (1..=8); 1 = off
 //!
@@ -18,9 +18,7 @@
 //!
 //! Pushes always refine at 3LC's own scale: their bound was measured with
 //! passes that end below it. Pulls toward the target stop close to the
-//! bound instead: harmless for synchronous jobs, 8–10% fewer bytes; for
-//! asynchronous ones the TF1 MLP lost 7.5 points (see
-//! [`crate::context::refine`]).
+//! bound instead, with fewer bytes (see [`crate::context::refine`]).
 //!
 //! Synchronous training (`SyncReplicasOptimizer`: gradients accumulated,
 //! applied once per step) tolerates 3LC's lag on gradients, as the 3LC
@@ -91,7 +89,7 @@ impl Default for RefineSettings {
         RefineSettings {
             pull_max_drift: 0.01,
             pull_max_passes: 8,
-            pull_pass_scale: PassScale::Max,
+            pull_pass_scale: PassScale::Toward,
             push_max_error: 0.5,
             push_max_passes: 8,
             synchronous: SynchronousTargets::default(),
@@ -232,7 +230,7 @@ mod tests {
             max_passes: 8,
             scale,
         };
-        assert_eq!(r.pull(false), pull(0.01, PassScale::Max));
+        assert_eq!(r.pull(false), pull(0.01, PassScale::Toward));
         assert_eq!(r.pull(true), pull(0.01, PassScale::Toward));
         assert_eq!(
             r.push(false),
