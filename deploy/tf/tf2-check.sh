@@ -4,10 +4,12 @@
 # sidecars and through tlcd (run_tf2.sh), same seed and steps. Fails when,
 # through tlcd:
 #   - a sidecar reports a decode failure or a pull drift reset;
-#   - test accuracy is more than MAX_LOSS points (default 4) below the run
-#     without sidecars (TF2's asynchronous runs differ by about a point from
-#     run to run without tlcd, and one of three seeds through tlcd lost 2.5;
-#     a diverging job ends near 10%, which is what this catches);
+#   - test accuracy is more than MAX_LOSS points (default 10) below the run
+#     without sidecars. A diverging job ends near 10% (80+ points lost),
+#     which is what this catches. It is not a precision bound: TF2's
+#     asynchronous runs differ by 1.7 points from run to run without tlcd,
+#     and through tlcd (300 steps, 10 runs on 2026-11-24) they lost 0 to
+#     4.7 points, 1.8 on average; README has the figures;
 #   - pulls or pushes are less than MIN_RATIO (default 10) times smaller.
 #
 #   deploy/tf/tf2-check.sh [--steps N] [--out DIR] [--tlcd PATH] [-- train_tf2.py flags]
@@ -35,7 +37,7 @@ for mode in none tlcd; do
     grep -E '^(tf2-run|all sidecars)' "$OUT/$mode.out"
 done
 PY=${TLC_PYTHON:-python3}
-"$PY" - "$OUT" "${MAX_LOSS:-4}" "${MIN_RATIO:-10}" <<'PYEOF'
+"$PY" - "$OUT" "${MAX_LOSS:-10}" "${MIN_RATIO:-10}" <<'PYEOF'
 import json, sys
 out, max_loss, min_ratio = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 none = json.load(open(f"{out}/none/summary.json"))
