@@ -20,10 +20,11 @@
 //! ([`PassScale`]). Toward the target, passes stop close to it instead of
 //! below it, which is where most of the bytes it saves come from: the
 //! same bound then lets the replica drift further. Measured (README,
-//! "Refinement"): TF2 ParameterServerStrategy pulls 17–19x -> 21–23x,
-//! ResNet-20's job 28.5x -> 30–32x, but CI's small MLP lost 1.11 points at
-//! 1% toward the target, as it did at 2% with passes at 3LC's scale. The
-//! bounds were measured with 3LC-scale passes, so those stay the default.
+//! "Refinement"): TF2 ParameterServerStrategy pulls 16.7–19.8x ->
+//! 20.1–23.3x, ResNet-20's job 28.5–30.1x -> 29.9–31.6x, but CI's small
+//! MLP lost 1.11 points at 1% toward the target, as it did at 2% with
+//! passes at 3LC's scale. The bounds were measured with 3LC-scale passes,
+//! so those stay the default.
 
 /// How a refinement pass (the second and later) picks its 3LC scale `M`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
