@@ -184,8 +184,8 @@ fn restore(
         .ok()
         .map(|h| h.fallback_token);
     let dims = dims_of(tensor).ok_or_else(|| fail(token, "bad tensor shape"))?;
-    let elements = dims.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
-    let elements = elements.ok_or_else(|| fail(token, "tensor shape overflows"))?;
+    let content_len = content_bytes(&dims).map_err(|e| fail(token, e))?;
+    let elements = content_len / 4;
     let limits = Limits {
         max_elements: elements,
     };
@@ -215,7 +215,7 @@ fn restore(
         }
     };
     let took = started.elapsed();
-    if content.len() as u64 != elements * 4 {
+    if content.len() as u64 != content_len {
         return Err(fail(token, "decoded tensor has the wrong size"));
     }
     calls::record_sizes(span, codec.name(), content.len(), envelope.len());
@@ -229,6 +229,22 @@ fn restore(
         keyframe: header.kind == Kind::Keyframe,
         took,
     })
+}
+
+/// The bytes of f32 content a tensor of `dims` decodes to, checked before
+/// anything is allocated. The shape is the peer's word, and decoding
+/// allocates what it declares: a shape no response could carry (more than
+/// `MAX_RESPONSE` bytes) is refused, so a small zero-run envelope that
+/// declares 7·10⁹ elements (28 GB) falls back instead of aborting tlcd.
+fn content_bytes(dims: &[u64]) -> Result<u64, &'static str> {
+    let elements = dims
+        .iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(d))
+        .ok_or("tensor shape overflows")?;
+    elements
+        .checked_mul(4)
+        .filter(|&bytes| bytes <= MAX_RESPONSE as u64)
+        .ok_or("tensor shape larger than a response can carry")
 }
 
 /// Dimension sizes of a tensor, if all are non-negative.
@@ -277,6 +293,21 @@ mod tests {
     use crate::context::{PullSource, Refinement};
     use std::num::NonZeroU64;
     use tlc_codec::{Codec, Sparsity};
+
+    #[test]
+    fn a_shape_no_response_can_carry_is_refused_before_decoding() {
+        assert_eq!(content_bytes(&[1000, 10]), Ok(40_000));
+        assert_eq!(content_bytes(&[]), Ok(4), "a scalar");
+        assert_eq!(content_bytes(&[0, 7]), Ok(0));
+        let most = (MAX_RESPONSE / 4) as u64;
+        assert_eq!(content_bytes(&[most]), Ok(most * 4));
+        assert!(content_bytes(&[most + 1]).is_err());
+        // The envelope bomb that aborted tlcd: 7e9 elements, 28 GB.
+        assert!(content_bytes(&[7_000_000_000]).is_err());
+        // Products and byte counts that overflow u64.
+        assert!(content_bytes(&[u64::MAX, 2]).is_err());
+        assert!(content_bytes(&[1 << 62]).is_err());
+    }
 
     #[test]
     fn first_frame_codec_reads_the_frame_header() {
