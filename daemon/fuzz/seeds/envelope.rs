@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use tlc_codec::{Codec, Feedback, Sparsity};
 use tlc_daemon::context::pull::PullSource;
-use tlc_daemon::context::{encode_stateless, PushContext, Refinement};
+use tlc_daemon::context::{encode_stateless, PassScale, PushContext, Refinement};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = PathBuf::from(std::env::args().nth(1).ok_or("usage: seed_envelope DIR")?);
@@ -22,6 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let refine = Refinement {
         target: 0.001,
         max_passes: 8,
+        scale: PassScale::Max,
     };
 
     // Pulls from the fuzz target's replica state: epoch 1, version 1,
