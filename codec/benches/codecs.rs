@@ -79,7 +79,7 @@ fn bench(c: &mut Criterion) {
             })
         });
         if let Codec::ThreeLc { .. } = codec {
-            // A refinement pass (`encode_toward`): a histogram pass picks
+            // A refinement pass toward a goal (`encode_pass`): a histogram pass picks
             // the scale, then the usual two. Half the squared error may stay.
             let allowed: f64 = tensors[0]
                 .iter()
@@ -91,7 +91,7 @@ fn bench(c: &mut Criterion) {
                     frame.clear();
                     step = (step + 1) % tensors.len();
                     encoder
-                        .encode_toward(black_box(&tensors[step]), allowed, &mut frame)
+                        .encode_pass(black_box(&tensors[step]), Some(allowed), &mut frame)
                         .expect("encodes");
                 })
             });

@@ -105,25 +105,16 @@ impl Encoder {
         values: &[f32],
         out: &mut Vec<u8>,
     ) -> Result<FrameHeader, EncodeError> {
-        self.encode_with(values, None, out)
+        self.encode_pass(values, None, out)
     }
 
     /// Encodes one tensor as a refinement pass over what earlier frames
-    /// left: like [`encode`](Self::encode), but 3LC chooses its scale to
-    /// leave at most `allowed_squared_error` (`Σ (acc − decoded)²`) with the
-    /// fewest nonzero trits instead of `max|acc| * s`
-    /// ([`tlc3::toward`](crate::tlc3::toward)). Other codecs encode as
-    /// usual.
-    pub fn encode_toward(
-        &mut self,
-        values: &[f32],
-        allowed_squared_error: f64,
-        out: &mut Vec<u8>,
-    ) -> Result<FrameHeader, EncodeError> {
-        self.encode_with(values, Some(allowed_squared_error), out)
-    }
-
-    fn encode_with(
+    /// left. Given a goal, 3LC chooses its scale to leave at most
+    /// `allowed_squared_error` (`Σ (acc − decoded)²`) with the fewest
+    /// nonzero trits instead of `max|acc| * s`
+    /// ([`tlc3::toward`](crate::tlc3::toward)); without one, and for other
+    /// codecs, this is [`encode`](Self::encode).
+    pub fn encode_pass(
         &mut self,
         values: &[f32],
         allowed_squared_error: Option<f64>,

@@ -90,9 +90,11 @@ impl Histogram {
             total_squares: 0.0,
             max,
         };
-        // Independent lanes, merged at the end: the f64 sums would
-        // otherwise be one chain of dependent adds (8x slower than encoding
-        // measured; `cargo bench -p tlc-codec --bench codecs -- 3lc_s1/`).
+        // Independent lanes, merged at the end, so that consecutive
+        // elements do not wait on each other's f64 adds: encode_pass of
+        // 4M values 11.4 ms with one lane, 9.9 ms with four (`cargo bench
+        // -p tlc-codec --bench codecs -- 3lc_s1/`). Chunks rather than
+        // `i % LANES` over one iterator of `acc`, which measured 11.3 ms.
         let mut lanes = [Lane::default(); LANES];
         let half = max * 0.5;
         let add = |lane: &mut Lane, a: f32| {

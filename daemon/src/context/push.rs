@@ -10,7 +10,7 @@ use thiserror::Error;
 use tlc_codec::{Codec, DecodeError, EncodeError, Encoder, Feedback, FrameHeader, Limits, Params};
 
 use super::envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind, HEADER_LEN, MAX_PUSH_FRAMES};
-use super::refine::{relative_to, sum_of_squares, PassScale, Refinement};
+use super::refine::{relative_to, sum_of_squares, Refinement};
 use super::table::ContextMemory;
 
 /// Which push context a gradient goes through.
@@ -150,15 +150,8 @@ impl PushContext {
             self.zeros.resize(gradient.len(), 0.0);
             // The error buffer plus a zero gradient: a frame of the error
             // alone, which the buffer then loses.
-            let encoded = match refine.scale {
-                PassScale::Max => self.encoder.encode(&self.zeros, out),
-                PassScale::Toward => self.encoder.encode_toward(
-                    &self.zeros,
-                    refine.allowed_squared_error(gradient_squares),
-                    out,
-                ),
-            };
-            if encoded.is_err() {
+            let goal = refine.pass_goal(gradient_squares);
+            if self.encoder.encode_pass(&self.zeros, goal, out).is_err() {
                 break;
             }
             frames += 1;

@@ -68,17 +68,21 @@ impl Refinement {
         passes_done < self.max_passes && (error > self.target || error.is_nan())
     }
 
-    /// The squared L2 error a pass may leave against a reference whose
-    /// `Σ v²` is `reference_squares`: the goal a refinement pass picks its
-    /// 3LC scale toward. 0 (remove as much as one pass can) when that is
-    /// not a finite number (an infinite target, a zero reference).
-    pub fn allowed_squared_error(&self, reference_squares: f64) -> f64 {
-        let allowed = self.target * self.target * reference_squares;
-        if allowed.is_finite() {
-            allowed
-        } else {
-            0.0
-        }
+    /// The goal of a refinement pass against a reference whose `Σ v²` is
+    /// `reference_squares` (for `Encoder::encode_pass`): with
+    /// [`PassScale::Toward`], the squared L2 error the pass may leave, 0
+    /// (remove as much as one pass can) when that is not a finite number
+    /// (an infinite target, a zero reference); with [`PassScale::Max`],
+    /// none.
+    pub fn pass_goal(&self, reference_squares: f64) -> Option<f64> {
+        (self.scale == PassScale::Toward).then(|| {
+            let allowed = self.target * self.target * reference_squares;
+            if allowed.is_finite() {
+                allowed
+            } else {
+                0.0
+            }
+        })
     }
 }
 
@@ -87,18 +91,9 @@ pub(crate) fn sum_of_squares(values: impl Iterator<Item = f32>) -> f64 {
     values.map(|v| f64::from(v) * f64::from(v)).sum()
 }
 
-/// `‖error‖₂ / ‖reference‖₂`, accumulated in f64 so that long tensors keep
-/// their precision; 0 when both are zero, infinite for an error against a
-/// zero reference.
-pub fn relative_l2(error: impl Iterator<Item = f32>, reference: &[f32]) -> f64 {
-    relative_to(
-        sum_of_squares(error),
-        sum_of_squares(reference.iter().copied()),
-    )
-}
-
-/// `sqrt(error_squares / reference_squares)`, with [`relative_l2`]'s
-/// edge cases.
+/// `‖error‖₂ / ‖reference‖₂` given their squares (see
+/// [`sum_of_squares`]): 0 when both are zero, infinite for an error
+/// against a zero reference.
 pub(crate) fn relative_to(error_squares: f64, reference_squares: f64) -> f64 {
     if reference_squares == 0.0 {
         return if error_squares == 0.0 {
@@ -113,6 +108,14 @@ pub(crate) fn relative_to(error_squares: f64, reference_squares: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `‖error‖₂ / ‖reference‖₂`.
+    fn relative_l2(error: impl Iterator<Item = f32>, reference: &[f32]) -> f64 {
+        relative_to(
+            sum_of_squares(error),
+            sum_of_squares(reference.iter().copied()),
+        )
+    }
     use crate::context::pull::{drift, PullSource, Replica, Served};
     use crate::context::push::{decode_push, PushContext};
     use crate::context::Envelope;

@@ -12,7 +12,7 @@ use tlc_codec::{Codec, DecodeError, EncodeError, Encoder, Feedback, Limits};
 
 use super::{add_delta, replica_hash, ReplicaState, DEFAULT_CACHE_LEN};
 use crate::context::envelope::{write_envelope, EnvelopeError, EnvelopeHeader, HEADER_LEN};
-use crate::context::refine::{relative_l2, sum_of_squares, PassScale, Refinement};
+use crate::context::refine::{relative_to, sum_of_squares, Refinement};
 use crate::context::table::ContextMemory;
 
 /// Why a keyframe was sent rather than deltas.
@@ -107,7 +107,13 @@ pub const MAX_DRIFT: f64 = 0.10;
 
 /// `‖value − replica‖₂ / ‖value‖₂`, 0 for a zero value equal to its replica.
 pub fn drift(value: &[f32], replica: &[f32]) -> f64 {
-    relative_l2(value.iter().zip(replica).map(|(v, r)| v - r), value)
+    drift_against(value, replica, sum_of_squares(value.iter().copied()))
+}
+
+/// [`drift`] given `‖value‖₂²`.
+fn drift_against(value: &[f32], replica: &[f32], value_squares: f64) -> f64 {
+    let error = sum_of_squares(value.iter().zip(replica).map(|(v, r)| v - r));
+    relative_to(error, value_squares)
 }
 
 /// Why [`PullSource::serve`] produced nothing; the caller passes the
@@ -229,18 +235,17 @@ impl PullSource {
             .saturating_mul(refine.max_passes.max(1) as usize);
         let mut result = self.encode_delta(value, codec, cache_len, None);
         let mut passes = 1;
-        let mut drifted = drift(value, &self.replica);
-        // Refinements toward the target aim at the squared L2 of V - R it
-        // allows.
-        let allowed = (passes < refine.max_passes && refine.scale == PassScale::Toward)
-            .then(|| refine.allowed_squared_error(sum_of_squares(value.iter().copied())));
+        // ‖V‖² once: every drift and a refinement's goal are against it.
+        let value_squares = sum_of_squares(value.iter().copied());
+        let mut drifted = drift_against(value, &self.replica, value_squares);
+        let goal = refine.pass_goal(value_squares);
         while result.is_ok() && refine.another_pass(passes, drifted) {
-            result = self.encode_delta(value, codec, cache_len, allowed);
+            result = self.encode_delta(value, codec, cache_len, goal);
             if result.is_ok() {
                 self.counters.refinements += 1;
             }
             passes += 1;
-            drifted = drift(value, &self.replica);
+            drifted = drift_against(value, &self.replica, value_squares);
         }
         match result {
             Ok(()) if drifted > MAX_DRIFT => {
@@ -275,15 +280,15 @@ impl PullSource {
     }
 
     /// Encodes `D = V - R` once, adds the decoded delta to `R` and caches
-    /// the frame, keeping at most `cache_len` frames. A refinement passes
-    /// the squared drift it may leave (see [`Encoder::encode_toward`]). On
+    /// the frame, keeping at most `cache_len` frames. A refinement may pass
+    /// the squared drift it may leave (see [`Encoder::encode_pass`]). On
     /// error nothing has changed.
     fn encode_delta(
         &mut self,
         value: &[f32],
         codec: Codec,
         cache_len: usize,
-        allowed_squared_error: Option<f64>,
+        goal: Option<f64>,
     ) -> Result<(), DeltaError> {
         let mut delta: Vec<f32> = value
             .iter()
@@ -292,10 +297,7 @@ impl PullSource {
             .collect();
         self.encoder.set_codec(codec);
         let mut frame = Vec::new();
-        let header = match allowed_squared_error {
-            Some(allowed) => self.encoder.encode_toward(&delta, allowed, &mut frame)?,
-            None => self.encoder.encode(&delta, &mut frame)?,
-        };
+        let header = self.encoder.encode_pass(&delta, goal, &mut frame)?;
         self.last_scale = crate::context::push::scale_of(&header.params);
         // Decode our own frame exactly as a requester will, into the
         // same buffer.
