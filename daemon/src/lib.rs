@@ -9,6 +9,7 @@ pub mod demo;
 pub mod graph;
 pub mod http_server;
 pub mod intercept;
+pub mod limits;
 pub mod metrics;
 pub mod peer;
 pub mod policy;

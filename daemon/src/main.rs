@@ -211,7 +211,7 @@ fn run(args: Args) -> Result<()> {
         None => None,
     };
     let policy = Policy::new(&config.policy)?;
-    let sidecar = Arc::new(Sidecar::new(policy, config.contexts.options()?, recorder));
+    let sidecar = Arc::new(Sidecar::new(policy, config.sidecar_options()?, recorder));
     let control = Arc::new(Control::new(layers, resolved, sidecar.clone(), log));
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {

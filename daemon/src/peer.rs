@@ -7,6 +7,7 @@
 //! | `tlc-peer: 1` | request | a sidecar sent this call and decodes envelopes of version 1 |
 //! | `tlc-replica: EPOCH-VERSION` | request | for pulls: the requester's replica of this tensor (epoch in hex) |
 //! | `tlc-class: CLASS[;fn][;accumulated]` | request | what the requester's sidecar learned of the tensor from a graph (`dense_read`, `dense_gradient`, `sparse`, `unknown`); `;fn` if from a TF2 function, whose contexts are named by the whole tensor name; `;accumulated` for a gradient collected by an accumulator (synchronous training: no refinement) |
+//! | `tlc-max: BYTES` | request | the largest tensor content (decimal bytes) the requester decodes; a larger one must come uncompressed |
 //! | `tlc-envelope: 1` | response | the response's `tensor_content` is an envelope, not the tensor |
 //! | `tlc-fallback: TOKEN` | request to [`FALLBACK_PATH`] | asks for the original response of an envelope |
 
@@ -20,6 +21,8 @@ pub const PEER: &str = "tlc-peer";
 pub const REPLICA: &str = "tlc-replica";
 /// Request header: the tensor's class, as the requester's graph says.
 pub const CLASS: &str = "tlc-class";
+/// Request header: the largest tensor content the requester decodes.
+pub const MAX_TENSOR: &str = "tlc-max";
 /// Response header: tensor bytes are an envelope.
 pub const ENVELOPE: &str = "tlc-envelope";
 /// Request header of a fallback call: which response is wanted.
@@ -97,6 +100,27 @@ pub fn class_header(hint: ClassHint) -> HeaderValue {
         .unwrap_or_else(|_| HeaderValue::from_static("unknown"))
 }
 
+/// The largest tensor content the requester decodes, if it said. A
+/// requester that said nothing (an older sidecar) gets the holder's own
+/// bound; a malformed value is treated as 0: nothing is compressed for it.
+pub fn max_tensor(headers: &HeaderMap) -> Option<u64> {
+    let value = headers.get(MAX_TENSOR)?;
+    let text = value
+        .to_str()
+        .ok()
+        .filter(|t| !t.is_empty() && t.len() <= 20);
+    Some(
+        text.filter(|t| t.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0),
+    )
+}
+
+/// The `tlc-max` value for `bytes`.
+pub fn max_tensor_header(bytes: u64) -> HeaderValue {
+    HeaderValue::from(bytes)
+}
+
 /// Whether a request came from a sidecar that speaks our envelope version.
 pub fn is_peer(headers: &HeaderMap) -> bool {
     headers.get(PEER).is_some_and(|v| v == PROTOCOL)
@@ -109,7 +133,7 @@ pub fn has_envelope(headers: &HeaderMap) -> bool {
 
 /// Removes every `tlc-*` header, so TensorFlow sees exactly what it sent.
 pub fn strip(headers: &mut HeaderMap) {
-    for name in [PEER, REPLICA, CLASS, ENVELOPE, FALLBACK] {
+    for name in [PEER, REPLICA, CLASS, MAX_TENSOR, ENVELOPE, FALLBACK] {
         headers.remove(name);
     }
 }
@@ -168,10 +192,23 @@ mod tests {
     }
 
     #[test]
+    fn max_tensor_header_round_trips_and_junk_means_nothing() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(max_tensor(&headers), None);
+        headers.insert(MAX_TENSOR, max_tensor_header(2 << 30));
+        assert_eq!(max_tensor(&headers), Some(2 << 30));
+        for junk in ["", "-1", "1e9", "0x10", " 5", "99999999999999999999999"] {
+            headers.insert(MAX_TENSOR, HeaderValue::from_static(junk));
+            assert_eq!(max_tensor(&headers), Some(0), "{junk}");
+        }
+    }
+
+    #[test]
     fn strip_removes_only_tlc_headers() {
         let mut headers = HeaderMap::new();
         headers.insert(PEER, HeaderValue::from_static(PROTOCOL));
         headers.insert(REPLICA, HeaderValue::from_static("1-2"));
+        headers.insert(MAX_TENSOR, HeaderValue::from_static("5"));
         headers.insert("grpc-timeout", HeaderValue::from_static("5S"));
         assert!(is_peer(&headers));
         strip(&mut headers);

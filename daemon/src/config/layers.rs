@@ -64,6 +64,7 @@ const TOP_LEVEL: &[&str] = &[
     "drain_seconds",
     "policy",
     "contexts",
+    "limits",
     "admin",
     "metrics",
     "log",

@@ -4,6 +4,7 @@
 //! variables, flags and run-time changes combine.
 
 pub mod layers;
+pub mod limits;
 
 use std::net::SocketAddr;
 
@@ -91,6 +92,8 @@ pub struct Config {
     pub policy: crate::policy::PolicySettings,
     /// Bounds of the per-tensor state.
     pub contexts: ContextSettings,
+    /// Bounds of memory, connections and time that peers and clients may use.
+    pub limits: limits::LimitSettings,
     /// The admin API.
     pub admin: Endpoint,
     /// The Prometheus metrics endpoint.
@@ -107,6 +110,7 @@ impl Default for Config {
             drain_seconds: 30,
             policy: Default::default(),
             contexts: Default::default(),
+            limits: Default::default(),
             admin: Endpoint {
                 listen: DEFAULT_ADMIN.into(),
             },
@@ -182,32 +186,34 @@ pub enum LogFormat {
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ContextSettings {
-    /// Memory budget of each table (push contexts, pull sources, replicas), in MiB.
-    pub memory_mib: u64,
+    /// Memory budget of each table (push contexts, pull sources, replicas),
+    /// in MiB. Unset: a fifth of `limits.memory_mib`.
+    pub memory_mib: Option<u64>,
     /// A context unused this long is dropped.
     pub idle_seconds: u64,
     /// Deltas kept per pulled tensor for workers that fall behind; at least
     /// the number of workers for asynchronous training.
     pub pull_cache: usize,
-    /// Original responses kept for fallbacks, in MiB.
-    pub fallback_mib: u64,
+    /// Original responses kept for fallbacks, in MiB. Unset: a twentieth of
+    /// `limits.memory_mib`.
+    pub fallback_mib: Option<u64>,
 }
 
 impl Default for ContextSettings {
     fn default() -> Self {
-        let options = crate::sidecar::Options::default();
         ContextSettings {
-            memory_mib: (options.push_limits.max_bytes >> 20) as u64,
-            idle_seconds: options.push_limits.max_age.as_secs(),
-            pull_cache: options.pull_cache_len,
-            fallback_mib: (options.fallback_bytes >> 20) as u64,
+            memory_mib: None,
+            idle_seconds: crate::sidecar::DEFAULT_IDLE.as_secs(),
+            pull_cache: crate::context::pull::DEFAULT_CACHE_LEN,
+            fallback_mib: None,
         }
     }
 }
 
 impl ContextSettings {
-    /// The sidecar's bounds, or the key of a value that cannot be used.
-    pub fn options(&self) -> Result<crate::sidecar::Options, ConfigError> {
+    /// The sidecar's bounds within `limits`, or the key of a value that
+    /// cannot be used.
+    pub fn options(&self, limits: &limits::Limits) -> Result<crate::sidecar::Options, ConfigError> {
         let at_least_one = |key: &str, value: u64| {
             if value == 0 {
                 Err(ConfigError::Invalid {
@@ -219,23 +225,27 @@ impl ContextSettings {
                 Ok(())
             }
         };
-        at_least_one("memory_mib", self.memory_mib)?;
+        let mut options = crate::sidecar::Options::within(limits);
+        if let Some(mib) = self.memory_mib {
+            at_least_one("memory_mib", mib)?;
+            options.push_limits.max_bytes = mib_to_bytes(mib);
+        }
+        if let Some(mib) = self.fallback_mib {
+            at_least_one("fallback_mib", mib)?;
+            options.fallback_bytes = mib_to_bytes(mib);
+        }
         at_least_one("idle_seconds", self.idle_seconds)?;
         at_least_one("pull_cache", self.pull_cache as u64)?;
-        at_least_one("fallback_mib", self.fallback_mib)?;
-        let mib = |v: u64| usize::try_from(v.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
-        let limits = crate::context::TableLimits {
-            max_bytes: mib(self.memory_mib),
-            max_age: std::time::Duration::from_secs(self.idle_seconds),
-        };
-        Ok(crate::sidecar::Options {
-            push_limits: limits,
-            pull_limits: limits,
-            replica_limits: limits,
-            pull_cache_len: self.pull_cache,
-            fallback_bytes: mib(self.fallback_mib),
-        })
+        options.push_limits.max_age = std::time::Duration::from_secs(self.idle_seconds);
+        options.pull_limits = options.push_limits;
+        options.replica_limits = options.push_limits;
+        options.pull_cache_len = self.pull_cache;
+        Ok(options)
     }
+}
+
+fn mib_to_bytes(mib: u64) -> usize {
+    usize::try_from(mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
 }
 
 /// A configuration that cannot be used, with the key at fault.
@@ -307,10 +317,15 @@ impl Config {
         listeners
     }
 
+    /// The sidecar's bounds: `[limits]`, and `[contexts]` within them.
+    pub fn sidecar_options(&self) -> Result<crate::sidecar::Options, ConfigError> {
+        self.contexts.options(&self.limits.limits()?)
+    }
+
     /// Checks values that the types alone do not constrain.
     pub fn validate(&self) -> Result<(), ConfigError> {
         crate::policy::Policy::new(&self.policy)?;
-        self.contexts.options()?;
+        self.sidecar_options()?;
         self.admin.address("admin")?;
         self.metrics.address("metrics")?;
         if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
@@ -375,11 +390,11 @@ mod tests {
     #[test]
     fn contexts_bound_the_sidecar() {
         let config = Config::from_toml("[contexts]\npull_cache = 16\nmemory_mib = 64\n").unwrap();
-        let options = config.contexts.options().unwrap();
+        let options = config.sidecar_options().unwrap();
         assert_eq!(options.pull_cache_len, 16);
         assert_eq!(options.replica_limits.max_bytes, 64 << 20);
         assert_eq!(
-            Config::default().contexts.options().unwrap().pull_cache_len,
+            Config::default().sidecar_options().unwrap().pull_cache_len,
             8
         );
         let err = Config::from_toml("[contexts]\npull_cache = 0\n").unwrap_err();

@@ -97,6 +97,12 @@ const RESTART_ONLY: &[RestartOnly] = &[
         keep: |old, new| new.contexts.pull_cache = old.contexts.pull_cache,
     },
     RestartOnly {
+        key: "limits",
+        why: "connections, budgets and the memory total are set up at start",
+        same: |old, new| old.limits == new.limits,
+        keep: |old, new| new.limits = old.limits.clone(),
+    },
+    RestartOnly {
         key: "contexts.fallback_mib",
         why: "the fallback cache is sized at start",
         same: |old, new| old.contexts.fallback_mib == new.contexts.fallback_mib,
@@ -306,7 +312,7 @@ impl Control {
     /// log filter. Policy first: it is the one that can still fail.
     fn install(&self, new: Resolved) -> Result<Arc<Resolved>, ControlError> {
         let policy = Policy::new(&new.config.policy)?;
-        let options = new.config.contexts.options()?;
+        let options = new.config.sidecar_options()?;
         self.log
             .set(&new.config.log.level)
             .map_err(|e| ConfigError::Invalid {
@@ -339,7 +345,7 @@ mod tests {
         let resolved = layers.resolve().unwrap();
         let sidecar = Arc::new(Sidecar::new(
             Policy::new(&resolved.config.policy).unwrap(),
-            resolved.config.contexts.options().unwrap(),
+            resolved.config.sidecar_options().unwrap(),
             None,
         ));
         let log = LogControl::detached(&resolved.config.log.level);

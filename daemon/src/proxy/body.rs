@@ -3,6 +3,8 @@
 
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
+
+use crate::limits::budget::Charge;
 use http_body_util::{BodyExt, Empty, Full};
 
 /// Any error a body may fail with.
@@ -41,6 +43,42 @@ pub fn chunks(chunks: Vec<Bytes>, trailers: Option<http::HeaderMap>) -> ProxyBod
         trailers,
     }
     .boxed_unsync()
+}
+
+/// `body`, holding `charge` until the body is dropped: the bytes a call
+/// charged stay charged until they have left (been handed to the
+/// connection, which holds at most a send buffer more per stream).
+pub fn holding(body: ProxyBody, charge: Charge) -> ProxyBody {
+    Holding {
+        body,
+        _charge: charge,
+    }
+    .boxed_unsync()
+}
+
+struct Holding {
+    body: ProxyBody,
+    _charge: Charge,
+}
+
+impl http_body::Body for Holding {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 struct Chunks {
@@ -121,7 +159,22 @@ pub struct TooLong {
 }
 
 /// Reads a body to its end, keeping at most `limit` bytes of data.
-pub async fn collect<B>(mut body: B, limit: usize) -> Result<Collected, BoxError>
+pub async fn collect<B>(body: B, limit: usize) -> Result<Collected, BoxError>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    collect_charged(body, limit, None).await
+}
+
+/// Reads a body to its end, keeping at most `limit` bytes of data, each
+/// chunk charged to `charge` before it is kept: a body the in-flight
+/// budget cannot hold is an error ([`crate::limits::budget::BudgetError`]), not memory.
+pub async fn collect_charged<B>(
+    mut body: B,
+    limit: usize,
+    mut charge: Option<&mut Charge>,
+) -> Result<Collected, BoxError>
 where
     B: http_body::Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
@@ -135,6 +188,9 @@ where
                 total += chunk.len();
                 if total > limit {
                     return Err(Box::new(TooLong { limit }));
+                }
+                if let Some(charge) = charge.as_deref_mut() {
+                    charge.try_grow(chunk.len() as u64)?;
                 }
                 collected.chunks.push(chunk);
             }
@@ -178,7 +234,17 @@ impl Peeked {
 
 /// Reads a body to its end if it is at most `limit` bytes; a longer one
 /// is handed back with what was read, so it can still be forwarded.
-pub async fn peek(mut body: ProxyBody, limit: usize) -> Result<Peeked, BoxError> {
+pub async fn peek(body: ProxyBody, limit: usize) -> Result<Peeked, BoxError> {
+    peek_charged(body, limit, None).await
+}
+
+/// [`peek`], each chunk charged to `charge` first: a body the in-flight
+/// budget cannot hold whole is handed back like a long one, to be streamed.
+pub async fn peek_charged(
+    mut body: ProxyBody,
+    limit: usize,
+    mut charge: Option<&mut Charge>,
+) -> Result<Peeked, BoxError> {
     let mut collected = Collected::default();
     let mut total = 0usize;
     while let Some(frame) = body.frame().await {
@@ -186,8 +252,11 @@ pub async fn peek(mut body: ProxyBody, limit: usize) -> Result<Peeked, BoxError>
         match frame.into_data() {
             Ok(chunk) => {
                 total += chunk.len();
+                let refused = charge
+                    .as_deref_mut()
+                    .is_some_and(|c| c.try_grow(chunk.len() as u64).is_err());
                 collected.chunks.push(chunk);
-                if total > limit {
+                if total > limit || refused {
                     return Ok(Peeked::Partial(collected, body));
                 }
             }

@@ -13,6 +13,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn, Instrument};
 
 use super::body;
+use super::connection::ConnectionId;
 use super::tuning;
 use super::upstream::Upstream;
 use crate::config::Listener;
@@ -85,9 +86,11 @@ async fn connection(
         return;
     }
     let role = route.role;
-    let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
+    let id = ConnectionId::next();
+    let service = service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
         let upstream = upstream.clone();
         let sidecar = sidecar.clone();
+        request.extensions_mut().insert(id);
         async move {
             let response = sidecar
                 .handle(role, &upstream, request.map(body::stream))

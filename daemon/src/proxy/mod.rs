@@ -6,6 +6,7 @@
 //! the error responses the proxy itself returns.
 
 pub mod body;
+pub mod connection;
 pub mod first_bytes;
 pub mod forward;
 pub mod grpc_status;

@@ -21,7 +21,8 @@ use crate::metrics::calls;
 use crate::metrics::families::{Outcome, Side};
 use crate::peer::{self, ReplicaHeader};
 use crate::policy::{Decision, Direction, PassReason, Policy, Treatment};
-use crate::proxy::body::{self, Collected, ProxyBody};
+use crate::proxy::body::{self, Collected, Peeked, ProxyBody};
+use crate::proxy::connection::ConnectionId;
 use crate::proxy::forward::forward;
 use crate::proxy::grpc_status;
 use crate::proxy::upstream::Upstream;
@@ -48,6 +49,15 @@ pub async fn recv_tensor(
             version: h.version,
         });
     let hint = peer::class(request.headers());
+    let Some(connection) = ConnectionId::of(&request) else {
+        // Every listener stamps its calls; without a connection there is
+        // no way to keep a fallback for this one, so it is not compressed.
+        return calls::unchanged(forward(upstream, request).await);
+    };
+    // What the requester decodes, and what this side reads whole.
+    let max_tensor = peer::max_tensor(request.headers())
+        .unwrap_or(u64::MAX)
+        .min(sidecar.options().max_tensor_bytes);
     let (mut parts, request_body) = request.into_parts();
     peer::strip(&mut parts.headers);
     // One policy for the whole call, even if an operator changes it meanwhile.
@@ -76,8 +86,28 @@ pub async fn recv_tensor(
         return calls::unchanged(response);
     }
     let (mut parts, response_body) = response.into_parts();
-    let collected = match body::collect(response_body, MAX_RESPONSE).await {
-        Ok(collected) => collected,
+    // Read whole only what may be compressed and what the in-flight budget
+    // holds; anything else streams through as TensorFlow sent it.
+    let mut charge = sidecar.budget.empty();
+    let limit = usize::try_from(max_tensor)
+        .unwrap_or(usize::MAX)
+        .saturating_add(RESPONSE_SLACK);
+    let collected = match body::peek_charged(response_body, limit, Some(&mut charge)).await {
+        Ok(Peeked::Whole(collected)) => collected,
+        Ok(partial @ Peeked::Partial(..)) => {
+            let read = match &partial {
+                Peeked::Partial(read, _) => read.len(),
+                Peeked::Whole(_) => 0,
+            };
+            let reason = if read > limit {
+                "too_large"
+            } else {
+                "memory_budget"
+            };
+            sidecar.stats.passed(reason);
+            let body = body::holding(partial.into_body(), charge);
+            return (Response::from_parts(parts, body), Outcome::Passed);
+        }
         Err(err) => {
             let response = grpc_status::response(
                 grpc_status::UNAVAILABLE,
@@ -86,13 +116,25 @@ pub async fn recv_tensor(
             return (response, Outcome::Error);
         }
     };
+    // The encoder's output and scratch: at most the tensor's size again.
+    if charge.try_grow(collected.len() as u64).is_err() {
+        sidecar
+            .stats
+            .passed_read("memory_budget", collected.len() as u64);
+        let body = body::holding(body::chunks(collected.chunks, collected.trailers), charge);
+        return (Response::from_parts(parts, body), Outcome::Passed);
+    }
     let compressed = tokio::task::block_in_place(|| {
         compress(
             sidecar,
             &policy,
             &call,
             &classified,
-            replica,
+            Asked {
+                replica,
+                max_tensor,
+                connection,
+            },
             &collected,
             span,
         )
@@ -102,17 +144,30 @@ pub async fn recv_tensor(
             parts
                 .headers
                 .insert(peer::ENVELOPE, HeaderValue::from_static(peer::PROTOCOL));
-            let body = body::chunks(chunks, collected.trailers);
+            let body = body::holding(body::chunks(chunks, collected.trailers), charge);
             (Response::from_parts(parts, body), Outcome::Compressed)
         }
         Err(reason) => {
             debug!(tensor = %call.tensor, reason, "passing through");
             sidecar.stats.passed_read(reason, collected.len() as u64);
-            let body = body::chunks(collected.chunks, collected.trailers);
+            let body = body::holding(body::chunks(collected.chunks, collected.trailers), charge);
             (Response::from_parts(parts, body), Outcome::Passed)
         }
     }
 }
+
+/// What the request said beyond the tensor's name.
+struct Asked {
+    /// The requester's replica, for a pull.
+    replica: Option<ReplicaState>,
+    /// The largest tensor the requester decodes and this side reads whole.
+    max_tensor: u64,
+    /// The connection the call came on, which alone may claim the fallback.
+    connection: ConnectionId,
+}
+
+/// What gRPC and protobuf framing add to a tensor's content in a response.
+const RESPONSE_SLACK: usize = 64 << 10;
 
 /// The compressed response as gRPC body chunks, or why it stays as it is.
 fn compress(
@@ -120,16 +175,26 @@ fn compress(
     policy: &Policy,
     call: &TensorCall,
     classified: &Classified,
-    replica: Option<ReplicaState>,
+    asked: Asked,
     collected: &Collected,
     span: &Span,
 ) -> Result<Vec<Bytes>, &'static str> {
+    let Asked {
+        replica,
+        max_tensor,
+        connection,
+    } = asked;
     let message =
         grpc::parse_single(collected.to_bytes(), MAX_RESPONSE).map_err(|_| "grpc_framing")?;
     let response = recv_tensor::decode_response(message).map_err(|_| "unparsable_response")?;
     let tensor = recv_tensor::classify(&response).map_err(|reason| reason.label())?;
     let raw_bytes = tensor.content.len();
     span.record("raw_bytes", raw_bytes);
+    if raw_bytes as u64 > max_tensor {
+        // Larger than the requester decodes (its `tlc-max`) or than this
+        // side reads whole: it would only come back as a fallback.
+        return Err("too_large");
+    }
     let elements = raw_bytes / 4;
     let (choice, treatment) = match policy.decide(
         call.direction,
@@ -260,8 +325,11 @@ fn compress(
     if keyframe {
         sidecar.stats.keyframe(Side::Holder);
     }
-    sidecar
-        .fallbacks
-        .keep(token, collected.chunks.clone(), collected.trailers.clone());
+    sidecar.fallbacks.keep(
+        token,
+        connection,
+        collected.chunks.clone(),
+        collected.trailers.clone(),
+    );
     Ok(chunks.to_vec())
 }

@@ -28,6 +28,7 @@ use crate::context::{
 };
 use crate::graph::tap::{self, Registration};
 use crate::graph::GraphIndex;
+use crate::limits::budget::MemoryBudget;
 use crate::metrics::calls;
 use crate::peer;
 use crate::policy::Policy;
@@ -52,6 +53,9 @@ pub const MAX_GRAPH_MESSAGE: usize = 256 << 20;
 /// Largest response body read: TensorFlow's own 2 GiB message limit plus the gRPC prefix.
 pub const MAX_RESPONSE: usize = (2 << 30) + 5;
 
+/// How long an unused context lives by default.
+pub const DEFAULT_IDLE: Duration = Duration::from_secs(600);
+
 /// Bounds and sizes of the sidecar's state.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
@@ -65,21 +69,42 @@ pub struct Options {
     pub pull_cache_len: usize,
     /// Bytes of original responses kept for fallbacks.
     pub fallback_bytes: usize,
+    /// Bytes calls in flight may hold (see [`crate::limits::budget`]).
+    pub in_flight_bytes: u64,
+    /// Largest tensor content, in bytes, read whole or decoded.
+    pub max_tensor_bytes: u64,
+    /// How long a decode waits for in-flight memory.
+    pub memory_wait: Duration,
+}
+
+impl Options {
+    /// The default bounds within `limits`: each table, the fallback cache
+    /// and calls in flight get their share of the memory.
+    pub fn within(limits: &crate::config::limits::Limits) -> Options {
+        let table = TableLimits {
+            max_bytes: usize::try_from(limits.shares.table_bytes).unwrap_or(usize::MAX),
+            max_age: DEFAULT_IDLE,
+        };
+        Options {
+            push_limits: table,
+            pull_limits: table,
+            replica_limits: table,
+            pull_cache_len: crate::context::pull::DEFAULT_CACHE_LEN,
+            fallback_bytes: usize::try_from(limits.shares.fallback_bytes).unwrap_or(usize::MAX),
+            in_flight_bytes: limits.shares.in_flight_bytes,
+            max_tensor_bytes: limits.max_tensor_bytes,
+            memory_wait: limits.memory_wait,
+        }
+    }
 }
 
 impl Default for Options {
+    /// The bounds of the default `[limits]` (the container's memory).
     fn default() -> Self {
-        let limits = TableLimits {
-            max_bytes: 4 << 30,
-            max_age: Duration::from_secs(600),
-        };
-        Options {
-            push_limits: limits,
-            pull_limits: limits,
-            replica_limits: limits,
-            pull_cache_len: crate::context::pull::DEFAULT_CACHE_LEN,
-            fallback_bytes: 512 << 20,
-        }
+        let limits = crate::config::limits::LimitSettings::default().limits();
+        // The default settings are within their ranges by construction.
+        let limits = limits.unwrap_or_else(|err| unreachable!("default limits: {err}"));
+        Options::within(&limits)
     }
 }
 
@@ -113,6 +138,9 @@ pub struct Sidecar {
     pub warmup: ContextTable<WarmupKey, Steps>,
     /// What happened so far.
     pub stats: Stats,
+    /// Bytes calls in flight hold: collected responses, envelopes, decoded
+    /// tensors.
+    pub budget: MemoryBudget,
     epochs: EpochGenerator,
     recorder: Option<Arc<Recorder>>,
 }
@@ -134,11 +162,12 @@ impl Sidecar {
             push: ContextTable::new(options.push_limits),
             pull: ContextTable::new(options.pull_limits),
             replicas: ReplicaStore::new(options.replica_limits),
-            fallbacks: FallbackCache::new(options.fallback_bytes, seed.rotate_left(32)),
+            fallbacks: FallbackCache::new(options.fallback_bytes),
             graphs: Arc::new(GraphIndex::default()),
             classes: ContextTable::new(small_table(options.push_limits)),
             warmup: ContextTable::new(small_table(options.push_limits)),
             stats: Stats::default(),
+            budget: MemoryBudget::new(options.in_flight_bytes),
             epochs: EpochGenerator::new(seed),
             recorder: recorder.map(Arc::new),
         }
@@ -213,6 +242,11 @@ impl Sidecar {
             }
         })
         .await
+    }
+
+    /// The bounds this sidecar was made with.
+    pub fn options(&self) -> &Options {
+        &self.options
     }
 
     /// Drops contexts idle too long or beyond the memory budgets.

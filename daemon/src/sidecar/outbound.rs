@@ -52,6 +52,10 @@ pub async fn recv_tensor(
     parts
         .headers
         .insert(peer::PEER, http::HeaderValue::from_static(peer::PROTOCOL));
+    let max_tensor = sidecar.options().max_tensor_bytes;
+    parts
+        .headers
+        .insert(peer::MAX_TENSOR, peer::max_tensor_header(max_tensor));
     // What this side's graphs say the tensor is: the holder's sidecar may
     // not have seen the graph (TF2's coordinator routes registrations past it).
     if let Some(known) =
@@ -86,18 +90,38 @@ pub async fn recv_tensor(
     }
     let (mut parts, response_body) = response.into_parts();
     peer::strip(&mut parts.headers);
-    let collected = match body::collect(response_body, MAX_RESPONSE).await {
+    // Every byte of the envelope and of the tensor decoded from it is
+    // charged to the in-flight budget, and stays charged until the restored
+    // response has left.
+    let mut charge = sidecar.budget.empty();
+    let limit = usize::try_from(max_tensor)
+        .unwrap_or(usize::MAX)
+        .saturating_add(ENVELOPE_SLACK);
+    let collected = match body::collect_charged(response_body, limit, Some(&mut charge)).await {
         Ok(collected) => collected,
         Err(err) => {
+            sidecar.stats.decode_failed(call.direction);
+            warn!(tensor = %call.tensor, error = %err, "cannot read the peer's compressed response");
             let response = grpc_status::response(
                 grpc_status::UNAVAILABLE,
-                &format!("tlcd: reading the peer's response: {err}"),
+                &format!("tlcd: reading the peer's compressed response: {err}"),
             );
             return (response, Outcome::Error);
         }
     };
-    let restored =
-        tokio::task::block_in_place(|| restore(sidecar, replica_key.as_ref(), &collected, span));
+    let restored = match prepare(&collected, max_tensor) {
+        Ok(prepared) => {
+            // A keyframe's or a push's values, then their copy as bytes.
+            let decoding = prepared.content_len.saturating_mul(2);
+            match charge.grow(decoding, sidecar.options().memory_wait).await {
+                Ok(()) => tokio::task::block_in_place(|| {
+                    restore(sidecar, replica_key.as_ref(), prepared, span)
+                }),
+                Err(err) => Err(fail(prepared.token, err)),
+            }
+        }
+        Err(failure) => Err(failure),
+    };
     match restored {
         Ok(restored) => {
             sidecar
@@ -107,9 +131,11 @@ pub async fn recv_tensor(
                 sidecar.stats.keyframe(Side::Requester);
             }
             let body = body::chunks(restored.chunks, collected.trailers);
+            let body = body::holding(body, charge);
             (Response::from_parts(parts, body), Outcome::Restored)
         }
         Err(failure) => {
+            drop(charge);
             sidecar.stats.decode_failed(call.direction);
             warn!(tensor = %call.tensor, error = %failure.reason, "cannot restore a compressed response; asking for the original");
             if let Some(key) = &replica_key {
@@ -119,6 +145,11 @@ pub async fn recv_tensor(
         }
     }
 }
+
+/// What an envelope's framing may add to the tensor it carries (gRPC and
+/// protobuf headers, the envelope header, frame headers): a raw frame is
+/// 4 bytes per element plus these.
+const ENVELOPE_SLACK: usize = 64 << 10;
 
 /// The replica a pull from a parameter task goes into.
 fn replica_key(call: &TensorCall) -> Option<ReplicaKey> {
@@ -165,13 +196,18 @@ fn first_frame_codec(envelope: &[u8]) -> CodecId {
         .unwrap_or(CodecId::None)
 }
 
-/// The standard response TensorFlow gets for an envelope.
-fn restore(
-    sidecar: &Sidecar,
-    replica_key: Option<&ReplicaKey>,
-    collected: &Collected,
-    span: &Span,
-) -> Result<Restored, Failure> {
+/// An envelope response whose framing and shape have been checked, before
+/// anything is allocated for its values.
+struct Prepared {
+    response: RecvTensorResponse,
+    dims: Vec<u64>,
+    content_len: u64,
+    token: Option<u64>,
+}
+
+/// Reads the response around an envelope and checks the shape it declares
+/// against `max_tensor` bytes.
+fn prepare(collected: &Collected, max_tensor: u64) -> Result<Prepared, Failure> {
     let message =
         grpc::parse_single(collected.to_bytes(), MAX_RESPONSE).map_err(|e| fail(None, e))?;
     let response: RecvTensorResponse =
@@ -179,28 +215,52 @@ fn restore(
     let Some(tensor) = &response.tensor else {
         return Err(fail(None, "response without a tensor"));
     };
-    let envelope = &tensor.tensor_content;
-    let token = EnvelopeHeader::parse(envelope)
+    let token = EnvelopeHeader::parse(&tensor.tensor_content)
         .ok()
         .map(|h| h.fallback_token);
     let dims = dims_of(tensor).ok_or_else(|| fail(token, "bad tensor shape"))?;
-    let content_len = content_bytes(&dims).map_err(|e| fail(token, e))?;
-    let elements = content_len / 4;
+    let content_len = content_bytes(&dims, max_tensor).map_err(|e| fail(token, e))?;
+    Ok(Prepared {
+        response,
+        dims,
+        content_len,
+        token,
+    })
+}
+
+/// The standard response TensorFlow gets for a prepared envelope.
+fn restore(
+    sidecar: &Sidecar,
+    replica_key: Option<&ReplicaKey>,
+    prepared: Prepared,
+    span: &Span,
+) -> Result<Restored, Failure> {
+    let Prepared {
+        response,
+        dims,
+        content_len,
+        token,
+    } = prepared;
+    let Some(tensor) = &response.tensor else {
+        return Err(fail(None, "response without a tensor"));
+    };
+    let envelope = &tensor.tensor_content;
     let limits = Limits {
-        max_elements: elements,
+        max_elements: content_len / 4,
     };
     let header = EnvelopeHeader::parse(envelope).map_err(|e| fail(token, e))?;
     let started = Instant::now();
-    let (content, codec) = match header.kind {
-        Kind::Push => {
+    let (content, codec) = match (header.kind, replica_key) {
+        // A push envelope is a whole tensor without memory: what gradients
+        // get, and pulls too when the holder keeps no replica for them
+        // (gathered rows, tensors no graph classified).
+        (Kind::Push, _) => {
             let mut values = Vec::new();
             let decoded =
                 decode_push(envelope, &limits, &mut values).map_err(|e| fail(token, e))?;
             (tensor_bytes::into_bytes(values), decoded.frame.codec())
         }
-        Kind::Chain | Kind::Keyframe => {
-            let key = replica_key
-                .ok_or_else(|| fail(token, "pull envelope for a call that is not a pull"))?;
+        (Kind::Chain | Kind::Keyframe, Some(key)) => {
             let content = sidecar
                 .replicas
                 .apply(
@@ -212,6 +272,9 @@ fn restore(
                 )
                 .map_err(|e| fail(token, e))?;
             (content, first_frame_codec(envelope))
+        }
+        (Kind::Chain | Kind::Keyframe, None) => {
+            return Err(fail(token, "pull envelope for a call that is not a pull"));
         }
     };
     let took = started.elapsed();
@@ -233,18 +296,19 @@ fn restore(
 
 /// The bytes of f32 content a tensor of `dims` decodes to, checked before
 /// anything is allocated. The shape is the peer's word, and decoding
-/// allocates what it declares: a shape no response could carry (more than
-/// `MAX_RESPONSE` bytes) is refused, so a small zero-run envelope that
-/// declares 7·10⁹ elements (28 GB) falls back instead of aborting tlcd.
-fn content_bytes(dims: &[u64]) -> Result<u64, &'static str> {
+/// allocates what it declares: a shape beyond `max_tensor` bytes (this
+/// sidecar's `limits.max_tensor_mib`, which the request announced in
+/// `tlc-max`) is refused, so a small zero-run envelope that declares 7·10⁹
+/// elements (28 GB) falls back instead of aborting tlcd.
+fn content_bytes(dims: &[u64], max_tensor: u64) -> Result<u64, &'static str> {
     let elements = dims
         .iter()
         .try_fold(1u64, |n, &d| n.checked_mul(d))
         .ok_or("tensor shape overflows")?;
     elements
         .checked_mul(4)
-        .filter(|&bytes| bytes <= MAX_RESPONSE as u64)
-        .ok_or("tensor shape larger than a response can carry")
+        .filter(|&bytes| bytes <= max_tensor)
+        .ok_or("tensor shape larger than this sidecar decodes (limits.max_tensor_mib)")
 }
 
 /// Dimension sizes of a tensor, if all are non-negative.
@@ -296,17 +360,23 @@ mod tests {
 
     #[test]
     fn a_shape_no_response_can_carry_is_refused_before_decoding() {
-        assert_eq!(content_bytes(&[1000, 10]), Ok(40_000));
-        assert_eq!(content_bytes(&[]), Ok(4), "a scalar");
-        assert_eq!(content_bytes(&[0, 7]), Ok(0));
-        let most = (MAX_RESPONSE / 4) as u64;
-        assert_eq!(content_bytes(&[most]), Ok(most * 4));
-        assert!(content_bytes(&[most + 1]).is_err());
+        let max = MAX_RESPONSE as u64;
+        assert_eq!(content_bytes(&[1000, 10], max), Ok(40_000));
+        assert_eq!(content_bytes(&[], max), Ok(4), "a scalar");
+        assert_eq!(content_bytes(&[0, 7], max), Ok(0));
+        let most = max / 4;
+        assert_eq!(content_bytes(&[most], max), Ok(most * 4));
+        assert!(content_bytes(&[most + 1], max).is_err());
+        assert_eq!(content_bytes(&[250, 4], 4000), Ok(4000));
+        assert!(
+            content_bytes(&[251, 4], 4000).is_err(),
+            "this sidecar's bound"
+        );
         // The envelope bomb that aborted tlcd: 7e9 elements, 28 GB.
-        assert!(content_bytes(&[7_000_000_000]).is_err());
+        assert!(content_bytes(&[7_000_000_000], max).is_err());
         // Products and byte counts that overflow u64.
-        assert!(content_bytes(&[u64::MAX, 2]).is_err());
-        assert!(content_bytes(&[1 << 62]).is_err());
+        assert!(content_bytes(&[u64::MAX, 2], max).is_err());
+        assert!(content_bytes(&[1 << 62], max).is_err());
     }
 
     #[test]

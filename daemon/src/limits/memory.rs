@@ -1,0 +1,202 @@
+//! How much memory tlcd may use, and how it is shared out.
+//!
+//! A sidecar lives inside a container whose memory limit the kernel
+//! enforces by killing it; bounds set far above that limit are no bounds.
+//! So the default total is read from the container's cgroup (v2
+//! `memory.max`, or v1 `memory.limit_in_bytes`), and every table's default
+//! budget is a share of it. Without a cgroup limit (a process on a host),
+//! the total is [`UNLIMITED_FALLBACK`]: a figure, not a measurement, chosen
+//! to be safe on any training host; set `limits.memory_mib` to change it.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The total assumed when no cgroup limit is found: 4 GiB.
+pub const UNLIMITED_FALLBACK: u64 = 4 << 30;
+
+/// Values at or above this in cgroup v1 mean "no limit" (the kernel writes
+/// a page-rounded `i64::MAX`).
+const V1_UNLIMITED: u64 = 1 << 60;
+
+/// Where the total came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A cgroup's limit file.
+    Cgroup(PathBuf),
+    /// No limit found: [`UNLIMITED_FALLBACK`].
+    Fallback,
+}
+
+/// The memory tlcd may use in all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryLimit {
+    /// Bytes.
+    pub bytes: u64,
+    /// Where the figure came from.
+    pub source: Source,
+}
+
+impl std::fmt::Display for MemoryLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.source {
+            Source::Cgroup(path) => {
+                write!(f, "{} MiB (from {})", self.bytes >> 20, path.display())
+            }
+            Source::Fallback => write!(
+                f,
+                "{} MiB (no cgroup memory limit found; the built-in assumption)",
+                self.bytes >> 20
+            ),
+        }
+    }
+}
+
+/// The container's limit, read once per process.
+pub fn detected() -> &'static MemoryLimit {
+    static DETECTED: OnceLock<MemoryLimit> = OnceLock::new();
+    DETECTED.get_or_init(|| detect(Path::new("/")))
+}
+
+/// Reads the limit of the cgroup this process is in, under `root` (`/`,
+/// or a test's directory). The smallest limit found wins: a v2 limit and a
+/// v1 limit never both apply, but a nested path's may be tighter than the
+/// namespace root's.
+pub fn detect(root: &Path) -> MemoryLimit {
+    let own = std::fs::read_to_string(root.join("proc/self/cgroup")).unwrap_or_default();
+    let mut candidates = vec![
+        root.join("sys/fs/cgroup/memory.max"),
+        root.join("sys/fs/cgroup/memory/memory.limit_in_bytes"),
+    ];
+    for line in own.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = match (fields.next(), fields.next(), fields.next()) {
+            (Some(id), Some(c), Some(p)) => (id, c, p.trim_start_matches('/')),
+            _ => continue,
+        };
+        if controllers.is_empty() {
+            candidates.push(root.join("sys/fs/cgroup").join(path).join("memory.max"));
+        } else if controllers.split(',').any(|c| c == "memory") {
+            candidates.push(
+                root.join("sys/fs/cgroup/memory")
+                    .join(path)
+                    .join("memory.limit_in_bytes"),
+            );
+        }
+    }
+    candidates
+        .into_iter()
+        .filter_map(|path| {
+            let text = std::fs::read_to_string(&path).ok()?;
+            parse_limit(&text).map(|bytes| (bytes, path))
+        })
+        .min_by_key(|(bytes, _)| *bytes)
+        .map(|(bytes, path)| MemoryLimit {
+            bytes,
+            source: Source::Cgroup(path),
+        })
+        .unwrap_or(MemoryLimit {
+            bytes: UNLIMITED_FALLBACK,
+            source: Source::Fallback,
+        })
+}
+
+/// A limit file's value; `None` for "no limit" (`max`, or v1's huge value).
+fn parse_limit(text: &str) -> Option<u64> {
+    let text = text.trim();
+    if text == "max" {
+        return None;
+    }
+    text.parse::<u64>()
+        .ok()
+        .filter(|&bytes| bytes > 0 && bytes < V1_UNLIMITED)
+}
+
+/// How a total is shared out. What is left (a tenth) is the process's own:
+/// code, stacks, allocator slack, the graph index, metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shares {
+    /// Each of the three context tables (push contexts, pull sources,
+    /// replicas): a fifth.
+    pub table_bytes: u64,
+    /// Original responses kept for fallbacks: a twentieth.
+    pub fallback_bytes: u64,
+    /// Calls in flight (see [`super::budget`]): a quarter.
+    pub in_flight_bytes: u64,
+}
+
+impl Shares {
+    /// The shares of `total` bytes.
+    pub fn of(total: u64) -> Shares {
+        Shares {
+            table_bytes: total / 5,
+            fallback_bytes: total / 20,
+            in_flight_bytes: total / 4,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_root(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let path = root.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        root
+    }
+
+    #[test]
+    fn reads_cgroup_v2_and_v1_limits() {
+        let v2 = fake_root(&[
+            ("proc/self/cgroup", "0::/kubepods/pod1/tlc\n"),
+            ("sys/fs/cgroup/memory.max", "max\n"),
+            ("sys/fs/cgroup/kubepods/pod1/tlc/memory.max", "268435456\n"),
+        ]);
+        let limit = detect(v2.path());
+        assert_eq!(limit.bytes, 256 << 20);
+        assert!(matches!(limit.source, Source::Cgroup(ref p) if p.ends_with("tlc/memory.max")));
+
+        let v1 = fake_root(&[
+            (
+                "proc/self/cgroup",
+                "4:memory:/docker/abc\n3:cpu:/docker/abc\n",
+            ),
+            (
+                "sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes",
+                "536870912\n",
+            ),
+        ]);
+        assert_eq!(detect(v1.path()).bytes, 512 << 20);
+    }
+
+    #[test]
+    fn no_limit_means_the_documented_fallback() {
+        let unlimited = fake_root(&[
+            ("proc/self/cgroup", "4:memory:/x\n"),
+            (
+                "sys/fs/cgroup/memory/x/memory.limit_in_bytes",
+                "9223372036854771712\n",
+            ),
+            ("sys/fs/cgroup/memory.max", "max\n"),
+        ]);
+        let limit = detect(unlimited.path());
+        assert_eq!(limit.bytes, UNLIMITED_FALLBACK);
+        assert_eq!(limit.source, Source::Fallback);
+        let nothing = tempfile::tempdir().unwrap();
+        assert_eq!(detect(nothing.path()).source, Source::Fallback);
+        assert_eq!(parse_limit("garbage"), None);
+        assert_eq!(parse_limit("0"), None);
+    }
+
+    #[test]
+    fn shares_leave_a_tenth_to_the_process() {
+        let total = 1000 << 20;
+        let s = Shares::of(total);
+        let used = 3 * s.table_bytes + s.fallback_bytes + s.in_flight_bytes;
+        assert!(used <= total * 9 / 10, "{used} of {total}");
+    }
+}
