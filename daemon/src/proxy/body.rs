@@ -45,23 +45,22 @@ pub fn chunks(chunks: Vec<Bytes>, trailers: Option<http::HeaderMap>) -> ProxyBod
     .boxed_unsync()
 }
 
-/// `body`, holding `charge` until the body is dropped: the bytes a call
-/// charged stay charged until they have left (been handed to the
-/// connection, which holds at most a send buffer more per stream).
-pub fn holding(body: ProxyBody, charge: Charge) -> ProxyBody {
-    Holding {
-        body,
-        _charge: charge,
-    }
-    .boxed_unsync()
+/// `body`, holding `held` until the body is dropped. With a [`Charge`],
+/// the bytes a call charged stay charged until they have left (been handed
+/// to the connection, which holds at most a send buffer more per stream);
+/// with a call guard, the call counts as in progress until then.
+pub fn holding<T: Send + 'static>(body: ProxyBody, held: T) -> ProxyBody {
+    Holding { body, _held: held }.boxed_unsync()
 }
 
-struct Holding {
+struct Holding<T> {
     body: ProxyBody,
-    _charge: Charge,
+    _held: T,
 }
 
-impl http_body::Body for Holding {
+impl<T> Unpin for Holding<T> {}
+
+impl<T> http_body::Body for Holding<T> {
     type Data = Bytes;
     type Error = BoxError;
 

@@ -11,6 +11,7 @@ pub mod first_bytes;
 pub mod forward;
 pub mod grpc_status;
 pub mod listener;
+pub mod preface;
 pub mod tuning;
 pub mod upstream;
 
@@ -37,6 +38,17 @@ pub struct BindError {
     pub source: std::io::Error,
 }
 
+/// The proxy could not start.
+#[derive(Debug, Error)]
+pub enum StartError {
+    /// A listener could not be opened.
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    /// The configuration's bounds are invalid.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+}
+
 /// The running proxy: one listener per route.
 pub struct Proxy {
     shutdown: CancellationToken,
@@ -48,7 +60,7 @@ pub struct Proxy {
 impl Proxy {
     /// Binds every route's listener (all or nothing) and starts serving,
     /// with `sidecar` deciding what happens to each call.
-    pub async fn start(config: &Config, sidecar: Arc<Sidecar>) -> Result<Proxy, BindError> {
+    pub async fn start(config: &Config, sidecar: Arc<Sidecar>) -> Result<Proxy, StartError> {
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
         let mut listeners = Vec::new();
@@ -61,6 +73,7 @@ impl Proxy {
                 })?;
             listeners.push((listener, route));
         }
+        let bounds = listener::Bounds::of(&config.limits.limits()?);
         let mut bound = Vec::new();
         for (listener, route) in listeners {
             let local = listener.local_addr().unwrap_or(route.listen);
@@ -72,6 +85,7 @@ impl Proxy {
             tracker.spawn(listener::serve(
                 listener,
                 route,
+                bounds,
                 sidecar.clone(),
                 shutdown.clone(),
                 tracker.clone(),

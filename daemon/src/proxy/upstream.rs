@@ -19,6 +19,7 @@ use tracing::debug;
 use super::body::ProxyBody;
 use super::first_bytes::FirstBytes;
 use super::tuning;
+use crate::config::Role;
 
 /// The upstream could not be reached.
 #[derive(Debug, Error)]
@@ -57,16 +58,19 @@ pub enum UpstreamError {
 /// A lazily made, self-healing HTTP/2 client connection.
 pub struct Upstream {
     addr: SocketAddr,
+    role: Role,
     sender: Mutex<Option<SendRequest<ProxyBody>>>,
 }
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Upstream {
-    /// An upstream at `addr`; nothing is connected until the first request.
-    pub fn new(addr: SocketAddr) -> Upstream {
+    /// An upstream at `addr` for a route of `role`; nothing is connected
+    /// until the first request.
+    pub fn new(addr: SocketAddr, role: Role) -> Upstream {
         Upstream {
             addr,
+            role,
             sender: Mutex::new(None),
         }
     }
@@ -92,6 +96,13 @@ impl Upstream {
         Ok(sender)
     }
 
+    /// Forgets the current connection, so that the next
+    /// [`Upstream::sender`] connects anew. Calls in progress on it finish:
+    /// hyper keeps a connection until its last stream ends.
+    pub async fn discard(&self) {
+        *self.sender.lock().await = None;
+    }
+
     async fn connect(&self) -> Result<SendRequest<ProxyBody>, UpstreamError> {
         let addr = self.addr;
         let tcp = TcpStream::connect(addr)
@@ -100,7 +111,7 @@ impl Upstream {
         tuning::tcp(&tcp);
         let (tcp, answered) = FirstBytes::new(tcp);
         let mut builder = http2::Builder::new(TokioExecutor::new());
-        tuning::client(&mut builder);
+        tuning::client(&mut builder, self.role);
         let (sender, connection) = builder
             .handshake(TokioIo::new(tcp))
             .await

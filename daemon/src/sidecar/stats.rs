@@ -69,6 +69,8 @@ pub struct Stats {
     /// Encoding side: pull replicas reset because they drifted too far
     /// from the model.
     pub drift_resets: AtomicU64,
+    /// Connections of every listener.
+    pub connections: crate::proxy::connection::ConnectionStats,
     /// Responses passed through unchanged, by reason.
     passed: Mutex<BTreeMap<&'static str, Passed>>,
     /// The labelled series only the metrics endpoint shows.
