@@ -4,6 +4,8 @@
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 
+use std::time::Duration;
+
 use crate::limits::budget::Charge;
 use http_body_util::{BodyExt, Empty, Full};
 
@@ -167,12 +169,13 @@ where
 }
 
 /// Reads a body to its end, keeping at most `limit` bytes of data, each
-/// chunk charged to `charge` before it is kept: a body the in-flight
-/// budget cannot hold is an error ([`crate::limits::budget::BudgetError`]), not memory.
+/// chunk charged to `charge` before it is kept, waiting up to `wait` for
+/// each: a body the in-flight budget cannot hold is an error
+/// ([`crate::limits::budget::BudgetError`]), not memory.
 pub async fn collect_charged<B>(
     mut body: B,
     limit: usize,
-    mut charge: Option<&mut Charge>,
+    mut charge: Option<(&mut Charge, Duration)>,
 ) -> Result<Collected, BoxError>
 where
     B: http_body::Body<Data = Bytes> + Unpin,
@@ -188,8 +191,8 @@ where
                 if total > limit {
                     return Err(Box::new(TooLong { limit }));
                 }
-                if let Some(charge) = charge.as_deref_mut() {
-                    charge.try_grow(chunk.len() as u64)?;
+                if let Some((charge, wait)) = charge.as_mut() {
+                    charge.grow(chunk.len() as u64, *wait).await?;
                 }
                 collected.chunks.push(chunk);
             }

@@ -151,8 +151,11 @@ impl Activity {
                 return;
             }
             let step = (limit / 4).max(Duration::from_millis(10));
-            tokio::time::sleep(step.min(limit.saturating_sub(quiet)).max(Duration::from_millis(10)))
-                .await;
+            tokio::time::sleep(
+                step.min(limit.saturating_sub(quiet))
+                    .max(Duration::from_millis(10)),
+            )
+            .await;
         }
     }
 }

@@ -89,7 +89,10 @@ struct RateLimit {
 impl RateLimit {
     fn allow(&mut self) -> bool {
         let now = std::time::Instant::now();
-        if self.last.is_some_and(|t| now.duration_since(t) < Duration::from_secs(1)) {
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
             return false;
         }
         self.last = Some(now);

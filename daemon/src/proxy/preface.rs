@@ -184,7 +184,10 @@ mod tests {
         let (mut client, server) = tokio::io::duplex(256);
         client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
         let err = read_opening(server, WAIT).await.err().unwrap();
-        assert!(matches!(err, PrefaceError::NotHttp2(ref b) if b.starts_with(b"GET")), "{err}");
+        assert!(
+            matches!(err, PrefaceError::NotHttp2(ref b) if b.starts_with(b"GET")),
+            "{err}"
+        );
 
         let (_client, server) = tokio::io::duplex(256);
         let err = read_opening(server, Duration::from_millis(50))

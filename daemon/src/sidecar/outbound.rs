@@ -97,7 +97,10 @@ pub async fn recv_tensor(
     let limit = usize::try_from(max_tensor)
         .unwrap_or(usize::MAX)
         .saturating_add(ENVELOPE_SLACK);
-    let collected = match body::collect_charged(response_body, limit, Some(&mut charge)).await {
+    let wait = sidecar.options().memory_wait;
+    let collected = match body::collect_charged(response_body, limit, Some((&mut charge, wait)))
+        .await
+    {
         Ok(collected) => collected,
         Err(err) => {
             sidecar.stats.decode_failed(call.direction);

@@ -1,0 +1,353 @@
+//! What a peer or client that does not play by the rules can make a
+//! sidecar hold: each test asserts the bound (memory, connections, who gets
+//! a fallback), not only that nothing crashed.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request};
+use hyper::body::Incoming;
+use support::tf::{recv, response_body, start_tensor_server};
+use support::Client;
+use tlc_codec::{Codec, Sparsity};
+use tlc_daemon::config::limits::LimitSettings;
+use tlc_daemon::config::{Config, Role, Route};
+use tlc_daemon::context::encode_stateless;
+use tlc_daemon::context::envelope::EnvelopeHeader;
+use tlc_daemon::peer;
+use tlc_daemon::policy::Policy;
+use tlc_daemon::proxy::connection::Refusal;
+use tlc_daemon::proxy::Proxy;
+use tlc_daemon::sidecar::stats::Stats;
+use tlc_daemon::sidecar::{Options, Sidecar};
+use tlc_daemon::tf::proto::DataType;
+use tlc_daemon::tf::recv_tensor::{self, ResponseMeta};
+use tlc_daemon::tf::{grpc, RECV_TENSOR_PATH};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+
+const KEY: &str = "/job:worker/replica:0/task:0/device:CPU:0;0000000000000001;/job:ps/replica:0/task:0/device:CPU:0;edge_3_g;0:0";
+
+async fn proxy_with(
+    role: Role,
+    upstream: SocketAddr,
+    sidecar: Arc<Sidecar>,
+    limits: LimitSettings,
+) -> Proxy {
+    let config = Config {
+        routes: vec![Route {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            upstream,
+            role,
+        }],
+        limits,
+        ..Default::default()
+    };
+    Proxy::start(&config, sidecar).await.unwrap()
+}
+
+/// The peak resident memory of this process so far, in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib << 10
+}
+
+fn meta() -> ResponseMeta {
+    ResponseMeta {
+        is_dead: false,
+        send_start_micros: 1234,
+        transport_options: None,
+        require_ack: false,
+    }
+}
+
+/// A gRPC body whose tensor declares `dims` and carries `envelope`.
+fn envelope_body(dims: &[u64], envelope: Vec<u8>) -> Bytes {
+    let built = recv_tensor::build_response_with_content(
+        &meta(),
+        dims,
+        DataType::DtFloat as i32,
+        envelope.into(),
+    )
+    .unwrap();
+    built.into_grpc_chunks().unwrap().concat().into()
+}
+
+/// A holder sidecar stand-in: every RecvTensor gets `body` as an envelope;
+/// fallbacks get the original, `original_elements` ones.
+async fn start_holder(body: Bytes, original_elements: usize) -> SocketAddr {
+    support::serve(Arc::new(move |request: Request<Incoming>| {
+        let body = body.clone();
+        Box::pin(async move {
+            if request.uri().path() == peer::FALLBACK_PATH {
+                let original =
+                    response_body(&[original_elements as u64], &vec![1.0; original_elements]);
+                return support::grpc_response(original, HeaderMap::new());
+            }
+            let mut response = support::grpc_response(body, HeaderMap::new());
+            response
+                .headers_mut()
+                .insert(peer::ENVELOPE, peer::PROTOCOL.parse().unwrap());
+            response
+        })
+    }))
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decoding_stays_within_the_tensor_bound_and_the_in_flight_budget() {
+    const MIB: u64 = 1 << 20;
+    let options = Options {
+        in_flight_bytes: 80 * MIB,
+        max_tensor_bytes: 32 * MIB,
+        memory_wait: Duration::from_secs(20),
+        ..Options::default()
+    };
+    let before = peak_rss();
+
+    // An envelope declaring 10^8 elements (400 MB) around a tiny payload:
+    // refused before anything is allocated, and the original is fetched.
+    let mut small = Vec::new();
+    let codec = Codec::ThreeLc {
+        sparsity: Sparsity::ONE,
+    };
+    encode_stateless(&[0.0; 1000], codec, 7, &mut small).unwrap();
+    let bomb = envelope_body(&[100_000_000], small);
+    let sidecar = Arc::new(Sidecar::new(Policy::default(), options, None));
+    let holder = start_holder(bomb, 1000).await;
+    let proxy = proxy_with(Role::Outbound, holder, sidecar.clone(), Default::default()).await;
+    let client = Client::connect(proxy.local_addrs()[0]).await;
+    let got = recv(&client, KEY, 1).await;
+    assert_eq!(
+        got.values,
+        vec![1.0; 1000],
+        "the original, through the fallback"
+    );
+    assert_eq!(Stats::get(&sidecar.stats.decode_failures), 1);
+    assert_eq!(Stats::get(&sidecar.stats.fallbacks), 1);
+
+    // A real 3LC envelope of 8M zeros (32 MB decoded, a few KB on the wire),
+    // asked 12 times at once: each decode charges 64 MB of an 80 MB budget,
+    // so they take turns instead of holding 12 x 64 MB.
+    let zeros = vec![0.0f32; 8 << 20];
+    let mut envelope = Vec::new();
+    encode_stateless(&zeros, codec, 9, &mut envelope).unwrap();
+    drop(zeros);
+    let wire = envelope.len();
+    let body = envelope_body(&[8 << 20], envelope);
+    let sidecar = Arc::new(Sidecar::new(Policy::default(), options, None));
+    let holder = start_holder(body, 1).await;
+    let proxy = proxy_with(Role::Outbound, holder, sidecar.clone(), Default::default()).await;
+    let addr = proxy.local_addrs()[0];
+    let calls: Vec<_> = (0..12)
+        .map(|step| {
+            tokio::spawn(async move {
+                let client = Client::connect(addr).await;
+                let reply = client
+                    .call(RECV_TENSOR_PATH, &[], support::tf::request_body(KEY, step))
+                    .await;
+                assert_eq!(
+                    reply
+                        .trailers
+                        .get("grpc-status")
+                        .map(|v| v.to_str().unwrap()),
+                    Some("0"),
+                    "{:?}",
+                    reply.headers
+                );
+                grpc::parse_single(reply.body, usize::MAX).unwrap().len()
+            })
+        })
+        .collect();
+    for call in calls {
+        assert!(call.await.unwrap() > 32 << 20, "the whole tensor");
+    }
+    assert_eq!(Stats::get(&sidecar.stats.restored), 12);
+    assert_eq!(sidecar.budget.in_use_bytes(), 0, "every charge came back");
+    let grown = peak_rss().saturating_sub(before);
+    eprintln!("envelope {wire} bytes; peak RSS grew {} MiB", grown >> 20);
+    // 80 MiB of budget, the test's own 32 MiB of zeros, the clients'
+    // copies of the answers in flight (each 32 MiB, read in parallel):
+    // well under the 12 x 64 MiB the decodes would hold unbounded.
+    assert!(grown < 480 * MIB, "peak RSS grew {} MiB", grown >> 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_sockets_cost_no_upstream_and_are_bounded_in_number_and_time() {
+    let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream_addr = upstream.local_addr().unwrap();
+    let dialled = Arc::new(AtomicUsize::new(0));
+    {
+        let dialled = dialled.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = upstream.accept().await {
+                dialled.fetch_add(1, Ordering::SeqCst);
+                drop(socket);
+            }
+        });
+    }
+    let sidecar = Arc::new(Sidecar::default());
+    let limits = LimitSettings {
+        max_connections: 8,
+        handshake_seconds: 1,
+        ..Default::default()
+    };
+    let proxy = proxy_with(Role::Inbound, upstream_addr, sidecar.clone(), limits).await;
+    let addr = proxy.local_addrs()[0];
+    let connections = &sidecar.stats.connections;
+    let refused = |why: Refusal| {
+        connections
+            .refusals()
+            .find(|(r, _)| *r == why)
+            .map_or(0, |(_, n)| n)
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    // One that speaks something else is closed at once.
+    let mut http1 = TcpStream::connect(addr).await.unwrap();
+    http1.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+    while refused(Refusal::NotHttp2) < 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(refused(Refusal::NotHttp2), 1);
+    let mut sockets = Vec::new();
+    for _ in 0..40 {
+        // A refused one may be reset before connect() returns here.
+        if let Ok(socket) = TcpStream::connect(addr).await {
+            sockets.push(socket);
+        }
+    }
+    while refused(Refusal::Limit) < 32 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(refused(Refusal::Limit), 32, "40 sockets, 8 slots");
+    assert_eq!(
+        dialled.load(Ordering::SeqCst),
+        0,
+        "nothing dialled before a preface"
+    );
+    while refused(Refusal::Handshake) < 8 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        refused(Refusal::Handshake),
+        8,
+        "closed after the handshake time"
+    );
+    assert_eq!(connections.open_now(), 0);
+    assert_eq!(dialled.load(Ordering::SeqCst), 0);
+}
+
+/// The token of the envelope in a compressed response.
+fn token_of(reply: &support::Reply) -> u64 {
+    let message = grpc::parse_single(reply.body.clone(), usize::MAX).unwrap();
+    let response = recv_tensor::decode_response(message).unwrap();
+    let envelope = response.tensor.unwrap().tensor_content;
+    EnvelopeHeader::parse(&envelope).unwrap().fallback_token
+}
+
+async fn ask_fallback(client: &Client, token: u64) -> support::Reply {
+    let token = format!("{token:x}");
+    client
+        .call(
+            peer::FALLBACK_PATH,
+            &[(peer::PEER, peer::PROTOCOL), (peer::FALLBACK, &token)],
+            Bytes::new(),
+        )
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fallback_goes_only_to_the_connection_its_envelope_went_to() {
+    let values: Vec<f32> = (0..40_000).map(|i| (i as f32 * 0.1).sin()).collect();
+    let served = values.clone();
+    let tf = start_tensor_server(Arc::new(move |_, _| (vec![40_000], served.clone()))).await;
+    let sidecar = Arc::new(Sidecar::default());
+    let proxy = proxy_with(Role::Inbound, tf, sidecar.clone(), Default::default()).await;
+    let addr = proxy.local_addrs()[0];
+    let owner = Client::connect(addr).await;
+    let thief = Client::connect(addr).await;
+    let as_peer = [(peer::PEER, peer::PROTOCOL)];
+    let first = owner
+        .call(
+            RECV_TENSOR_PATH,
+            &as_peer,
+            support::tf::request_body(KEY, 1),
+        )
+        .await;
+    let second = owner
+        .call(
+            RECV_TENSOR_PATH,
+            &as_peer,
+            support::tf::request_body(KEY, 2),
+        )
+        .await;
+    assert!(peer::has_envelope(&first.headers), "compressed for a peer");
+    let (a, b) = (token_of(&first), token_of(&second));
+    assert!(
+        a.abs_diff(b) > 1 << 32,
+        "tokens {a:x} and {b:x} are not a sequence"
+    );
+
+    // Another connection: neither the token it saw nor its neighbours work.
+    for guess in [a, a.wrapping_add(1), b] {
+        let stolen = ask_fallback(&thief, guess).await;
+        assert_eq!(
+            stolen
+                .trailers
+                .get("grpc-status")
+                .or(stolen.headers.get("grpc-status"))
+                .unwrap(),
+            "5"
+        );
+        assert!(stolen.body.is_empty());
+    }
+    // The owner still gets its original, byte for byte.
+    let original = ask_fallback(&owner, a).await;
+    assert_eq!(original.trailers["grpc-status"], "0");
+    let message = grpc::parse_single(original.body, usize::MAX).unwrap();
+    let response = recv_tensor::decode_response(message).unwrap();
+    let tensor = recv_tensor::classify(&response).unwrap();
+    assert_eq!(tensor.values().collect::<Vec<_>>(), values);
+    assert_eq!(Stats::get(&sidecar.stats.fallbacks_served), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_connection_closed_for_idleness_is_unseen_by_tensorflow() {
+    let values: Vec<f32> = (0..40_000).map(|i| i as f32).collect();
+    let served = values.clone();
+    let tf = start_tensor_server(Arc::new(move |_, _| (vec![40_000], served.clone()))).await;
+    let holder = Arc::new(Sidecar::default());
+    let idle = LimitSettings {
+        idle_seconds: 1,
+        ..Default::default()
+    };
+    let inbound = proxy_with(Role::Inbound, tf, holder.clone(), idle).await;
+    let requester = Arc::new(Sidecar::default());
+    let outbound = proxy_with(
+        Role::Outbound,
+        inbound.local_addrs()[0],
+        requester.clone(),
+        Default::default(),
+    )
+    .await;
+    let client = Client::connect(outbound.local_addrs()[0]).await;
+    let first = recv(&client, KEY, 1).await;
+    assert_eq!(first.values.len(), 40_000);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while holder.stats.connections.idle_closed_total() == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(holder.stats.connections.idle_closed_total(), 1);
+    // TensorFlow's connection to its own sidecar is still there, and its
+    // next call goes through on a new connection between the sidecars.
+    let second = recv(&client, KEY, 2).await;
+    assert_eq!(second.values.len(), 40_000);
+    assert_eq!(Stats::get(&requester.stats.decode_failures), 0);
+}
