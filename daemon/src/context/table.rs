@@ -175,6 +175,59 @@ impl<K: Eq + Hash + Clone, C: ContextMemory> ContextTable<K, C> {
         self.entries().remove(key).is_some()
     }
 
+    /// The context for `key`, or a new one made with `make` if the table
+    /// has room for `expected_bytes` more (what the context will hold once
+    /// used: a context is small when made and grows on its first use).
+    /// Room is made first by dropping the least recently used idle
+    /// contexts; `None` if there is none to make, so that a peer inventing
+    /// keys cannot grow the table past its bound between two evictions.
+    pub fn get_or_insert_within(
+        &self,
+        key: &K,
+        now: Instant,
+        expected_bytes: usize,
+        make: impl FnOnce() -> C,
+    ) -> Option<Arc<Mutex<C>>> {
+        let max_bytes = self.limits().max_bytes;
+        let mut entries = self.entries();
+        if let Some(entry) = entries.get_mut(key) {
+            entry.last_use = entry.last_use.max(now);
+            return Some(Arc::clone(&entry.context));
+        }
+        let mut total: usize = entries.values().map(|e| e.memory).sum();
+        if total.saturating_add(expected_bytes) > max_bytes {
+            let mut by_age: Vec<(Instant, K)> = entries
+                .iter()
+                .filter(|(_, entry)| entry.idle())
+                .map(|(key, entry)| (entry.last_use, key.clone()))
+                .collect();
+            by_age.sort_by_key(|(last_use, _)| *last_use);
+            for (_, old) in by_age {
+                if total.saturating_add(expected_bytes) <= max_bytes {
+                    break;
+                }
+                if let Some(entry) = entries.remove(&old) {
+                    total = total.saturating_sub(entry.memory);
+                }
+            }
+            if total.saturating_add(expected_bytes) > max_bytes {
+                return None;
+            }
+        }
+        let context = make();
+        let memory = context.memory_bytes().max(expected_bytes);
+        let context = Arc::new(Mutex::new(context));
+        entries.insert(
+            key.clone(),
+            Entry {
+                context: Arc::clone(&context),
+                last_use: now,
+                memory,
+            },
+        );
+        Some(context)
+    }
+
     /// Number of contexts and their memory: measured now for contexts
     /// nobody holds, as last measured for those in use.
     pub fn stats(&self) -> TableStats {
@@ -307,6 +360,31 @@ mod tests {
         assert!(t.remove(&"a"));
         assert!(!t.remove(&"a"));
         assert_eq!(t.stats(), TableStats::default());
+    }
+
+    #[test]
+    fn inserting_beyond_the_budget_drops_the_oldest_idle_or_refuses() {
+        let t = table(100, 60);
+        let t0 = Instant::now();
+        let at = |s| t0 + Duration::from_secs(s);
+        let held = t.get_or_insert_within(&"held", at(0), 40, || Blob(0));
+        assert!(held.is_some());
+        t.get_or_insert_within(&"old", at(1), 40, || Blob(0))
+            .unwrap();
+        // 40 + 40 + 40 > 100: the oldest idle one ("old") makes room.
+        t.get_or_insert_within(&"new", at(2), 40, || Blob(0))
+            .unwrap();
+        assert_eq!(keys(&t, t0), ["held", "new"]);
+        // An existing key is found whatever the budget.
+        assert!(t
+            .get_or_insert_within(&"new", at(3), 1000, || Blob(0))
+            .is_some());
+        // No room even after dropping every idle context: refused.
+        assert!(t
+            .get_or_insert_within(&"huge", at(4), 70, || Blob(0))
+            .is_none());
+        assert_eq!(keys(&t, t0), ["held"], "the idle one went trying");
+        assert_eq!(t.stats().contexts, 1);
     }
 
     #[test]

@@ -229,9 +229,13 @@ fn compress(
                 holder_task: call.holder_task.clone(),
                 tensor: call.tensor.clone(),
             };
-            let context = sidecar.push.get_or_insert_with(&key, now, || {
-                PushContext::new(choice.codec, choice.feedback)
-            });
+            // An error buffer the size of the tensor, once used.
+            let context = sidecar
+                .push
+                .get_or_insert_within(&key, now, raw_bytes, || {
+                    PushContext::new(choice.codec, choice.feedback)
+                })
+                .ok_or("context_budget")?;
             let mut context = crate::context::table::lock(&context);
             let started = Instant::now();
             let encoded = context
@@ -253,9 +257,13 @@ fn compress(
                 holder: call.holder_task.clone(),
                 tensor: call.tensor.clone(),
             };
-            let source = sidecar.pull.get_or_insert_with(&key, now, || {
-                PullSource::new(sidecar.epochs.next(), sidecar.options.pull_cache_len)
-            });
+            // A replica the size of the tensor, and its cached deltas.
+            let source = sidecar
+                .pull
+                .get_or_insert_within(&key, now, raw_bytes.saturating_mul(2), || {
+                    PullSource::new(sidecar.epochs.next(), sidecar.options.pull_cache_len)
+                })
+                .ok_or("context_budget")?;
             let mut source = crate::context::table::lock(&source);
             let started = Instant::now();
             let before = source.counters();

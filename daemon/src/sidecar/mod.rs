@@ -53,6 +53,10 @@ pub const MAX_GRAPH_MESSAGE: usize = 256 << 20;
 /// Largest response body read: TensorFlow's own 2 GiB message limit plus the gRPC prefix.
 pub const MAX_RESPONSE: usize = (2 << 30) + 5;
 
+/// Bytes of contexts an eviction must free before the allocator is asked
+/// to hand memory back (a trim walks the heap: not for every small one).
+const RELEASE_AFTER: usize = 64 << 20;
+
 /// How long an unused context lives by default.
 pub const DEFAULT_IDLE: Duration = Duration::from_secs(600);
 
@@ -265,5 +269,9 @@ impl Sidecar {
             ?warmup,
             "evicted contexts"
         );
+        let freed = push.bytes + pull.bytes + replicas.bytes + classes.bytes + warmup.bytes;
+        if freed >= RELEASE_AFTER {
+            crate::limits::memory::release_freed_memory();
+        }
     }
 }
