@@ -84,8 +84,9 @@ struct Args {
     #[arg(long, default_value_t = 64)]
     record_limit: u64,
 
-    /// Threads serving connections (default: one per CPU). A sidecar shares
-    /// the pod's CPUs with TensorFlow; fewer threads mean less contention.
+    /// Threads serving connections (default: one per CPU), 1 to 1024. A
+    /// sidecar shares the pod's CPUs with TensorFlow; fewer threads mean
+    /// less contention.
     #[arg(long, env = "TLC_THREADS")]
     threads: Option<usize>,
 }
@@ -215,8 +216,8 @@ fn run(args: Args) -> Result<()> {
     let control = Arc::new(Control::new(layers, resolved, sidecar.clone(), log));
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {
-        if threads == 0 {
-            bail!("--threads must be at least 1");
+        if !(1..=MAX_THREADS).contains(&threads) {
+            bail!("--threads {threads}: 1 to {MAX_THREADS}");
         }
         runtime.worker_threads(threads);
     }
@@ -281,6 +282,9 @@ fn run(args: Args) -> Result<()> {
         Ok(())
     })
 }
+
+/// Most `--threads`: far above any pod's CPUs.
+const MAX_THREADS: usize = 1024;
 
 fn parse_route(text: &str) -> Result<Route> {
     let (listen, rest) = text

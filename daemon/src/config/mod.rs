@@ -3,6 +3,7 @@
 //! [`layers`] how built-in defaults, a TOML file, `TLC_*` environment
 //! variables, flags and run-time changes combine.
 
+pub mod bounds;
 pub mod layers;
 
 use std::net::SocketAddr;
@@ -208,21 +209,13 @@ impl Default for ContextSettings {
 impl ContextSettings {
     /// The sidecar's bounds, or the key of a value that cannot be used.
     pub fn options(&self) -> Result<crate::sidecar::Options, ConfigError> {
-        let at_least_one = |key: &str, value: u64| {
-            if value == 0 {
-                Err(ConfigError::Invalid {
-                    key: format!("contexts.{key}"),
-                    value: "0".into(),
-                    allowed: "at least 1".into(),
-                })
-            } else {
-                Ok(())
-            }
-        };
-        at_least_one("memory_mib", self.memory_mib)?;
-        at_least_one("idle_seconds", self.idle_seconds)?;
-        at_least_one("pull_cache", self.pull_cache as u64)?;
-        at_least_one("fallback_mib", self.fallback_mib)?;
+        bounds::MEMORY_MIB.check("contexts.memory_mib", self.memory_mib)?;
+        bounds::IDLE_SECONDS.check("contexts.idle_seconds", self.idle_seconds)?;
+        bounds::PULL_CACHE.check(
+            "contexts.pull_cache",
+            u64::try_from(self.pull_cache).unwrap_or(u64::MAX),
+        )?;
+        bounds::FALLBACK_MIB.check("contexts.fallback_mib", self.fallback_mib)?;
         let mib = |v: u64| usize::try_from(v.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
         let limits = crate::context::TableLimits {
             max_bytes: mib(self.memory_mib),
@@ -309,6 +302,7 @@ impl Config {
 
     /// Checks values that the types alone do not constrain.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        bounds::DRAIN_SECONDS.check("drain_seconds", self.drain_seconds)?;
         crate::policy::Policy::new(&self.policy)?;
         self.contexts.options()?;
         self.admin.address("admin")?;
@@ -383,7 +377,10 @@ mod tests {
             8
         );
         let err = Config::from_toml("[contexts]\npull_cache = 0\n").unwrap_err();
-        assert_eq!(err.to_string(), "contexts.pull_cache = 0: at least 1");
+        assert_eq!(
+            err.to_string(),
+            "contexts.pull_cache = 0: 1 to 4096 (deltas)"
+        );
     }
 
     #[test]
