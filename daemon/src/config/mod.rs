@@ -3,6 +3,7 @@
 //! [`layers`] how built-in defaults, a TOML file, `TLC_*` environment
 //! variables, flags and run-time changes combine.
 
+pub mod admin;
 pub mod bounds;
 pub mod layers;
 
@@ -93,7 +94,7 @@ pub struct Config {
     /// Bounds of the per-tensor state.
     pub contexts: ContextSettings,
     /// The admin API.
-    pub admin: Endpoint,
+    pub admin: admin::AdminSettings,
     /// The Prometheus metrics endpoint.
     pub metrics: Endpoint,
     /// Logging.
@@ -108,9 +109,7 @@ impl Default for Config {
             drain_seconds: 30,
             policy: Default::default(),
             contexts: Default::default(),
-            admin: Endpoint {
-                listen: DEFAULT_ADMIN.into(),
-            },
+            admin: Default::default(),
             metrics: Endpoint {
                 listen: DEFAULT_METRICS.into(),
             },
@@ -125,7 +124,8 @@ pub const DEFAULT_ADMIN: &str = "127.0.0.1:15000";
 /// Where Prometheus scrapes by default (read-only, so on every interface).
 pub const DEFAULT_METRICS: &str = "0.0.0.0:15090";
 
-/// The `[admin]` and `[metrics]` tables: an HTTP endpoint of tlcd's own.
+/// The `[metrics]` table: a read-only HTTP endpoint of tlcd's own (the
+/// admin API's table is [`admin::AdminSettings`]).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Endpoint {
@@ -136,18 +136,20 @@ pub struct Endpoint {
 impl Endpoint {
     /// The address to bind, `None` when `off`; `key` names the table in errors.
     pub fn address(&self, key: &str) -> Result<Option<SocketAddr>, ConfigError> {
-        if self.listen == "off" {
-            return Ok(None);
-        }
-        self.listen
-            .parse()
-            .map(Some)
-            .map_err(|_| ConfigError::Invalid {
-                key: format!("{key}.listen"),
-                value: self.listen.clone(),
-                allowed: "a socket address such as 127.0.0.1:15000, or \"off\"".into(),
-            })
+        listen_address(key, &self.listen)
     }
+}
+
+/// `listen` of the table `key` as an address to bind, `None` when `off`.
+fn listen_address(key: &str, listen: &str) -> Result<Option<SocketAddr>, ConfigError> {
+    if listen == "off" {
+        return Ok(None);
+    }
+    listen.parse().map(Some).map_err(|_| ConfigError::Invalid {
+        key: format!("{key}.listen"),
+        value: listen.to_string(),
+        allowed: "a socket address such as 127.0.0.1:15000, or \"off\"".into(),
+    })
 }
 
 /// The `[log]` table.
@@ -305,7 +307,7 @@ impl Config {
         bounds::DRAIN_SECONDS.check("drain_seconds", self.drain_seconds)?;
         crate::policy::Policy::new(&self.policy)?;
         self.contexts.options()?;
-        self.admin.address("admin")?;
+        self.admin.validate()?;
         self.metrics.address("metrics")?;
         if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
             return Err(ConfigError::Invalid {
