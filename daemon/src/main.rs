@@ -69,7 +69,7 @@ struct Args {
 
     /// File holding the admin API's bearer token (admin.token_file);
     /// re-read when it changes. Default: a token tlcd makes and writes to
-    /// $XDG_RUNTIME_DIR/tlcd/admin-PORT.token or /tmp/tlcd-UID/admin-PORT.token.
+    /// $XDG_RUNTIME_DIR/tlcd/admin-PORT.token or ${TMPDIR:-/tmp}/tlcd-UID/admin-PORT.token.
     #[arg(long, value_name = "PATH", env = "TLC_ADMIN_TOKEN_FILE")]
     admin_token_file: Option<PathBuf>,
 

@@ -75,7 +75,7 @@ pub struct AdminOpts {
     /// File holding the admin token to send (tlcd's admin.token_file).
     /// Default: for a target on this host's loopback, the token tlcd wrote
     /// for itself ($XDG_RUNTIME_DIR/tlcd/admin-PORT.token or
-    /// /tmp/tlcd-UID/admin-PORT.token), if there is one.
+    /// ${TMPDIR:-/tmp}/tlcd-UID/admin-PORT.token), if there is one.
     #[arg(
         long = "token-file",
         value_name = "PATH",
