@@ -7,7 +7,11 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use serde_json::json;
 use std::sync::Arc;
+use tlc_daemon::admin::default_token;
+use tlc_daemon::admin::guard::Guard;
+use tlc_daemon::admin::token::AdminToken;
 use tlc_daemon::admin::{self, Admin, Readiness};
+use tlc_daemon::config::admin::AdminSettings;
 use tlc_daemon::config::layers::{FlagValue, Layers, Resolved};
 use tlc_daemon::config::{LogFormat, Role, Route};
 use tlc_daemon::control::log::LogControl;
@@ -63,6 +67,12 @@ struct Args {
     #[arg(long, value_name = "ADDR")]
     admin_listen: Option<String>,
 
+    /// File holding the admin API's bearer token (admin.token_file);
+    /// re-read when it changes. Default: a token tlcd makes and writes to
+    /// $XDG_RUNTIME_DIR/tlcd/admin-PORT.token or ${TMPDIR:-/tmp}/tlcd-UID/admin-PORT.token.
+    #[arg(long, value_name = "PATH", env = "TLC_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<PathBuf>,
+
     /// Prometheus metrics address (metrics.listen), or "off".
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<String>,
@@ -84,8 +94,9 @@ struct Args {
     #[arg(long, default_value_t = 64)]
     record_limit: u64,
 
-    /// Threads serving connections (default: one per CPU). A sidecar shares
-    /// the pod's CPUs with TensorFlow; fewer threads mean less contention.
+    /// Threads serving connections (default: one per CPU), 1 to 1024. A
+    /// sidecar shares the pod's CPUs with TensorFlow; fewer threads mean
+    /// less contention.
     #[arg(long, env = "TLC_THREADS")]
     threads: Option<usize>,
 }
@@ -159,6 +170,13 @@ fn flag_layer(args: &Args) -> Vec<FlagValue> {
     if let Some(addr) = &args.admin_listen {
         set("admin.listen", json!(addr), "--admin-listen");
     }
+    if let Some(path) = &args.admin_token_file {
+        set(
+            "admin.token_file",
+            json!(path.to_string_lossy()),
+            "--admin-token-file",
+        );
+    }
     if let Some(addr) = &args.metrics_listen {
         set("metrics.listen", json!(addr), "--metrics-listen");
     }
@@ -215,8 +233,8 @@ fn run(args: Args) -> Result<()> {
     let control = Arc::new(Control::new(layers, resolved, sidecar.clone(), log));
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {
-        if threads == 0 {
-            bail!("--threads must be at least 1");
+        if !(1..=MAX_THREADS).contains(&threads) {
+            bail!("--threads {threads}: 1 to {MAX_THREADS}");
         }
         runtime.worker_threads(threads);
     }
@@ -229,21 +247,28 @@ fn run(args: Args) -> Result<()> {
         let readiness = Arc::new(Readiness::default());
         // The operator endpoints first: a sidecar that cannot be watched or
         // retuned should fail at start, not run blind.
-        if let Some(addr) = config.admin.address("admin")? {
+        let mut made_token = None;
+        if let Some(addr) = config.admin.address()? {
             let listener = TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("admin API: cannot listen on {addr} (admin.listen)"))?;
+            // The port actually bound names the token file (`:0` picks one).
+            let bound = listener.local_addr().context("admin API: local address")?;
+            let (token, made) = admin_token(&config.admin, bound.port())?;
+            made_token = made;
+            info!(%addr, token_file = %token.path().display(), "admin API listening");
+            let guard = Guard::new(token, bound, &config.admin.allowed_hosts);
             let admin = Arc::new(Admin::new(
                 control.clone(),
                 readiness.clone(),
                 config.listeners(),
+                guard,
             ));
             tokio::spawn(http_server::serve(
                 listener,
                 admin.handler(),
                 endpoints.clone(),
             ));
-            info!(%addr, "admin API listening");
         }
         if let Some(addr) = config.metrics.address("metrics")? {
             let listener = TcpListener::bind(addr)
@@ -277,9 +302,38 @@ fn run(args: Args) -> Result<()> {
         readiness.set_draining();
         proxy.shutdown().await;
         endpoints.cancel();
+        if let Some((path, token)) = made_token {
+            default_token::remove(&path, &token);
+        }
         info!("sidecar totals {}", sidecar.stats.summary());
         Ok(())
     })
+}
+
+/// Most `--threads`: far above any pod's CPUs.
+const MAX_THREADS: usize = 1024;
+
+/// A token file tlcd wrote, and the token in it: removed at shutdown.
+type MadeToken = (PathBuf, Vec<u8>);
+
+/// The admin API's token: from `admin.token_file`, or made now and written
+/// where tlcctl looks for the API on `port` (then also returned, to be
+/// removed at shutdown).
+fn admin_token(settings: &AdminSettings, port: u16) -> Result<(AdminToken, Option<MadeToken>)> {
+    if let Some(path) = &settings.token_file {
+        let token = AdminToken::from_file(path)
+            .with_context(|| format!("admin API: admin.token_file = {}", path.display()))?;
+        return Ok((token, None));
+    }
+    let (path, token) = default_token::create(port).context(
+        "admin API: no admin.token_file is set and tlcd cannot write its own token; \
+         set admin.token_file (--admin-token-file, TLC_ADMIN_TOKEN_FILE) to a file holding one \
+         (a Kubernetes Secret), or admin.listen = \"off\"",
+    )?;
+    Ok((
+        AdminToken::generated(&path, token.clone()),
+        Some((path, token)),
+    ))
 }
 
 fn parse_route(text: &str) -> Result<Route> {

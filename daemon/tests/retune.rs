@@ -56,11 +56,16 @@ struct Tlcd {
     process: KillOnDrop,
     admin: SocketAddr,
     inbound: SocketAddr,
+    /// `XDG_RUNTIME_DIR` of tlcd and tlcctl: tlcd writes its admin token
+    /// there and tlcctl finds it, as next to a real tlcd, without leaving
+    /// a token file of a killed tlcd in the test machine's /tmp.
+    runtime: PathBuf,
 }
 
 impl Tlcd {
     fn start(config: &Path, upstream: SocketAddr) -> Tlcd {
         let (admin, inbound) = (free_addr(), free_addr());
+        let runtime = config.parent().expect("config directory").to_path_buf();
         let child = Command::new(env!("CARGO_BIN_EXE_tlcd"))
             .arg("--config")
             .arg(config)
@@ -68,6 +73,7 @@ impl Tlcd {
             .args(["--admin-listen", &admin.to_string()])
             .args(["--metrics-listen", "off"])
             .env("RUST_LOG", "info")
+            .env("XDG_RUNTIME_DIR", &runtime)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -76,6 +82,7 @@ impl Tlcd {
             process: KillOnDrop(child),
             admin,
             inbound,
+            runtime,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(admin).is_err() {
@@ -92,6 +99,8 @@ impl Tlcd {
         Command::new(tlcctl())
             .args(["--admin", &self.admin.to_string()])
             .args(args)
+            .env("XDG_RUNTIME_DIR", &self.runtime)
+            .env_remove("TLC_ADMIN_TOKEN_FILE")
             .output()
             .expect("run tlcctl")
     }

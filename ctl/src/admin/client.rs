@@ -13,6 +13,7 @@ use serde_json::Value;
 use ureq::http::StatusCode;
 
 use super::target::Target;
+use super::token::{self, Tokens};
 
 /// The most `tlcctl` reads of one answer; far above any real one (a
 /// sidecar with ten thousand tensor contexts answers a few MiB).
@@ -53,12 +54,13 @@ pub struct Outcome {
 pub struct Client {
     agent: ureq::Agent,
     timeout: Duration,
+    tokens: Tokens,
 }
 
 impl Client {
     /// A client whose every request, connecting included, gives up after
-    /// `timeout`.
-    pub fn new(timeout: Duration) -> Client {
+    /// `timeout`, and that sends the admin token `tokens` gives.
+    pub fn new(timeout: Duration, tokens: Tokens) -> Client {
         let config = ureq::Agent::config_builder()
             // 4xx/5xx carry the daemon's `error` field, which is the message
             // to print; ureq's own error would lose it.
@@ -73,6 +75,7 @@ impl Client {
         Client {
             agent: config.new_agent(),
             timeout,
+            tokens,
         }
     }
 
@@ -86,20 +89,29 @@ impl Client {
         body: Option<&Value>,
     ) -> Answer {
         let url = target.url(path);
+        let choice = self.tokens.choose(target.is_loopback(), target.port())?;
+        let authorization = choice.token.as_ref().map(|t| format!("Bearer {t}"));
         // Compact JSON, one line: what an operator would type with curl,
-        // and what the daemon's logs show best.
-        let json = body.map(Value::to_string);
-        let sent = match (method, json) {
-            (Method::Get, _) => self.agent.get(&url).call(),
-            (Method::Put, Some(json)) => self.agent.put(&url).content_type(JSON).send(json),
-            (Method::Put, None) => self.agent.put(&url).send_empty(),
-            (Method::Post, Some(json)) => self.agent.post(&url).content_type(JSON).send(json),
-            (Method::Post, None) => self.agent.post(&url).send_empty(),
-            (Method::Patch, Some(json)) => self.agent.patch(&url).content_type(JSON).send(json),
-            (Method::Patch, None) => self.agent.patch(&url).send_empty(),
+        // and what the daemon's logs show best. A change without a body
+        // (reload) is still declared JSON: tlcd refuses any other type.
+        let json = body.map(Value::to_string).unwrap_or_default();
+        let sent = match method {
+            Method::Get => authorize(self.agent.get(&url), &authorization).call(),
+            Method::Put => authorize(self.agent.put(&url), &authorization)
+                .content_type(JSON)
+                .send(json),
+            Method::Post => authorize(self.agent.post(&url), &authorization)
+                .content_type(JSON)
+                .send(json),
+            Method::Patch => authorize(self.agent.patch(&url), &authorization)
+                .content_type(JSON)
+                .send(json),
         };
         let mut response = sent.map_err(|err| self.transport_error(target, err))?;
         let status = response.status();
+        if status == StatusCode::UNAUTHORIZED {
+            return Err(token::refused(target.label(), &choice.source));
+        }
         let text = response
             .body_mut()
             .with_config()
@@ -178,6 +190,17 @@ impl Client {
             ),
             err => format!("request to tlcd admin at {target} failed: {err}"),
         }
+    }
+}
+
+/// `builder` with `Authorization: Bearer TOKEN` when there is a token.
+fn authorize<B>(
+    builder: ureq::RequestBuilder<B>,
+    authorization: &Option<String>,
+) -> ureq::RequestBuilder<B> {
+    match authorization {
+        Some(value) => builder.header("authorization", value),
+        None => builder,
     }
 }
 

@@ -6,6 +6,7 @@
 //! look at or change all sidecars of a job at once, and tries all of them
 //! before exiting 1 if any failed.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -21,6 +22,7 @@ mod set;
 mod status;
 mod target;
 mod tensors;
+mod token;
 mod top;
 
 pub use output::Failed;
@@ -69,6 +71,19 @@ pub struct AdminOpts {
         help_heading = "Admin API"
     )]
     timeout: Duration,
+
+    /// File holding the admin token to send (tlcd's admin.token_file).
+    /// Default: for a target on this host's loopback, the token tlcd wrote
+    /// for itself ($XDG_RUNTIME_DIR/tlcd/admin-PORT.token or
+    /// ${TMPDIR:-/tmp}/tlcd-UID/admin-PORT.token), if there is one.
+    #[arg(
+        long = "token-file",
+        value_name = "PATH",
+        global = true,
+        env = "TLC_ADMIN_TOKEN_FILE",
+        help_heading = "Admin API"
+    )]
+    token_file: Option<PathBuf>,
 }
 
 /// The admin commands.
@@ -114,7 +129,11 @@ impl Ctx {
 /// reported target by target.
 pub fn run(command: AdminCommand, opts: AdminOpts) -> Result<()> {
     let ctx = Ctx {
-        client: Client::new(opts.timeout),
+        client: Client::new(
+            opts.timeout,
+            opts.token_file
+                .map_or(token::Tokens::Default, token::Tokens::File),
+        ),
         targets: target::dedup(opts.targets),
         format: opts.output_format,
     };

@@ -11,12 +11,34 @@ pub const DEFAULT_PORT: u16 = 15000;
 pub struct Target {
     /// `HOST:PORT`, the name every output line uses for this target.
     label: String,
+    /// The port, for the token file tlcd writes per port.
+    port: u16,
 }
 
 impl Target {
     /// `HOST:PORT`, as printed.
     pub fn label(&self) -> &str {
         &self.label
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Whether the target is this host's loopback (`localhost`,
+    /// `127.0.0.0/8`, `[::1]`): only there can tlcctl read the token file
+    /// tlcd wrote for itself.
+    pub fn is_loopback(&self) -> bool {
+        let host = self
+            .label
+            .rsplit_once(':')
+            .map_or(self.label.as_str(), |(host, _)| host);
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        host.eq_ignore_ascii_case("localhost")
+            || bare
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
     }
 
     /// The URL of `path` (which starts with `/`) on this target.
@@ -68,6 +90,7 @@ pub fn parse(text: &str) -> Result<Target, String> {
     };
     Ok(Target {
         label: format!("{host}:{port}"),
+        port,
     })
 }
 
@@ -146,6 +169,23 @@ mod tests {
             assert!(parse(bad).is_err(), "{bad:?} was accepted");
         }
         assert!(label("https://pod:1").contains("only http://"));
+    }
+
+    #[test]
+    fn loopback_targets() {
+        for local in [
+            "127.0.0.1:1",
+            "localhost",
+            "LocalHost:9",
+            "[::1]:15000",
+            "127.3.2.1",
+        ] {
+            assert!(parse(local).is_ok_and(|t| t.is_loopback()), "{local}");
+        }
+        for remote in ["10.0.0.1:1", "pod-a", "[fd00::1]:1", "localhost.example"] {
+            assert!(parse(remote).is_ok_and(|t| !t.is_loopback()), "{remote}");
+        }
+        assert_eq!(parse("pod-a").map(|t| t.port()), Ok(DEFAULT_PORT));
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub struct Request {
     pub body: String,
     /// The content-type header, if any.
     pub content_type: Option<String>,
+    /// The authorization header, if any.
+    pub authorization: Option<String>,
 }
 
 impl Request {
@@ -123,6 +125,26 @@ impl FakeAdmin {
         FakeAdmin::route(method, path, 400, serde_json::json!({ "error": message }))
     }
 
+    /// Answers like `handler`, but only requests that carry
+    /// `Authorization: Bearer` and the token `token` holds at the time (a
+    /// test changes it to rotate); any other gets tlcd's `401`.
+    pub fn with_token<H>(token: Arc<Mutex<String>>, handler: H) -> FakeAdmin
+    where
+        H: Fn(&Request, usize) -> Reply + Send + 'static,
+    {
+        FakeAdmin::start(move |request, n| {
+            let expected = format!("Bearer {}", token.lock().expect("lock"));
+            if request.authorization.as_deref() == Some(expected.as_str()) {
+                handler(request, n)
+            } else {
+                Reply::json(
+                    401,
+                    serde_json::json!({"error": "this admin API needs a token: send 'Authorization: Bearer TOKEN'"}),
+                )
+            }
+        })
+    }
+
     /// A policy endpoint that reports `policy.push.sparsity` changed.
     pub fn policy() -> FakeAdmin {
         FakeAdmin::answering(
@@ -190,6 +212,7 @@ fn read_request(stream: &TcpStream) -> Option<Request> {
     let path = parts.next()?.to_string();
     let mut length = 0usize;
     let mut content_type = None;
+    let mut authorization = None;
     loop {
         let mut header = String::new();
         reader.read_line(&mut header).ok()?;
@@ -204,6 +227,9 @@ fn read_request(stream: &TcpStream) -> Option<Request> {
             if name.eq_ignore_ascii_case("content-type") {
                 content_type = Some(value.trim().to_string());
             }
+            if name.eq_ignore_ascii_case("authorization") {
+                authorization = Some(value.trim().to_string());
+            }
         }
     }
     let mut body = vec![0; length];
@@ -213,6 +239,7 @@ fn read_request(stream: &TcpStream) -> Option<Request> {
         path,
         body: String::from_utf8(body).ok()?,
         content_type,
+        authorization,
     })
 }
 

@@ -12,11 +12,27 @@ pub fn run(args: &[&str]) -> Run {
 
 /// Runs tlcctl with `TLC_ADMIN` set to `env`, or unset.
 pub fn run_with(args: &[&str], env: Option<&str>) -> Run {
-    let mut cmd = crate::common::tlcctl();
     match env {
-        Some(value) => cmd.env("TLC_ADMIN", value),
-        None => cmd.env_remove("TLC_ADMIN"),
-    };
+        Some(value) => run_env(args, &[("TLC_ADMIN", value)]),
+        None => run_env(args, &[]),
+    }
+}
+
+/// Runs tlcctl with `vars` set, and without the admin variables and token
+/// directories of the environment the tests run in (`TLC_ADMIN`,
+/// `TLC_ADMIN_TOKEN_FILE`, `XDG_RUNTIME_DIR`; `TMPDIR` an empty directory)
+/// unless `vars` sets them: a token file a real tlcd left must not decide
+/// what a test sees.
+pub fn run_env(args: &[&str], vars: &[(&str, &str)]) -> Run {
+    let empty = tempfile::tempdir().expect("temp dir");
+    let mut cmd = crate::common::tlcctl();
+    cmd.env_remove("TLC_ADMIN")
+        .env_remove("TLC_ADMIN_TOKEN_FILE")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env("TMPDIR", empty.path());
+    for (name, value) in vars {
+        cmd.env(name, value);
+    }
     let output = cmd.args(args).output().expect("run tlcctl");
     (
         output.status.code().unwrap_or(-1),

@@ -1,14 +1,18 @@
 //! The admin API (`daemon/ADMIN-API.md`): JSON over HTTP/1.1 on the pod's
-//! loopback, for operators and `tlcctl`. Reads go to the sidecar and the
-//! running configuration; every change goes through [`Control`], which
-//! validates it whole before anything moves.
+//! loopback, for operators and `tlcctl`. Every request but the probes
+//! passes the [`guard`] first (host, origin, token, content type). Reads go
+//! to the sidecar and the running configuration; every change goes through
+//! [`Control`], which validates it whole before anything moves.
 
+pub mod default_token;
+pub mod guard;
+pub mod token;
 mod views;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -16,14 +20,21 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
+use tracing::debug;
 
 use crate::config::Listener;
 use crate::control::policy_change::PolicyChange;
 use crate::control::{ApiChange, Control, ControlError};
 use crate::http_server::{self, Handler};
+use guard::{Guard, Refusal};
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 1 << 20;
+
+/// How long a client may take to send a request body, once its head is
+/// in: a client trickling a body must not hold the connection (and a
+/// change half-sent) forever. Admin bodies are a few hundred bytes.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Whether the sidecar serves traffic: set once its listeners are bound,
 /// cleared when it starts draining.
@@ -62,20 +73,24 @@ pub struct Admin {
     control: Arc<Control>,
     readiness: Arc<Readiness>,
     listeners: Vec<Listener>,
+    guard: Guard,
     started: Instant,
 }
 
 impl Admin {
-    /// An admin API over `control`, for a sidecar with `listeners`.
+    /// An admin API over `control`, for a sidecar with `listeners`, that
+    /// lets through what `guard` lets through.
     pub fn new(
         control: Arc<Control>,
         readiness: Arc<Readiness>,
         listeners: Vec<Listener>,
+        guard: Guard,
     ) -> Admin {
         Admin {
             control,
             readiness,
             listeners,
+            guard,
             started: Instant::now(),
         }
     }
@@ -96,6 +111,10 @@ impl Admin {
             if let Some(response) = probe(&self.readiness, &path) {
                 return response;
             }
+        }
+        if let Err(refusal) = self.guard.check(&request) {
+            debug!(%method, %path, status = refusal.status.as_u16(), "admin request refused");
+            return refused_by_guard(&refusal);
         }
         let result = match (method.clone(), path.as_str()) {
             (Method::GET, "/v1/status") => Ok(self.status()),
@@ -149,7 +168,17 @@ impl Admin {
         };
         match result {
             Ok(value) => reply(StatusCode::OK, &value),
-            Err((status, message)) => reply(status, &json!({"error": message})),
+            Err((status, message)) => {
+                let mut response = reply(status, &json!({"error": message}));
+                if status == StatusCode::REQUEST_TIMEOUT {
+                    // The rest of the body may still come: not on this connection.
+                    response.headers_mut().insert(
+                        http::header::CONNECTION,
+                        http::HeaderValue::from_static("close"),
+                    );
+                }
+                response
+            }
         }
     }
 
@@ -229,11 +258,35 @@ fn refused(err: ControlError) -> Failure {
     (StatusCode::BAD_REQUEST, err.to_string())
 }
 
-/// Reads a JSON body of at most [`MAX_BODY`] bytes.
+/// The answer to a request the guard turned away.
+fn refused_by_guard(refusal: &Refusal) -> Response<Full<Bytes>> {
+    let mut response = reply(refusal.status, &json!({"error": refusal.message}));
+    if let Some(challenge) = refusal.challenge {
+        response.headers_mut().insert(
+            http::header::WWW_AUTHENTICATE,
+            http::HeaderValue::from_static(challenge),
+        );
+    }
+    response
+}
+
+/// Reads a JSON body of at most [`MAX_BODY`] bytes within [`BODY_TIMEOUT`].
 async fn body<T: DeserializeOwned>(request: Request<Incoming>) -> Result<T, Failure> {
-    let bytes = Limited::new(request.into_body(), MAX_BODY)
-        .collect()
-        .await
+    let collected = tokio::time::timeout(
+        BODY_TIMEOUT,
+        Limited::new(request.into_body(), MAX_BODY).collect(),
+    )
+    .await
+    .map_err(|_| {
+        (
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request body did not arrive within {}s",
+                BODY_TIMEOUT.as_secs()
+            ),
+        )
+    })?;
+    let bytes = collected
         .map_err(|e| {
             (
                 StatusCode::BAD_REQUEST,

@@ -228,6 +228,7 @@ impl Layers {
             .try_parsing(true)
             .list_separator(",")
             .with_list_parse_key("policy.parameter_jobs")
+            .with_list_parse_key("admin.allowed_hosts")
             .source(Some(map));
         (env, names)
     }
@@ -466,5 +467,38 @@ mod tests {
         };
         let r = layers.resolve().unwrap();
         assert_eq!(r.config.policy.parameter_jobs, vec!["ps", "chief"]);
+    }
+
+    #[test]
+    fn the_admin_table_from_the_environment() {
+        let layers = Layers {
+            env: Layers::env_from([
+                (
+                    "TLC_ADMIN__TOKEN_FILE".to_string(),
+                    "/run/secrets/tlc/token".to_string(),
+                ),
+                (
+                    "TLC_ADMIN__ALLOWED_HOSTS".to_string(),
+                    "tlc-admin.ml.svc,10.0.0.5".to_string(),
+                ),
+            ]),
+            ..Layers::default()
+        };
+        let r = layers.resolve().unwrap();
+        assert_eq!(
+            r.config.admin.token_file,
+            Some(PathBuf::from("/run/secrets/tlc/token"))
+        );
+        assert_eq!(
+            r.config.admin.allowed_hosts,
+            vec!["tlc-admin.ml.svc", "10.0.0.5"]
+        );
+        assert_eq!(
+            r.sources["admin.token_file"],
+            Origin::Env("TLC_ADMIN__TOKEN_FILE".into())
+        );
+        // Unset by default: tlcd makes its own token.
+        let r = Layers::default().resolve().unwrap();
+        assert_eq!(r.config.admin.token_file, None);
     }
 }

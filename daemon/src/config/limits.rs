@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ConfigError;
+use super::{bounds, ConfigError};
 use crate::limits::memory::{self, Shares};
 
 /// The `[limits]` table.
@@ -63,38 +63,26 @@ pub struct Limits {
     pub memory_wait: std::time::Duration,
 }
 
-/// Bounds every `[limits]` value must stay within.
-const MEMORY_MIB: (u64, u64) = (64, 1 << 20);
-const MAX_TENSOR_MIB: (u64, u64) = (1, 2048);
-const MAX_CONNECTIONS: (u64, u64) = (1, 65_536);
-const HANDSHAKE_SECONDS: (u64, u64) = (1, 300);
-const IDLE_SECONDS: (u64, u64) = (0, 7 * 24 * 3600);
-const MEMORY_WAIT_SECONDS: (u64, u64) = (1, 600);
-
 impl LimitSettings {
     /// The bounds, or the key of a value out of its range.
     pub fn limits(&self) -> Result<Limits, ConfigError> {
         let memory_bytes = match self.memory_mib {
-            Some(mib) => in_range("memory_mib", mib, MEMORY_MIB)? << 20,
+            Some(mib) => {
+                bounds::LIMITS_MEMORY_MIB.check("limits.memory_mib", mib)?;
+                mib << 20
+            }
             None => memory::detected().bytes,
         };
-        let max_tensor_mib = in_range("max_tensor_mib", self.max_tensor_mib, MAX_TENSOR_MIB)?;
-        let max_connections = in_range(
-            "max_connections",
-            self.max_connections as u64,
-            MAX_CONNECTIONS,
-        )?;
-        let handshake = in_range(
-            "handshake_seconds",
-            self.handshake_seconds,
-            HANDSHAKE_SECONDS,
-        )?;
-        let idle = in_range("idle_seconds", self.idle_seconds, IDLE_SECONDS)?;
-        let wait = in_range(
-            "memory_wait_seconds",
-            self.memory_wait_seconds,
-            MEMORY_WAIT_SECONDS,
-        )?;
+        let max_tensor_mib = self.max_tensor_mib;
+        bounds::MAX_TENSOR_MIB.check("limits.max_tensor_mib", max_tensor_mib)?;
+        let max_connections = u64::try_from(self.max_connections).unwrap_or(u64::MAX);
+        bounds::MAX_CONNECTIONS.check("limits.max_connections", max_connections)?;
+        let handshake = self.handshake_seconds;
+        bounds::HANDSHAKE_SECONDS.check("limits.handshake_seconds", handshake)?;
+        let idle = self.idle_seconds;
+        bounds::CONNECTION_IDLE_SECONDS.check("limits.idle_seconds", idle)?;
+        let wait = self.memory_wait_seconds;
+        bounds::MEMORY_WAIT_SECONDS.check("limits.memory_wait_seconds", wait)?;
         let shares = Shares::of(memory_bytes);
         // TensorFlow's limit is 2 GiB. Decoding a pushed tensor holds its
         // envelope, its values and a refinement buffer at once: a third of
@@ -104,22 +92,10 @@ impl LimitSettings {
             memory_bytes,
             shares,
             max_tensor_bytes,
-            max_connections: max_connections as usize,
+            max_connections: self.max_connections,
             handshake: std::time::Duration::from_secs(handshake),
             idle: (idle > 0).then(|| std::time::Duration::from_secs(idle)),
             memory_wait: std::time::Duration::from_secs(wait),
-        })
-    }
-}
-
-fn in_range(key: &str, value: u64, (low, high): (u64, u64)) -> Result<u64, ConfigError> {
-    if (low..=high).contains(&value) {
-        Ok(value)
-    } else {
-        Err(ConfigError::Invalid {
-            key: format!("limits.{key}"),
-            value: value.to_string(),
-            allowed: format!("from {low} to {high}"),
         })
     }
 }
@@ -138,7 +114,7 @@ mod tests {
         settings.memory_mib = Some((1 << 20) + 1);
         assert_eq!(
             settings.limits().unwrap_err().to_string(),
-            "limits.memory_mib = 1048577: from 64 to 1048576"
+            "limits.memory_mib = 1048577: 64 to 1048576 (MiB, 1 TiB)"
         );
         let settings = LimitSettings {
             max_connections: 0,

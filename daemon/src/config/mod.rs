@@ -3,6 +3,8 @@
 //! [`layers`] how built-in defaults, a TOML file, `TLC_*` environment
 //! variables, flags and run-time changes combine.
 
+pub mod admin;
+pub mod bounds;
 pub mod layers;
 pub mod limits;
 
@@ -95,7 +97,7 @@ pub struct Config {
     /// Bounds of memory, connections and time that peers and clients may use.
     pub limits: limits::LimitSettings,
     /// The admin API.
-    pub admin: Endpoint,
+    pub admin: admin::AdminSettings,
     /// The Prometheus metrics endpoint.
     pub metrics: Endpoint,
     /// Logging.
@@ -111,9 +113,7 @@ impl Default for Config {
             policy: Default::default(),
             contexts: Default::default(),
             limits: Default::default(),
-            admin: Endpoint {
-                listen: DEFAULT_ADMIN.into(),
-            },
+            admin: Default::default(),
             metrics: Endpoint {
                 listen: DEFAULT_METRICS.into(),
             },
@@ -128,7 +128,8 @@ pub const DEFAULT_ADMIN: &str = "127.0.0.1:15000";
 /// Where Prometheus scrapes by default (read-only, so on every interface).
 pub const DEFAULT_METRICS: &str = "0.0.0.0:15090";
 
-/// The `[admin]` and `[metrics]` tables: an HTTP endpoint of tlcd's own.
+/// The `[metrics]` table: a read-only HTTP endpoint of tlcd's own (the
+/// admin API's table is [`admin::AdminSettings`]).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Endpoint {
@@ -139,18 +140,20 @@ pub struct Endpoint {
 impl Endpoint {
     /// The address to bind, `None` when `off`; `key` names the table in errors.
     pub fn address(&self, key: &str) -> Result<Option<SocketAddr>, ConfigError> {
-        if self.listen == "off" {
-            return Ok(None);
-        }
-        self.listen
-            .parse()
-            .map(Some)
-            .map_err(|_| ConfigError::Invalid {
-                key: format!("{key}.listen"),
-                value: self.listen.clone(),
-                allowed: "a socket address such as 127.0.0.1:15000, or \"off\"".into(),
-            })
+        listen_address(key, &self.listen)
     }
+}
+
+/// `listen` of the table `key` as an address to bind, `None` when `off`.
+fn listen_address(key: &str, listen: &str) -> Result<Option<SocketAddr>, ConfigError> {
+    if listen == "off" {
+        return Ok(None);
+    }
+    listen.parse().map(Some).map_err(|_| ConfigError::Invalid {
+        key: format!("{key}.listen"),
+        value: listen.to_string(),
+        allowed: "a socket address such as 127.0.0.1:15000, or \"off\"".into(),
+    })
 }
 
 /// The `[log]` table.
@@ -214,28 +217,20 @@ impl ContextSettings {
     /// The sidecar's bounds within `limits`, or the key of a value that
     /// cannot be used.
     pub fn options(&self, limits: &limits::Limits) -> Result<crate::sidecar::Options, ConfigError> {
-        let at_least_one = |key: &str, value: u64| {
-            if value == 0 {
-                Err(ConfigError::Invalid {
-                    key: format!("contexts.{key}"),
-                    value: "0".into(),
-                    allowed: "at least 1".into(),
-                })
-            } else {
-                Ok(())
-            }
-        };
+        bounds::IDLE_SECONDS.check("contexts.idle_seconds", self.idle_seconds)?;
+        bounds::PULL_CACHE.check(
+            "contexts.pull_cache",
+            u64::try_from(self.pull_cache).unwrap_or(u64::MAX),
+        )?;
         let mut options = crate::sidecar::Options::within(limits);
         if let Some(mib) = self.memory_mib {
-            at_least_one("memory_mib", mib)?;
+            bounds::MEMORY_MIB.check("contexts.memory_mib", mib)?;
             options.push_limits.max_bytes = mib_to_bytes(mib);
         }
         if let Some(mib) = self.fallback_mib {
-            at_least_one("fallback_mib", mib)?;
+            bounds::FALLBACK_MIB.check("contexts.fallback_mib", mib)?;
             options.fallback_bytes = mib_to_bytes(mib);
         }
-        at_least_one("idle_seconds", self.idle_seconds)?;
-        at_least_one("pull_cache", self.pull_cache as u64)?;
         options.push_limits.max_age = std::time::Duration::from_secs(self.idle_seconds);
         options.pull_limits = options.push_limits;
         options.replica_limits = options.push_limits;
@@ -324,9 +319,10 @@ impl Config {
 
     /// Checks values that the types alone do not constrain.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        bounds::DRAIN_SECONDS.check("drain_seconds", self.drain_seconds)?;
         crate::policy::Policy::new(&self.policy)?;
         self.sidecar_options()?;
-        self.admin.address("admin")?;
+        self.admin.validate()?;
         self.metrics.address("metrics")?;
         if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
             return Err(ConfigError::Invalid {
@@ -398,7 +394,10 @@ mod tests {
             8
         );
         let err = Config::from_toml("[contexts]\npull_cache = 0\n").unwrap_err();
-        assert_eq!(err.to_string(), "contexts.pull_cache = 0: at least 1");
+        assert_eq!(
+            err.to_string(),
+            "contexts.pull_cache = 0: 1 to 4096 (deltas)"
+        );
     }
 
     #[test]

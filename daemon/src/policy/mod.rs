@@ -43,7 +43,7 @@ use globset::{Glob, GlobMatcher};
 use serde::{Deserialize, Serialize};
 use tlc_codec::{Codec, CodecId, Feedback, Sparsity, TopKPercent};
 
-use crate::config::ConfigError;
+use crate::config::{bounds, ConfigError};
 use crate::graph::TensorClass;
 
 /// Which way a tensor travels.
@@ -388,6 +388,12 @@ impl Policy {
                 allowed: "at least one job name (TensorFlow's default is \"ps\")".into(),
             });
         }
+        bounds::MIN_BYTES.check("policy.min_bytes", settings.min_bytes)?;
+        bounds::WARMUP_STEPS.check("policy.warmup_steps", u64::from(settings.warmup_steps))?;
+        bounds::OVERRIDES.check(
+            "policy.overrides",
+            u64::try_from(settings.overrides.len()).unwrap_or(u64::MAX),
+        )?;
         let push = settings.push.resolve("policy.push")?;
         let pull = settings.pull.resolve("policy.pull")?;
         let sparse = settings.sparse.resolve_memoryless("policy.sparse")?;

@@ -183,15 +183,21 @@ impl Refine {
     }
 }
 
-/// A relative error target: above 0; `inf` means no bound.
+/// Largest finite relative error target. A target of 100 (the residue a
+/// hundred times the tensor) already never asks for a second pass; a
+/// larger finite number is a typo for `inf`.
+const MAX_TARGET: f64 = 100.0;
+
+/// A relative error target: above 0 and at most [`MAX_TARGET`]; `inf`
+/// means no bound.
 fn target(key: &str, value: f64) -> Result<f64, ConfigError> {
-    if value > 0.0 {
+    if (value > 0.0 && value <= MAX_TARGET) || value == f64::INFINITY {
         Ok(value)
     } else {
         Err(invalid(
             key,
             value.to_string(),
-            "a number above 0, or inf (no bound)",
+            "a number above 0 and at most 100, or inf (no bound)",
         ))
     }
 }
@@ -286,6 +292,12 @@ mod tests {
         assert!(err
             .to_string()
             .starts_with("policy.refine.push_max_error = NaN"));
+        refine("pull_max_drift = 100\n").unwrap();
+        let err = refine("pull_max_drift = 100.5\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "policy.refine.pull_max_drift = 100.5: a number above 0 and at most 100, or inf (no bound)"
+        );
         let err = refine("[synchronous]\npull_max_drift = 0\n").unwrap_err();
         assert!(
             err.to_string()
