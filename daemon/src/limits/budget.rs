@@ -16,8 +16,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::task::{Context, Poll};
+
 use thiserror::Error;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
+use tokio_util::sync::PollSemaphore;
 
 /// Bytes per permit.
 const UNIT: u64 = 1024;
@@ -98,6 +101,15 @@ impl MemoryBudget {
         Ok(charge)
     }
 
+    /// A poller for charges taken from inside `poll` functions (a body
+    /// being streamed), where there is no future to await.
+    pub fn poller(&self) -> ChargePoller {
+        ChargePoller {
+            semaphore: PollSemaphore::new(Arc::clone(&self.permits)),
+            budget: self.clone(),
+        }
+    }
+
     fn units_for(&self, bytes: u64) -> Result<u32, BudgetError> {
         let too_large = BudgetError::TooLarge {
             bytes,
@@ -169,6 +181,35 @@ impl Charge {
         match self.permit.as_mut() {
             Some(held) => held.merge(permit),
             None => self.permit = Some(permit),
+        }
+    }
+}
+
+/// Takes charges from `poll` functions; see [`MemoryBudget::poller`].
+#[derive(Debug)]
+pub struct ChargePoller {
+    semaphore: PollSemaphore,
+    budget: MemoryBudget,
+}
+
+impl ChargePoller {
+    /// A charge of `bytes` once the budget has it. A request larger than
+    /// the whole budget is granted the whole budget: it waits for every
+    /// other charge to come back rather than forever.
+    pub fn poll_charge(&mut self, cx: &mut Context<'_>, bytes: u64) -> Poll<Charge> {
+        let units = units_of(bytes).min(u64::from(self.budget.units));
+        let units = u32::try_from(units).unwrap_or(u32::MAX);
+        if units == 0 {
+            return Poll::Ready(self.budget.empty());
+        }
+        match self.semaphore.poll_acquire_many(cx, units) {
+            Poll::Ready(permit) => Poll::Ready(Charge {
+                // The semaphore is never closed; `None` would mean it was,
+                // and then nothing is charged.
+                permit,
+                budget: self.budget.clone(),
+            }),
+            Poll::Pending => Poll::Pending,
         }
     }
 }

@@ -6,7 +6,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 
 use std::time::Duration;
 
-use crate::limits::budget::Charge;
+use crate::limits::budget::{Charge, ChargePoller, MemoryBudget};
 use http_body_util::{BodyExt, Empty, Full};
 
 /// Any error a body may fail with.
@@ -79,6 +79,93 @@ impl<T> http_body::Body for Holding<T> {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
+    }
+}
+
+/// Marks a response whose body already holds its charge (see
+/// [`holding`]): [`charged`] must not charge it a second time, or calls
+/// holding charges could wait on each other for more.
+#[derive(Debug, Clone, Copy)]
+pub struct AlreadyCharged;
+
+/// `body`, streamed with each data chunk charged to `budget` from when it
+/// is read until the connection has written it (the charge travels inside
+/// the chunk, released when the last reference to it drops). Reading waits
+/// while the budget is spent, so a client that never reads its responses
+/// holds at most the budget, not every response it asked for.
+pub fn charged(body: ProxyBody, budget: &MemoryBudget) -> ProxyBody {
+    ChargedStream {
+        body,
+        poller: budget.poller(),
+        waiting: None,
+    }
+    .boxed_unsync()
+}
+
+struct ChargedStream {
+    body: ProxyBody,
+    poller: ChargePoller,
+    /// A chunk read and waiting for its charge.
+    waiting: Option<Bytes>,
+}
+
+/// A chunk and its charge, as the owner of a [`Bytes`].
+struct ChargedChunk {
+    bytes: Bytes,
+    _charge: Charge,
+}
+
+impl AsRef<[u8]> for ChargedChunk {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl http_body::Body for ChargedStream {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        if this.waiting.is_none() {
+            match std::pin::Pin::new(&mut this.body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(chunk) => this.waiting = Some(chunk),
+                    Err(frame) => return Poll::Ready(Some(Ok(frame))),
+                },
+                other => return other,
+            }
+        }
+        let len = this.waiting.as_ref().map_or(0, Bytes::len) as u64;
+        match this.poller.poll_charge(cx, len) {
+            Poll::Ready(charge) => {
+                let bytes = this.waiting.take().unwrap_or_default();
+                let chunk = Bytes::from_owner(ChargedChunk {
+                    bytes,
+                    _charge: charge,
+                });
+                Poll::Ready(Some(Ok(http_body::Frame::data(chunk))))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.waiting.is_none() && self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        let mut hint = self.body.size_hint();
+        let waiting = self.waiting.as_ref().map_or(0, Bytes::len) as u64;
+        hint.set_lower(hint.lower().saturating_add(waiting));
+        if let Some(upper) = hint.upper() {
+            hint.set_upper(upper.saturating_add(waiting));
+        }
+        hint
     }
 }
 

@@ -183,9 +183,21 @@ async fn connection(
         let call = calls.begin();
         request.extensions_mut().insert(id);
         async move {
-            let response = sidecar
+            let response = Arc::clone(&sidecar)
                 .handle(role, &upstream, request.map(body::stream))
                 .await;
+            // A peer may not read what it asked for: what streams to it is
+            // charged to the in-flight budget until written.
+            let charge = role == Role::Inbound
+                && response
+                    .extensions()
+                    .get::<body::AlreadyCharged>()
+                    .is_none();
+            let response = if charge {
+                response.map(|b| body::charged(b, &sidecar.budget))
+            } else {
+                response
+            };
             // The call lasts until its response body is done.
             Ok::<_, Infallible>(response.map(|b| body::holding(b, call)))
         }

@@ -106,6 +106,7 @@ pub async fn recv_tensor(
             };
             sidecar.stats.passed(reason);
             let body = body::holding(partial.into_body(), charge);
+            parts.extensions.insert(body::AlreadyCharged);
             return (Response::from_parts(parts, body), Outcome::Passed);
         }
         Err(err) => {
@@ -122,6 +123,7 @@ pub async fn recv_tensor(
             .stats
             .passed_read("memory_budget", collected.len() as u64);
         let body = body::holding(body::chunks(collected.chunks, collected.trailers), charge);
+        parts.extensions.insert(body::AlreadyCharged);
         return (Response::from_parts(parts, body), Outcome::Passed);
     }
     let compressed = tokio::task::block_in_place(|| {
@@ -145,12 +147,14 @@ pub async fn recv_tensor(
                 .headers
                 .insert(peer::ENVELOPE, HeaderValue::from_static(peer::PROTOCOL));
             let body = body::holding(body::chunks(chunks, collected.trailers), charge);
+            parts.extensions.insert(body::AlreadyCharged);
             (Response::from_parts(parts, body), Outcome::Compressed)
         }
         Err(reason) => {
             debug!(tensor = %call.tensor, reason, "passing through");
             sidecar.stats.passed_read(reason, collected.len() as u64);
             let body = body::holding(body::chunks(collected.chunks, collected.trailers), charge);
+            parts.extensions.insert(body::AlreadyCharged);
             (Response::from_parts(parts, body), Outcome::Passed)
         }
     }
