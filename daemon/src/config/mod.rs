@@ -97,6 +97,8 @@ pub struct Config {
     pub metrics: Endpoint,
     /// Logging.
     pub log: LogSettings,
+    /// Mutual TLS between sidecars.
+    pub tls: crate::tls::TlsSettings,
 }
 
 impl Default for Config {
@@ -114,6 +116,7 @@ impl Default for Config {
                 listen: DEFAULT_METRICS.into(),
             },
             log: Default::default(),
+            tls: Default::default(),
         }
     }
 }
@@ -313,6 +316,7 @@ impl Config {
         self.contexts.options()?;
         self.admin.address("admin")?;
         self.metrics.address("metrics")?;
+        self.tls.validate()?;
         if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
             return Err(ConfigError::Invalid {
                 key: "log.level".into(),
