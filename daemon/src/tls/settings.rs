@@ -12,11 +12,13 @@
 //! reload_seconds = 10
 //! ```
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::identity::PeerPatterns;
+use super::material::Paths;
 use crate::config::ConfigError;
 
 /// Whether the sidecars' connections to each other are encrypted.
@@ -80,6 +82,39 @@ impl TlsSettings {
     /// those). Patterns are checked in every mode, so a mistake shows
     /// before TLS is switched on.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        match self.mode {
+            TlsMode::Off => {
+                self.reload_interval()?;
+                self.patterns().map(drop)
+            }
+            TlsMode::Mutual => self.mutual().map(drop),
+        }
+    }
+
+    /// What mutual TLS needs, checked: the reload interval, the patterns
+    /// (at least one) and the three files.
+    pub fn mutual(&self) -> Result<(Paths, PeerPatterns, Duration), ConfigError> {
+        let every = self.reload_interval()?;
+        let patterns = self.patterns()?;
+        let paths = Paths {
+            cert: required_path("cert", &self.cert, "a PEM certificate chain file")?,
+            key: required_path("key", &self.key, "a PEM private key file")?,
+            ca: required_path("ca", &self.ca, "a PEM file of CA certificates")?,
+        };
+        if self.peer_identities.is_empty() {
+            return Err(ConfigError::Invalid {
+                key: "tls.peer_identities".into(),
+                value: "[]".into(),
+                allowed: "at least one pattern when tls.mode = \"mutual\", e.g. \
+                          [\"spiffe://cluster.local/ns/training/sa/*\"]"
+                    .into(),
+            });
+        }
+        Ok((paths, patterns, every))
+    }
+
+    /// `reload_seconds`, checked.
+    fn reload_interval(&self) -> Result<Duration, ConfigError> {
         if !RELOAD_SECONDS.contains(&self.reload_seconds) {
             return Err(ConfigError::Invalid {
                 key: "tls.reload_seconds".into(),
@@ -91,27 +126,7 @@ impl TlsSettings {
                 ),
             });
         }
-        self.patterns()?;
-        if self.mode == TlsMode::Off {
-            return Ok(());
-        }
-        for (name, path, what) in [
-            ("cert", &self.cert, "a PEM certificate chain file"),
-            ("key", &self.key, "a PEM private key file"),
-            ("ca", &self.ca, "a PEM file of CA certificates"),
-        ] {
-            required_path(name, path.as_deref(), what)?;
-        }
-        if self.peer_identities.is_empty() {
-            return Err(ConfigError::Invalid {
-                key: "tls.peer_identities".into(),
-                value: "[]".into(),
-                allowed: "at least one pattern when tls.mode = \"mutual\", e.g. \
-                          [\"spiffe://cluster.local/ns/training/sa/*\"]"
-                    .into(),
-            });
-        }
-        Ok(())
+        Ok(Duration::from_secs(self.reload_seconds))
     }
 
     /// `peer_identities`, parsed; a bad pattern is named by its index.
@@ -124,9 +139,9 @@ impl TlsSettings {
     }
 }
 
-fn required_path(name: &str, path: Option<&Path>, what: &str) -> Result<(), ConfigError> {
+fn required_path(name: &str, path: &Option<PathBuf>, what: &str) -> Result<PathBuf, ConfigError> {
     match path {
-        Some(path) if !path.as_os_str().is_empty() => Ok(()),
+        Some(path) if !path.as_os_str().is_empty() => Ok(path.clone()),
         _ => Err(ConfigError::Invalid {
             key: format!("tls.{name}"),
             value: "unset".into(),
@@ -139,6 +154,8 @@ fn required_path(name: &str, path: Option<&Path>, what: &str) -> Result<(), Conf
 mod tests {
     use crate::config::layers::Layers;
     use crate::config::Config;
+
+    use std::path::Path;
 
     use super::*;
 
