@@ -97,14 +97,14 @@ pub enum TlsError {
         path: PathBuf,
     },
     /// A CA certificate that cannot be a trust anchor.
-    #[error("{path}: CA certificate #{index} cannot be used: {source}")]
+    #[error("{path}: CA certificate #{index} cannot be used as a trust anchor: {message}")]
     Ca {
         /// The file.
         path: PathBuf,
         /// Its position in the file, from 0.
         index: usize,
-        /// What rustls said.
-        source: rustls::Error,
+        /// What is wrong with it.
+        message: String,
     },
     /// Our certificate is past its `notAfter`.
     #[error("{path}: the certificate expired at {not_after} (it is now {now}); renew it")]
@@ -293,10 +293,15 @@ fn roots(bytes: &[u8], path: &Path) -> Result<RootCertStore, TlsError> {
     }
     let mut roots = RootCertStore::empty();
     for (index, cert) in certs.into_iter().enumerate() {
-        roots.add(cert).map_err(|source| TlsError::Ca {
+        roots.add(cert).map_err(|err| TlsError::Ca {
             path: path.to_owned(),
             index,
-            source,
+            // rustls words this for a peer ("invalid peer certificate");
+            // only the cause applies to a CA file.
+            message: match err {
+                rustls::Error::InvalidCertificate(cause) => format!("{cause:?}"),
+                other => other.to_string(),
+            },
         })?;
     }
     Ok(roots)
