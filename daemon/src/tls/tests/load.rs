@@ -52,7 +52,13 @@ fn tls_load_refuses_missing_files() {
     std::fs::remove_file(dir.path().join("tls.key")).unwrap();
     let err = load_error(dir.path());
     assert!(
-        matches!(err, TlsError::Read { what: "private key", .. }),
+        matches!(
+            err,
+            TlsError::Read {
+                what: "private key",
+                ..
+            }
+        ),
         "{err}"
     );
     assert_names(&err, dir.path(), "tls.key", "cannot read private key file");
@@ -104,7 +110,13 @@ fn tls_load_refuses_unparsable_files() {
     std::fs::write(dir.path().join("tls.crt"), broken).unwrap();
     let err = load_error(dir.path());
     assert!(
-        matches!(err, TlsError::Pem { what: "certificate", .. }),
+        matches!(
+            err,
+            TlsError::Pem {
+                what: "certificate",
+                ..
+            }
+        ),
         "{err}"
     );
     assert_names(
