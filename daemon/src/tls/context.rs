@@ -124,6 +124,16 @@ impl TlsContext {
     }
 }
 
+impl std::fmt::Debug for TlsContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsContext")
+            .field("paths", &self.paths)
+            .field("patterns", &self.patterns)
+            .field("not_after", &format_utc(self.not_after()))
+            .finish_non_exhaustive()
+    }
+}
+
 /// Both configurations from the files' bytes, after every check.
 pub(super) fn build(
     files: &Files,
