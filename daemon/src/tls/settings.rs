@@ -93,7 +93,7 @@ impl TlsSettings {
 
     /// What mutual TLS needs, checked: the reload interval, the patterns
     /// (at least one) and the three files.
-    pub fn mutual(&self) -> Result<(Paths, PeerPatterns, Duration), ConfigError> {
+    pub(super) fn mutual(&self) -> Result<(Paths, PeerPatterns, Duration), ConfigError> {
         let every = self.reload_interval()?;
         let patterns = self.patterns()?;
         let paths = Paths {
