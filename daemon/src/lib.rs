@@ -16,3 +16,4 @@ pub mod policy;
 pub mod proxy;
 pub mod sidecar;
 pub mod tf;
+pub mod tls;

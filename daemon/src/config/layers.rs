@@ -6,7 +6,9 @@
 //! each value, so that an operator asking "why is s 1.75?" gets an answer.
 //!
 //! Tables merge key by key; an array (`routes`, `policy.overrides`,
-//! `policy.parameter_jobs`) is one value, replaced whole by a higher layer.
+//! `policy.parameter_jobs`, `tls.peer_identities`) is one value, replaced
+//! whole by a higher layer; from the environment, the last two are
+//! comma-separated lists.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -68,6 +70,7 @@ const TOP_LEVEL: &[&str] = &[
     "admin",
     "metrics",
     "log",
+    "tls",
 ];
 
 /// Everything a configuration is made from, short of reading the file.
@@ -229,6 +232,7 @@ impl Layers {
             .list_separator(",")
             .with_list_parse_key("policy.parameter_jobs")
             .with_list_parse_key("admin.allowed_hosts")
+            .with_list_parse_key("tls.peer_identities")
             .source(Some(map));
         (env, names)
     }

@@ -102,6 +102,8 @@ pub struct Config {
     pub metrics: Endpoint,
     /// Logging.
     pub log: LogSettings,
+    /// Mutual TLS between sidecars.
+    pub tls: crate::tls::TlsSettings,
 }
 
 impl Default for Config {
@@ -118,6 +120,7 @@ impl Default for Config {
                 listen: DEFAULT_METRICS.into(),
             },
             log: Default::default(),
+            tls: Default::default(),
         }
     }
 }
@@ -324,6 +327,7 @@ impl Config {
         self.sidecar_options()?;
         self.admin.validate()?;
         self.metrics.address("metrics")?;
+        self.tls.validate()?;
         if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
             return Err(ConfigError::Invalid {
                 key: "log.level".into(),

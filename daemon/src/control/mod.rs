@@ -85,6 +85,12 @@ const RESTART_ONLY: &[RestartOnly] = &[
         keep: |old, new| new.log.format = old.log.format,
     },
     RestartOnly {
+        key: "tls",
+        why: "the TLS context is built at start (its certificate files are reloaded on their own)",
+        same: |old, new| old.tls == new.tls,
+        keep: |old, new| new.tls = old.tls.clone(),
+    },
+    RestartOnly {
         key: "drain_seconds",
         why: "the shutdown is set up at start",
         same: |old, new| old.drain_seconds == new.drain_seconds,
