@@ -27,6 +27,17 @@ impl ConnectionId {
     }
 }
 
+/// Whether a repeated warning (a refused connection, a failed handshake)
+/// may be logged now: at most one a second for the whole process, so that
+/// a scan or a flood cannot fill the log.
+pub fn warn_allowed() -> bool {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    LAST.swap(now, Ordering::Relaxed) != now
+}
+
 /// Why the proxy closed a connection before serving it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Refusal {

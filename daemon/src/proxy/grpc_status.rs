@@ -9,6 +9,8 @@ use super::body::{self, ProxyBody};
 pub const UNAVAILABLE: u16 = 14;
 /// gRPC status `INTERNAL`.
 pub const INTERNAL: u16 = 13;
+/// The caller may not do this.
+pub const PERMISSION_DENIED: u16 = 7;
 
 /// A trailers-only gRPC response carrying `code` and `message`.
 pub fn response(code: u16, message: &str) -> Response<ProxyBody> {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use hyper::server::conn::http2;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -15,13 +16,16 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn, Instrument};
 
 use super::body;
-use super::connection::{Activity, ConnectionId, Refusal};
+use super::connection::{self, Activity, ConnectionId, Refusal};
+use super::grpc_status;
 use super::preface::{self, Opening, PrefaceError};
 use super::tuning;
 use super::upstream::Upstream;
 use crate::config::{Listener, Role};
 use crate::intercept;
+use crate::peer;
 use crate::sidecar::Sidecar;
+use crate::tls::{PeerIdentity, TlsContext};
 
 /// What a listener allows its clients.
 #[derive(Debug, Clone, Copy)]
@@ -51,17 +55,17 @@ pub async fn serve(
     listener: TcpListener,
     route: Listener,
     bounds: Bounds,
+    tls: Option<Arc<TlsContext>>,
     sidecar: Arc<Sidecar>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
     info!(listen = %route.listen, target = ?route.target, role = ?route.role, "listening");
     let slots = Arc::new(Semaphore::new(bounds.max_connections));
-    let mut refusal_log = RateLimit::default();
     while let Some((stream, peer)) = accept(&listener, &shutdown).await {
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
             sidecar.stats.connections.refused(Refusal::Limit);
-            if refusal_log.allow() {
+            if connection::warn_allowed() {
                 warn!(%peer, listen = %route.listen, max = bounds.max_connections,
                     "connection refused: the listener serves limits.max_connections already");
             }
@@ -69,7 +73,14 @@ pub async fn serve(
             continue;
         };
         let span = tracing::debug_span!("connection", %peer, listen = %route.listen);
-        let connection = connection(stream, route, bounds, sidecar.clone(), shutdown.clone());
+        let connection = serve_connection(
+            stream,
+            route,
+            bounds,
+            tls.clone(),
+            sidecar.clone(),
+            shutdown.clone(),
+        );
         tracker.spawn(
             async move {
                 connection.await;
@@ -77,26 +88,6 @@ pub async fn serve(
             }
             .instrument(span),
         );
-    }
-}
-
-/// At most one log line per second for a repeated event.
-#[derive(Default)]
-struct RateLimit {
-    last: Option<std::time::Instant>,
-}
-
-impl RateLimit {
-    fn allow(&mut self) -> bool {
-        let now = std::time::Instant::now();
-        if self
-            .last
-            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
-        {
-            return false;
-        }
-        self.last = Some(now);
-        true
     }
 }
 
@@ -124,13 +115,31 @@ pub async fn accept(
     }
 }
 
-/// One accepted connection: HTTP/2 with prior knowledge (h2c), as
-/// TensorFlow speaks it. Nothing is done for it (no upstream, no buffers)
-/// until its preface has arrived.
-async fn connection(
+/// Any stream a connection is served on: plain TCP, or TLS over it.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// What a connection's client is, as far as the sidecar may trust it.
+#[derive(Debug, Clone)]
+enum Client {
+    /// No TLS configured: every caller is taken at its word (`tlc-peer`).
+    Open,
+    /// A peer sidecar that proved its identity by mutual TLS.
+    Peer(PeerIdentity),
+    /// Plaintext where TLS is configured: served as TensorFlow would serve
+    /// it, never compressed for and never given a fallback.
+    Plaintext,
+}
+
+/// One accepted connection: HTTP/2 with prior knowledge (h2c) as
+/// TensorFlow speaks it, or HTTP/2 over mutual TLS from a peer sidecar.
+/// Nothing is done for it (no upstream, no buffers) until its opening
+/// bytes have arrived.
+async fn serve_connection(
     stream: TcpStream,
     route: Listener,
     bounds: Bounds,
+    tls: Option<Arc<TlsContext>>,
     sidecar: Arc<Sidecar>,
     shutdown: CancellationToken,
 ) {
@@ -144,14 +153,8 @@ async fn connection(
             return;
         }
     };
-    let stream = match preface::read_opening(stream, bounds.handshake).await {
-        Ok(Opening::Http2(stream)) => stream,
-        Ok(Opening::Tls(stream)) => {
-            stats.refused(Refusal::Tls);
-            debug!("TLS offered, but this listener has no TLS configured; closing");
-            reset(stream.get_ref());
-            return;
-        }
+    let opening = match preface::read_opening(stream, bounds.handshake).await {
+        Ok(opening) => opening,
         Err(err) => {
             stats.refused(match err {
                 PrefaceError::NotHttp2(_) => Refusal::NotHttp2,
@@ -161,28 +164,86 @@ async fn connection(
             return;
         }
     };
-    let upstream = Arc::new(Upstream::new(addr, route.role));
+    // TLS is spoken with peers: accepted on the inbound side, dialled on
+    // the outbound side. TensorFlow's own connections stay plaintext.
+    let (accept_tls, dial_tls) = match route.role {
+        Role::Inbound => (tls, None),
+        Role::Outbound => (None, tls),
+    };
+    let (io, client): (Box<dyn Io>, Client) = match (opening, accept_tls) {
+        (Opening::Tls(stream), Some(tls)) => match tls.accept(stream).await {
+            Ok((stream, identity)) => {
+                debug!(peer = %identity, "peer authenticated");
+                (Box::new(stream), Client::Peer(identity))
+            }
+            Err(err) => {
+                stats.refused(Refusal::Tls);
+                if connection::warn_allowed() {
+                    warn!(error = %err, "TLS handshake with a peer failed; closing");
+                }
+                return;
+            }
+        },
+        (Opening::Tls(stream), None) => {
+            stats.refused(Refusal::Tls);
+            debug!("TLS offered, but this listener takes no TLS; closing");
+            reset(stream.get_ref());
+            return;
+        }
+        (Opening::Http2(stream), Some(_)) => (Box::new(stream), Client::Plaintext),
+        (Opening::Http2(stream), None) => (Box::new(stream), Client::Open),
+    };
+    let upstream = Arc::new(Upstream::new(addr, route.role, dial_tls));
     // Reach the upstream before answering the caller. If it is not there (a
     // task not listening yet), the caller must see what it would see
     // without a sidecar, a failed connection, so that gRPC waits and
     // retries; answering its calls with UNAVAILABLE would fail them instead.
     if let Err(err) = upstream.sender().await {
         stats.refused(Refusal::Upstream);
-        debug!(error = %err, "upstream not reachable; resetting the connection");
-        reset(stream.get_ref());
+        if err.is_tls() && connection::warn_allowed() {
+            warn!(error = %err, "cannot reach the peer's sidecar over TLS; resetting the connection");
+        } else {
+            debug!(error = %err, "upstream not reachable; resetting the connection");
+        }
+        // Dropping the connection unanswered; a reset where we can.
         return;
     }
     let _open = stats.open();
-    let role = route.role;
+    serve_http2(io, client, upstream, route.role, bounds, sidecar, shutdown).await;
+}
+
+/// Serves HTTP/2 on `io` until the client closes, the connection idles
+/// out (inbound) or `shutdown`.
+async fn serve_http2(
+    io: Box<dyn Io>,
+    client: Client,
+    upstream: Arc<Upstream>,
+    role: Role,
+    bounds: Bounds,
+    sidecar: Arc<Sidecar>,
+    shutdown: CancellationToken,
+) {
     let id = ConnectionId::next();
     let activity = Arc::new(Activity::default());
     let calls = Arc::clone(&activity);
+    let stats = Arc::clone(&sidecar);
     let service = service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
         let upstream = upstream.clone();
         let sidecar = sidecar.clone();
         let call = calls.begin();
         request.extensions_mut().insert(id);
+        let refused = match &client {
+            Client::Open => None,
+            Client::Peer(identity) => {
+                request.extensions_mut().insert(identity.clone());
+                None
+            }
+            Client::Plaintext => unauthenticated(&mut request),
+        };
         async move {
+            if let Some(refused) = refused {
+                return Ok::<_, Infallible>(refused);
+            }
             let response = Arc::clone(&sidecar)
                 .handle(role, &upstream, request.map(body::stream))
                 .await;
@@ -199,12 +260,12 @@ async fn connection(
                 response
             };
             // The call lasts until its response body is done.
-            Ok::<_, Infallible>(response.map(|b| body::holding(b, call)))
+            Ok(response.map(|b| body::holding(b, call)))
         }
     });
     let mut builder = http2::Builder::new(TokioExecutor::new());
     tuning::server(&mut builder, role);
-    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    let connection = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(connection);
     // Only a peer's connection is closed when idle: the peer's sidecar
     // reconnects on its next call. TensorFlow's own connections (outbound)
@@ -219,7 +280,7 @@ async fn connection(
     let result = tokio::select! {
         result = connection.as_mut() => result,
         () = idle => {
-            stats.idle_closed();
+            stats.stats.connections.idle_closed();
             debug!("idle; closing gracefully");
             connection.as_mut().graceful_shutdown();
             connection.await
@@ -234,6 +295,22 @@ async fn connection(
         Ok(()) => debug!("connection closed"),
         Err(err) => debug!(error = %err, "connection ended with an error"),
     }
+}
+
+/// A call on a plaintext connection where peers must use TLS: whatever it
+/// claims in `tlc-*` headers is dropped, so it is forwarded as TensorFlow
+/// would serve it; a fallback call is refused outright.
+fn unauthenticated(
+    request: &mut http::Request<hyper::body::Incoming>,
+) -> Option<http::Response<body::ProxyBody>> {
+    if request.uri().path() == peer::FALLBACK_PATH {
+        return Some(grpc_status::response(
+            grpc_status::PERMISSION_DENIED,
+            "tlcd: fallbacks are served to peers authenticated by TLS only",
+        ));
+    }
+    peer::strip(request.headers_mut());
+    None
 }
 
 /// Closes `stream` with a reset (SO_LINGER 0) rather than an orderly close,

@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use crate::config::{Config, Listener};
 use crate::sidecar::Sidecar;
+use crate::tls::TlsContext;
 
 /// A route's listener could not be opened.
 #[derive(Debug, Error)]
@@ -47,6 +48,9 @@ pub enum StartError {
     /// The configuration's bounds are invalid.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    /// `[tls]` is on and its files cannot be used.
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// The running proxy: one listener per route.
@@ -74,6 +78,13 @@ impl Proxy {
             listeners.push((listener, route));
         }
         let bounds = listener::Bounds::of(&config.limits.limits()?);
+        let tls = if config.tls.enabled() {
+            let tls = Arc::new(TlsContext::load(&config.tls)?);
+            tls.clone().spawn_reloader(shutdown.clone());
+            Some(tls)
+        } else {
+            None
+        };
         let mut bound = Vec::new();
         for (listener, route) in listeners {
             let local = listener.local_addr().unwrap_or(route.listen);
@@ -86,6 +97,7 @@ impl Proxy {
                 listener,
                 route,
                 bounds,
+                tls.clone(),
                 sidecar.clone(),
                 shutdown.clone(),
                 tracker.clone(),

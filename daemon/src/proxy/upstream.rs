@@ -7,11 +7,13 @@
 //! without a sidecar.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::client::conn::http2::{self, SendRequest};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 use tracing::debug;
@@ -20,6 +22,11 @@ use super::body::ProxyBody;
 use super::first_bytes::FirstBytes;
 use super::tuning;
 use crate::config::Role;
+use crate::tls::{HandshakeError, TlsContext};
+
+/// Any stream an upstream connection runs on: plain TCP, or TLS over it.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// The upstream could not be reached.
 #[derive(Debug, Error)]
@@ -53,24 +60,52 @@ pub enum UpstreamError {
         /// The upstream address.
         addr: SocketAddr,
     },
+    /// Our side of the handshake finished, then the peer closed without a
+    /// word: in TLS 1.3 that is how a server refuses our certificate.
+    #[error("{addr} closed the connection after the TLS handshake: it refused our certificate or identity (see its log)")]
+    TlsRefused {
+        /// The upstream address.
+        addr: SocketAddr,
+    },
+    /// The mutual TLS handshake with the peer's sidecar failed.
+    #[error("TLS with {addr} failed: {source} (does the peer run tlcd with the same [tls] CA and an identity tls.peer_identities accepts?)")]
+    Tls {
+        /// The upstream address.
+        addr: SocketAddr,
+        /// What the handshake said.
+        source: HandshakeError,
+    },
+}
+
+impl UpstreamError {
+    /// Whether TLS was the reason: worth a warning, since the job cannot
+    /// talk to that peer until certificates or settings are fixed.
+    pub fn is_tls(&self) -> bool {
+        matches!(
+            self,
+            UpstreamError::Tls { .. } | UpstreamError::TlsRefused { .. }
+        )
+    }
 }
 
 /// A lazily made, self-healing HTTP/2 client connection.
 pub struct Upstream {
     addr: SocketAddr,
     role: Role,
+    tls: Option<Arc<TlsContext>>,
     sender: Mutex<Option<SendRequest<ProxyBody>>>,
 }
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Upstream {
-    /// An upstream at `addr` for a route of `role`; nothing is connected
-    /// until the first request.
-    pub fn new(addr: SocketAddr, role: Role) -> Upstream {
+    /// An upstream at `addr` for a route of `role`, reached over mutual
+    /// TLS when `tls` is given; nothing is connected until the first request.
+    pub fn new(addr: SocketAddr, role: Role, tls: Option<Arc<TlsContext>>) -> Upstream {
         Upstream {
             addr,
             role,
+            tls,
             sender: Mutex::new(None),
         }
     }
@@ -109,11 +144,22 @@ impl Upstream {
             .await
             .map_err(|source| UpstreamError::Connect { addr, source })?;
         tuning::tcp(&tcp);
-        let (tcp, answered) = FirstBytes::new(tcp);
+        let io: Box<dyn Io> = match &self.tls {
+            Some(tls) => {
+                let (stream, identity) = tls
+                    .connect(addr, tcp)
+                    .await
+                    .map_err(|source| UpstreamError::Tls { addr, source })?;
+                debug!(upstream = %addr, peer = %identity, "peer authenticated");
+                Box::new(stream)
+            }
+            None => Box::new(tcp),
+        };
+        let (io, answered) = FirstBytes::new(io);
         let mut builder = http2::Builder::new(TokioExecutor::new());
         tuning::client(&mut builder, self.role);
         let (sender, connection) = builder
-            .handshake(TokioIo::new(tcp))
+            .handshake(TokioIo::new(io))
             .await
             .map_err(|source| UpstreamError::Handshake { addr, source })?;
         tokio::spawn(async move {
@@ -124,6 +170,7 @@ impl Upstream {
         // Only a peer that sent its SETTINGS is there; see `first_bytes`.
         match answered.await {
             Ok(true) => Ok(sender),
+            _ if self.tls.is_some() => Err(UpstreamError::TlsRefused { addr }),
             _ => Err(UpstreamError::NoAnswer { addr }),
         }
     }

@@ -1,0 +1,224 @@
+//! Two sidecars speaking mutual TLS to each other, with certificates from
+//! `deploy/tls/make-certs.sh` (openssl): compression and fallbacks for the
+//! authenticated peer only, plain forwarding for anyone else, and no
+//! connection at all with a certificate the other side does not trust.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use support::tf::{recv, start_tensor_server};
+use support::Client;
+use tlc_daemon::config::{Config, Role, Route};
+use tlc_daemon::peer;
+use tlc_daemon::proxy::connection::Refusal;
+use tlc_daemon::proxy::Proxy;
+use tlc_daemon::sidecar::stats::Stats;
+use tlc_daemon::sidecar::Sidecar;
+use tlc_daemon::tf::RECV_TENSOR_PATH;
+use tlc_daemon::tls::{TlsMode, TlsSettings};
+
+const KEY: &str = "/job:worker/replica:0/task:0/device:CPU:0;0000000000000001;/job:ps/replica:0/task:0/device:CPU:0;edge_3_g;0:0";
+const WORKER: &str = "spiffe://tlc.local/ns/default/sa/worker";
+const PS: &str = "spiffe://tlc.local/ns/default/sa/ps";
+
+/// Certificates for `names` under a new CA in `dir`, by the project's script.
+fn make_certs(dir: &Path, names: &[&str]) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/tls/make-certs.sh");
+    let status = Command::new("bash")
+        .arg(script)
+        .arg(dir)
+        .args(names)
+        .status()
+        .expect("bash");
+    assert!(
+        status.success(),
+        "make-certs.sh failed (is openssl installed?)"
+    );
+}
+
+fn tls(dir: &Path, name: &str, peers: &[&str]) -> TlsSettings {
+    TlsSettings {
+        mode: TlsMode::Mutual,
+        cert: Some(dir.join(format!("{name}.pem"))),
+        key: Some(dir.join(format!("{name}-key.pem"))),
+        ca: Some(dir.join("ca.pem")),
+        peer_identities: peers.iter().map(|p| p.to_string()).collect(),
+        reload_seconds: 10,
+    }
+}
+
+async fn proxy(role: Role, upstream: SocketAddr, sidecar: Arc<Sidecar>, tls: TlsSettings) -> Proxy {
+    let config = Config {
+        routes: vec![Route {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            upstream,
+            role,
+        }],
+        tls,
+        ..Default::default()
+    };
+    Proxy::start(&config, sidecar).await.unwrap()
+}
+
+fn values() -> Vec<f32> {
+    (0..40_000).map(|i| (i as f32 * 0.01).sin()).collect()
+}
+
+struct Job {
+    _certs: tempfile::TempDir,
+    dir: PathBuf,
+    holder: Arc<Sidecar>,
+    inbound: Proxy,
+}
+
+/// A tensor server behind a holder sidecar that takes TLS from `worker`.
+async fn holder_job() -> Job {
+    let certs = tempfile::tempdir().unwrap();
+    let dir = certs.path().to_path_buf();
+    make_certs(&dir, &["ps", "worker"]);
+    let served = values();
+    let tf = start_tensor_server(Arc::new(move |_, _| (vec![40_000], served.clone()))).await;
+    let holder = Arc::new(Sidecar::default());
+    let inbound = proxy(
+        Role::Inbound,
+        tf,
+        holder.clone(),
+        tls(&dir, "ps", &[WORKER]),
+    )
+    .await;
+    Job {
+        _certs: certs,
+        dir,
+        holder,
+        inbound,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authenticated_peers_get_compressed_tensors() {
+    let job = holder_job().await;
+    let requester = Arc::new(Sidecar::default());
+    let outbound = proxy(
+        Role::Outbound,
+        job.inbound.local_addrs()[0],
+        requester.clone(),
+        tls(&job.dir, "worker", &[PS]),
+    )
+    .await;
+    let client = Client::connect(outbound.local_addrs()[0]).await;
+    for step in 1..=3 {
+        let got = recv(&client, KEY, step).await;
+        let error: f32 = got
+            .values
+            .iter()
+            .zip(values())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(error < 1e-2, "step {step}: max error {error}");
+    }
+    assert_eq!(
+        Stats::get(&requester.stats.restored),
+        3,
+        "decoded, over TLS"
+    );
+    assert_eq!(Stats::get(&requester.stats.decode_failures), 0);
+    assert!(
+        Stats::get(&job.holder.stats.push.compressed)
+            + Stats::get(&job.holder.stats.pull.compressed)
+            >= 3
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plaintext_callers_are_forwarded_untouched_and_get_no_fallback() {
+    let job = holder_job().await;
+    // A plaintext client claiming to be a sidecar.
+    let client = Client::connect(job.inbound.local_addrs()[0]).await;
+    let as_peer = [(peer::PEER, peer::PROTOCOL)];
+    let reply = client
+        .call(
+            RECV_TENSOR_PATH,
+            &as_peer,
+            support::tf::request_body(KEY, 1),
+        )
+        .await;
+    assert!(
+        !peer::has_envelope(&reply.headers),
+        "no envelope for plaintext"
+    );
+    assert_eq!(reply.trailers["grpc-status"], "0");
+    let got = recv(&client, KEY, 2).await;
+    assert_eq!(got.values, values(), "TensorFlow's answer, exactly");
+    let fallback = client
+        .call(
+            peer::FALLBACK_PATH,
+            &[(peer::PEER, peer::PROTOCOL), (peer::FALLBACK, "1234")],
+            Bytes::new(),
+        )
+        .await;
+    assert_eq!(fallback.headers["grpc-status"], "7", "PERMISSION_DENIED");
+    assert_eq!(Stats::get(&job.holder.stats.push.compressed), 0);
+    assert_eq!(Stats::get(&job.holder.stats.pull.compressed), 0);
+    assert_eq!(Stats::get(&job.holder.stats.fallbacks_served), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_the_peer_does_not_trust_gets_no_connection() {
+    let job = holder_job().await;
+    // Same names, another CA: a stranger's certificate.
+    let stranger = tempfile::tempdir().unwrap();
+    make_certs(stranger.path(), &["worker"]);
+    let mut settings = tls(stranger.path(), "worker", &[PS]);
+    settings.ca = Some(job.dir.join("ca.pem"));
+    let requester = Arc::new(Sidecar::default());
+    let outbound = proxy(
+        Role::Outbound,
+        job.inbound.local_addrs()[0],
+        requester.clone(),
+        settings,
+    )
+    .await;
+    // The requester's sidecar cannot reach its peer, so it does not serve
+    // TensorFlow's connection: TF sees a refused connection and retries.
+    let tcp = tokio::net::TcpStream::connect(outbound.local_addrs()[0])
+        .await
+        .unwrap();
+    let handshake = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .handshake::<_, http_body_util::Full<Bytes>>(hyper_util::rt::TokioIo::new(tcp));
+    let result = tokio::time::timeout(Duration::from_secs(10), async {
+        let (mut sender, connection) = handshake.await?;
+        tokio::spawn(connection);
+        let request = http::Request::post(format!("http://x{RECV_TENSOR_PATH}"))
+            .header("content-type", "application/grpc")
+            .body(http_body_util::Full::new(support::tf::request_body(KEY, 1)))
+            .unwrap();
+        sender.send_request(request).await
+    })
+    .await
+    .expect("an answer within the timeout");
+    assert!(result.is_err(), "no HTTP/2 service without a trusted peer");
+    let refused = |sidecar: &Sidecar, why: Refusal| {
+        sidecar
+            .stats
+            .connections
+            .refusals()
+            .find(|(r, _)| *r == why)
+            .map_or(0, |(_, n)| n)
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while refused(&job.holder, Refusal::Tls) == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(refused(&requester, Refusal::Upstream), 1);
+    assert_eq!(
+        refused(&job.holder, Refusal::Tls),
+        1,
+        "the holder refused the stranger"
+    );
+}
