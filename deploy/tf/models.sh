@@ -6,7 +6,7 @@
 # sidecar hop), ratios, decode failures, fallbacks, keyframes, step time.
 #
 #   deploy/tf/models.sh [--cases LIST] [--steps N] [--config FILE] [--out DIR]
-#                       [--tlcd PATH] [--check] [--timeout S] [-- train.py flags]
+#                       [--tlcd PATH] [--check] [--timeout S] [--tls] [-- train.py flags]
 #
 #   --cases LIST   comma-separated MODEL-MODE-<N>ps[@STEPS], MODEL mlp,
 #                  embedding or resnet, MODE sync or async, N ps tasks
@@ -30,6 +30,8 @@
 #                  0.5; asynchronous cases vary by about 1 point from run to
 #                  run without tlcd)
 #   --timeout S    kill a run after S seconds (default 900)
+#   --tls          the sidecars speak mutual TLS to each other
+#                  (run_with_tlcd.sh --tls)
 #
 # Bytes are tlcd's own counters, summed over the sidecars (the last
 # "sidecar totals" line of each OUT/sidecars/tlcd-*.log): raw = the
@@ -56,7 +58,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cases=mlp-sync-1ps,embedding-sync-1ps,embedding-sync-2ps,resnet-sync-1ps,mlp-async-1ps,embedding-async-1ps
-steps=300; config=""; OUT=""; TLCD=$root/target/release/tlcd; check=0; max_loss=0.5; timeout=900
+steps=300; config=""; OUT=""; TLCD=$root/target/release/tlcd; check=0; max_loss=0.5; timeout=900; tls=()
 train_args=()
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 die() { echo "models: $*" >&2; exit 1; }
@@ -70,6 +72,7 @@ while (($#)); do
         --check) check=1; shift ;;
         --max-loss) max_loss=${2:?}; shift 2 ;;
         --timeout) timeout=${2:?}; shift 2 ;;
+        --tls) tls=(--tls); shift ;;
         -h | --help) usage 0 ;;
         --) shift; train_args=("$@"); break ;;
         *) echo "models: unknown argument '$1'" >&2; usage 2 >&2 ;;
@@ -129,6 +132,7 @@ run() {
     else
         local with=(--tlcd "$OUT/tlcd" --ps-tasks "${c_ps[$c]}" --out "$dir")
         [[ -n $config ]] && with+=(--config "$config")
+        with+=("${tls[@]}")
         TIMEOUT=$timeout "$here/run_with_tlcd.sh" "${with[@]}" -- "${args[@]}" \
             >"$OUT/$c/$kind.out" 2>&1 || rc=$?
     fi

@@ -6,7 +6,7 @@
 # forwards to the task.
 #
 #   deploy/tf/run_with_tlcd.sh [--tlcd PATH] [--config FILE] [--record DIR] [--out DIR]
-#                              [--ps-tasks N] [--workers M] [-- train.py flags]
+#                              [--ps-tasks N] [--workers M] [--tls] [-- train.py flags]
 #
 # 1 ps + 2 workers (the default):
 #   ps      TF :2322  <- tlcd-ps inbound :4322 ; tlcd-ps outbound :5323 -> w0 :4323, :5324 -> w1 :4324
@@ -24,6 +24,10 @@
 #
 # --config is given to every tlcd (a TOML file: policy, codec, sparsity);
 # --record DIR records the RecvTensor calls each sidecar sends (DIR/<sidecar>).
+# --tls: the sidecars speak mutual TLS to each other, each with its own
+# certificate from deploy/tls/make-certs.sh (in --out/certs: SPIFFE ID
+# spiffe://tlc.local/ns/default/sa/<sidecar>), accepting any sidecar of
+# that namespace; given as TLC_TLS__* environment variables.
 # Prints run_local.sh's summary and each sidecar's counters; logs in --out
 # (the sidecars' in --out/sidecars: tlcd-<sidecar>.log, and metrics-<sidecar>.txt,
 # each sidecar's /metrics scraped after the job, before the sidecars stop).
@@ -33,7 +37,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 TLCD=${TLCD:-$root/target/release/tlcd}
 config=""; record=""; OUT=${OUT:-$(mktemp -d /tmp/tlc-tlcd.XXXXXX)}
-num_ps=1; num_workers=2
+num_ps=1; num_workers=2; tls=0
 while (($#)); do
     case $1 in
         --tlcd) TLCD=$2; shift 2 ;;
@@ -42,6 +46,7 @@ while (($#)); do
         --out) OUT=$2; shift 2 ;;
         --ps-tasks) num_ps=$2; shift 2 ;;
         --workers) num_workers=$2; shift 2 ;;
+        --tls) tls=1; shift ;;
         --) shift; break ;;
         *) echo "run_with_tlcd: unknown argument '$1'" >&2; exit 2 ;;
     esac
@@ -70,7 +75,14 @@ start_tlcd() { # name, admin port, metrics port, then --route arguments
     [[ -n $config ]] && args+=(--config "$config")
     [[ -n $record ]] && args+=(--record "$record/$name")
     [[ -n ${TLC_THREADS:-} ]] && args+=(--threads "$TLC_THREADS")
-    RUST_LOG=${RUST_LOG:-info} "$TLCD" "${args[@]}" >"$OUT/sidecars/tlcd-$name.log" 2>&1 &
+    local env=()
+    if ((tls)); then
+        "$root/deploy/tls/make-certs.sh" "$OUT/certs" "$name" >/dev/null
+        env=(TLC_TLS__MODE=mutual TLC_TLS__CERT="$OUT/certs/$name.pem"
+            TLC_TLS__KEY="$OUT/certs/$name-key.pem" TLC_TLS__CA="$OUT/certs/ca.pem"
+            TLC_TLS__PEER_IDENTITIES="spiffe://tlc.local/ns/default/sa/*")
+    fi
+    env "${env[@]}" RUST_LOG=${RUST_LOG:-info} "$TLCD" "${args[@]}" >"$OUT/sidecars/tlcd-$name.log" 2>&1 &
     pids+=($!)
     names+=("$name")
     metrics_port[$name]=$metrics

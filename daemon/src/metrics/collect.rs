@@ -65,6 +65,7 @@ pub fn registry(sidecar: &Sidecar) -> Registry {
     register_policy(&mut registry, sidecar);
     register_tables(&mut registry, sidecar);
     register_tensors(&mut registry, sidecar);
+    super::held::register(&mut registry, sidecar);
     registry
 }
 

@@ -6,6 +6,7 @@
 //!   updates (kept in [`Stats`](crate::sidecar::stats::Stats));
 //! - [`collect`]: what a scrape reads from the sidecar's state;
 //! - [`calls`]: the span, outcome and latency of each `RecvTensor` call;
+//! - [`held`]: connections and in-flight memory against `[limits]`;
 //! - [`http`]: the endpoint.
 //!
 //! Every name starts with `tlc_`. "Encoding side" is the sidecar next to
@@ -36,6 +37,11 @@
 //! | `tlc_replica_version_max` | gauge | `side` = `holder`, `requester` | highest replica version among pull sources / replicas; absent while there is none |
 //! | `tlc_tensor_top_raw_bytes_total` | counter | `direction`, `tensor` | encoding side, per tensor, for the 20 tensors with the most raw bytes |
 //! | `tlc_tensor_top_wire_bytes_total` | counter | `direction`, `tensor` | the same tensors' envelope bytes |
+//! | `tlc_connections_open` | gauge | | connections being served, every listener |
+//! | `tlc_connections_refused_total` | counter | `reason` = `limit`, `handshake`, `not_http2`, `tls`, `upstream_unreachable` | connections closed before being served |
+//! | `tlc_connections_idle_closed_total` | counter | | peer connections closed after `limits.idle_seconds` without a call |
+//! | `tlc_in_flight_bytes` | gauge | | memory calls in flight hold now (the in-flight budget's use) |
+//! | `tlc_in_flight_budget_bytes` | gauge | | what they may hold at most |
 //! | `tlc_build_info` | info | `version` | 1 |
 //!
 //! `codec` on the encoding side is the codec the policy chose for the
@@ -60,6 +66,7 @@
 pub mod calls;
 pub mod collect;
 pub mod families;
+pub mod held;
 pub mod http;
 
 pub use http::{handle, handler, serve, CONTENT_TYPE, PATH};
