@@ -51,7 +51,17 @@ async fn proxy_with(
     Proxy::start(&config, sidecar).await.unwrap()
 }
 
-/// The peak resident memory of this process so far, in bytes.
+/// Tests that measure this process's memory run one at a time: the others
+/// in this file hold little.
+static MEASURING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Starts a measurement: the peak resident memory is reset to the current
+/// one (Linux `clear_refs` 5), so that an earlier test's peak is not this one's.
+fn reset_peak_rss() {
+    std::fs::write("/proc/self/clear_refs", "5").unwrap();
+}
+
+/// The peak resident memory of this process since the last reset, in bytes.
 fn peak_rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
@@ -110,6 +120,8 @@ async fn decoding_stays_within_the_tensor_bound_and_the_in_flight_budget() {
         memory_wait: Duration::from_secs(20),
         ..Options::default()
     };
+    let _measuring = MEASURING.lock().await;
+    reset_peak_rss();
     let before = peak_rss();
 
     // An envelope declaring 10^8 elements (400 MB) around a tiny payload:
@@ -350,4 +362,171 @@ async fn a_peer_connection_closed_for_idleness_is_unseen_by_tensorflow() {
     let second = recv(&client, KEY, 2).await;
     assert_eq!(second.values.len(), 40_000);
     assert_eq!(Stats::get(&requester.stats.decode_failures), 0);
+}
+
+/// A stream whose reads stop (stay pending) once `stalled` is set: a client
+/// that asked for responses and never reads them.
+struct StallReads {
+    inner: TcpStream,
+    stalled: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl tokio::io::AsyncRead for StallReads {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if self.stalled.load(Ordering::SeqCst) {
+            return std::task::Poll::Pending;
+        }
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for StallReads {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_never_read_hold_no_more_than_the_budget() {
+    const MIB: u64 = 1 << 20;
+    // HOSTILE_IN_FLIGHT_MIB=4096 lifts the budget, to see what it bounds:
+    // peak RSS then grew 689 MiB (559 MiB charged) where 32 MiB gave 149.
+    let in_flight = std::env::var("HOSTILE_IN_FLIGHT_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(32);
+    // A 4 MiB tensor, served from one buffer (the stand-in copies nothing).
+    let tensor: Vec<f32> = (0..(1 << 20)).map(|i| i as f32).collect();
+    let body = response_body(&[1 << 20], &tensor);
+    drop(tensor);
+    let tf = support::serve(Arc::new(move |_request: Request<Incoming>| {
+        let body = body.clone();
+        Box::pin(async move { support::grpc_response(body, HeaderMap::new()) })
+    }))
+    .await;
+    let options = Options {
+        in_flight_bytes: in_flight * MIB,
+        ..Options::default()
+    };
+    let sidecar = Arc::new(Sidecar::new(Policy::default(), options, None));
+    let proxy = proxy_with(Role::Inbound, tf, sidecar.clone(), Default::default()).await;
+    let addr = proxy.local_addrs()[0];
+    let _measuring = MEASURING.lock().await;
+    reset_peak_rss();
+    let before = peak_rss();
+    // 4 connections x 64 calls x 4 MiB = 1 GiB asked for, never read.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let io = StallReads {
+            inner: tcp,
+            stalled: stalled.clone(),
+        };
+        let (sender, connection) =
+            hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                .initial_stream_window_size(1 << 30)
+                .initial_connection_window_size(1 << 30)
+                .handshake::<_, http_body_util::Full<Bytes>>(hyper_util::rt::TokioIo::new(io))
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        let mut calls = Vec::new();
+        for step in 0..64 {
+            let request = Request::post(format!("http://{addr}{RECV_TENSOR_PATH}"))
+                .header("content-type", "application/grpc")
+                .body(http_body_util::Full::new(support::tf::request_body(
+                    KEY, step,
+                )))
+                .unwrap();
+            let mut sender = sender.clone();
+            calls.push(tokio::spawn(
+                async move { sender.send_request(request).await },
+            ));
+        }
+        // Let the requests and the first answers through, then stop reading.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stalled.store(true, Ordering::SeqCst);
+        held.push((sender, calls));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let grown = peak_rss().saturating_sub(before);
+    eprintln!(
+        "in-flight budget {in_flight} MiB: {} MiB charged, peak RSS grew {} MiB",
+        sidecar.budget.in_use_bytes() >> 20,
+        grown >> 20
+    );
+    assert!(sidecar.budget.in_use_bytes() <= in_flight * MIB);
+    // The budget, the hop to the stand-in (8 MiB windows per connection),
+    // and what the clients read before they stopped.
+    assert!(grown < 200 * MIB, "peak RSS grew {} MiB", grown >> 20);
+    // Let the clients go, so that their connections end cleanly.
+    for (sender, calls) in held {
+        drop(sender);
+        calls.into_iter().for_each(|c| c.abort());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requesters_invented_by_a_peer_cannot_grow_the_contexts_past_their_bound() {
+    const TABLE: usize = 4 << 20;
+    let values: Vec<f32> = (0..16_384).map(|i| (i as f32 * 0.01).sin()).collect();
+    let tf = start_tensor_server(Arc::new(move |_, _| (vec![16_384], values.clone()))).await;
+    let mut options = Options::default();
+    options.push_limits.max_bytes = TABLE;
+    let sidecar = Arc::new(Sidecar::new(Policy::default(), options, None));
+    let proxy = proxy_with(Role::Inbound, tf, sidecar.clone(), Default::default()).await;
+    let client = Client::connect(proxy.local_addrs()[0]).await;
+    let headers = [
+        (peer::PEER, peer::PROTOCOL),
+        (peer::CLASS, "dense_gradient"),
+    ];
+    let mut compressed = 0;
+    for task in 0..1000 {
+        // A gradient of worker 0 for a parameter task that does not exist.
+        let key = format!(
+            "/job:worker/replica:0/task:0/device:CPU:0;0000000000000001;\
+             /job:ps/replica:0/task:{task}/device:CPU:0;edge_3_g;0:0"
+        );
+        let reply = client
+            .call(
+                RECV_TENSOR_PATH,
+                &headers,
+                support::tf::request_body(&key, 1),
+            )
+            .await;
+        assert_eq!(reply.trailers["grpc-status"], "0");
+        compressed += usize::from(peer::has_envelope(&reply.headers));
+    }
+    let stats = sidecar.push.stats();
+    eprintln!(
+        "{compressed} of 1000 compressed; {} push contexts, {} KiB",
+        stats.contexts,
+        stats.memory_bytes >> 10
+    );
+    assert!(compressed > 0);
+    assert!(stats.memory_bytes <= TABLE, "{} bytes", stats.memory_bytes);
+    assert!(stats.contexts <= TABLE / (16_384 * 4));
 }

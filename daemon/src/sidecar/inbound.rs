@@ -170,6 +170,11 @@ struct Asked {
     connection: ConnectionId,
 }
 
+/// What a context holds beside its tensor-sized buffers (its fields, the
+/// table's entry), rounded up: an estimate made before the context exists
+/// must not be below what it will measure.
+const CONTEXT_OVERHEAD: usize = 1 << 10;
+
 /// What gRPC and protobuf framing add to a tensor's content in a response.
 const RESPONSE_SLACK: usize = 64 << 10;
 
@@ -236,7 +241,7 @@ fn compress(
             // An error buffer the size of the tensor, once used.
             let context = sidecar
                 .push
-                .get_or_insert_within(&key, now, raw_bytes, || {
+                .get_or_insert_within(&key, now, raw_bytes + CONTEXT_OVERHEAD, || {
                     PushContext::new(choice.codec, choice.feedback)
                 })
                 .ok_or("context_budget")?;
@@ -264,7 +269,7 @@ fn compress(
             // A replica the size of the tensor, and its cached deltas.
             let source = sidecar
                 .pull
-                .get_or_insert_within(&key, now, raw_bytes.saturating_mul(2), || {
+                .get_or_insert_within(&key, now, 2 * raw_bytes + CONTEXT_OVERHEAD, || {
                     PullSource::new(sidecar.epochs.next(), sidecar.options.pull_cache_len)
                 })
                 .ok_or("context_budget")?;
