@@ -229,7 +229,20 @@ fn run(args: Args) -> Result<()> {
         None => None,
     };
     let policy = Policy::new(&config.policy)?;
-    let sidecar = Arc::new(Sidecar::new(policy, config.sidecar_options()?, recorder));
+    let options = config.sidecar_options()?;
+    let total = match config.limits.memory_mib {
+        Some(mib) => format!("{mib} MiB (limits.memory_mib)"),
+        None => tlc_daemon::limits::memory::detected().to_string(),
+    };
+    tracing::info!(
+        memory = %total,
+        table_mib = options.push_limits.max_bytes >> 20,
+        fallback_mib = options.fallback_bytes >> 20,
+        in_flight_mib = options.in_flight_bytes >> 20,
+        max_tensor_mib = options.max_tensor_bytes >> 20,
+        "memory bounds"
+    );
+    let sidecar = Arc::new(Sidecar::new(policy, options, recorder));
     let control = Arc::new(Control::new(layers, resolved, sidecar.clone(), log));
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {

@@ -131,4 +131,15 @@ trap - EXIT
 for name in "${names[@]}"; do
     echo "tlcd-$name: $(grep -a 'sidecar totals' "$OUT/sidecars/tlcd-$name.log" | tail -n 1 | sed 's/.*sidecar totals/sidecar totals/')"
 done
+if ((tls)); then
+    # TLS must really have been on, and no peer refused.
+    for name in "${names[@]}"; do
+        grep -aq 'mutual TLS between sidecars' "$OUT/sidecars/tlcd-$name.log" ||
+            { echo "run_with_tlcd: tlcd-$name did not start with TLS" >&2; status=1; }
+        refused=$(sed -n 's/^tlc_connections_refused_total{reason="tls"} \([0-9]*\)$/\1/p' "$OUT/sidecars/metrics-$name.txt")
+        [[ ${refused:-missing} == 0 ]] ||
+            { echo "run_with_tlcd: tlcd-$name refused ${refused:-?} TLS connections" >&2; status=1; }
+    done
+    echo "tls: every sidecar spoke mutual TLS, no connection refused"
+fi
 exit "$status"
