@@ -1,6 +1,7 @@
 //! What peers and clients make the sidecar hold, against its bounds
 //! (`[limits]`): connections open and refused, and the in-flight memory
-//! budget. Read when scraped, like the tables' sizes.
+//! budget; and the state of mutual TLS with them. Read when scraped, like
+//! the tables' sizes.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -13,6 +14,11 @@ use crate::sidecar::Sidecar;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RefusalLabel {
     reason: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
 }
 
 fn gauge(value: u64) -> Gauge {
@@ -56,6 +62,28 @@ pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
         Unit::Bytes,
         gauge(sidecar.budget.in_use_bytes()),
     );
+    if let Some(tls) = sidecar.tls.get() {
+        let stats = tls.reload_stats();
+        registry.register_with_unit(
+            "tls_cert_not_after",
+            "When this sidecar's TLS certificate expires, seconds since the epoch (alert well \
+             before: peers refuse an expired certificate)",
+            Unit::Seconds,
+            gauge(u64::try_from(stats.not_after_unix).unwrap_or(0)),
+        );
+        let reloads = Family::<ResultLabel, Counter>::default();
+        reloads
+            .get_or_create(&ResultLabel { result: "ok" })
+            .inc_by(stats.successes);
+        reloads
+            .get_or_create(&ResultLabel { result: "error" })
+            .inc_by(stats.failures);
+        registry.register(
+            "tls_reloads",
+            "Changed certificate files taken (ok) or refused, the previous ones kept (error)",
+            reloads,
+        );
+    }
     registry.register_with_unit(
         "in_flight_budget",
         "What calls in flight may hold at most (a quarter of limits.memory_mib)",

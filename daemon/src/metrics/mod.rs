@@ -42,6 +42,8 @@
 //! | `tlc_connections_idle_closed_total` | counter | | peer connections closed after `limits.idle_seconds` without a call |
 //! | `tlc_in_flight_bytes` | gauge | | memory calls in flight hold now (the in-flight budget's use) |
 //! | `tlc_in_flight_budget_bytes` | gauge | | what they may hold at most |
+//! | `tlc_tls_cert_not_after_seconds` | gauge | | with `[tls]` on: when this sidecar's certificate expires (Unix time) |
+//! | `tlc_tls_reloads_total` | counter | `result` = `ok`, `error` | with `[tls]` on: changed certificate files taken / refused |
 //! | `tlc_build_info` | info | `version` | 1 |
 //!
 //! `codec` on the encoding side is the codec the policy chose for the

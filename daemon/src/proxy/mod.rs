@@ -81,6 +81,8 @@ impl Proxy {
         let tls = if config.tls.enabled() {
             let tls = Arc::new(TlsContext::load(&config.tls)?);
             tls.clone().spawn_reloader(shutdown.clone());
+            // A sidecar started by two proxies keeps the first one's.
+            let _ = sidecar.tls.set(Arc::clone(&tls));
             Some(tls)
         } else {
             None

@@ -145,6 +145,9 @@ pub struct Sidecar {
     /// Bytes calls in flight hold: collected responses, envelopes, decoded
     /// tensors.
     pub budget: MemoryBudget,
+    /// Mutual TLS between sidecars, once the proxy has loaded it: for
+    /// metrics (certificate expiry, reloads).
+    pub tls: std::sync::OnceLock<Arc<crate::tls::TlsContext>>,
     epochs: EpochGenerator,
     recorder: Option<Arc<Recorder>>,
 }
@@ -172,6 +175,7 @@ impl Sidecar {
             warmup: ContextTable::new(small_table(options.push_limits)),
             stats: Stats::default(),
             budget: MemoryBudget::new(options.in_flight_bytes),
+            tls: std::sync::OnceLock::new(),
             epochs: EpochGenerator::new(seed),
             recorder: recorder.map(Arc::new),
         }
