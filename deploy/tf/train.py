@@ -625,7 +625,14 @@ def run_worker(tf, args, cluster, config):
             # have started one more step and now waits for a sync token that will
             # never be handed out (the other worker has stopped). Spare tokens let
             # it return, see that training is over and stop.
-            sess.run_step_fn(raw(release_tokens))
+            try:
+                sess.run_step_fn(raw(release_tokens))
+            except tf.errors.CancelledError:
+                # The chief finished first and its session closed the token
+                # queue (cancelling pending enqueues): nobody waits for a
+                # token any more. Seen with and without sidecars, 2 of 8
+                # runs on a loaded machine (2026-11-24).
+                log(args, "token queue already closed by the chief: nothing to release")
         step = sess.run_step_fn(raw(global_step))
         result = {
             "job": "worker", "task": args.task, "chief": is_chief,
