@@ -1,43 +1,147 @@
-//! A peer's envelope bytes, as the requesting sidecar reads them: parsed
-//! with an element limit, decoded as a push (1 to 8 frames added up) and
-//! applied as a pull to a replica that has a state. Must hold: no panic, no
-//! decode beyond the limit, and a replica that refuses an envelope is left
-//! as it was unless the error says it was dropped.
+//! A peer's envelope bytes, as the requesting sidecar reads them
+//! (`sidecar/outbound.rs`, `prepare` and `restore`): the response declares
+//! a shape; a shape beyond this sidecar's `limits.max_tensor_mib` is
+//! refused before anything is decoded, and the element limit of the decode
+//! is exactly the declared element count. Then the envelope is parsed,
+//! decoded as a push (1 to 8 frames added up) and applied as a pull to a
+//! replica that has a state.
 //!
-//! The first byte chooses whether checksums are fixed up before parsing
-//! (its low bit set): without that, almost every mutation of a seed fails
-//! the header's or a frame's CRC-32C and the fuzzer never reaches the
-//! checks behind it. Seeds: `cargo run --bin seed_envelope -- DIR`.
+//! Must hold: no panic; nothing decoded beyond the declared elements; no
+//! more memory held at once than a small multiple of the declared tensor
+//! and of the input (a counting allocator measures it), so a small
+//! envelope that declares a large tensor cannot make the sidecar allocate
+//! it; a replica that refuses an envelope is left as it was unless the
+//! error says it was dropped.
+//!
+//! The limits are the daemon's own (`LimitSettings::limits` of
+//! `memory_mib = 64`, `max_tensor_mib = 1`: 1 MiB, 262144 values). Input:
+//! a mode byte, the declared element count (u32, little-endian: a shape of
+//! one dimension), then the envelope. With the mode's low bit set the
+//! envelope's and every frame's CRC-32C are rewritten before parsing, so
+//! that mutations get past the checksums to the checks behind them.
+//! Seeds: `cargo run --bin seeds -- corpus`.
 
 #![no_main]
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use tlc_codec::{Codec, Limits};
+use tlc_daemon::config::limits::LimitSettings;
 use tlc_daemon::context::pull::{ApplyError, PullSource, Replica};
 use tlc_daemon::context::{decode_push, Envelope, Refinement};
 
-const MAX_ELEMENTS: u64 = 1 << 16;
+/// Bytes allocated and not yet freed, and the most of them since the last
+/// [`measure`] began.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+struct Counting;
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the
+// counters are only read.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+        PEAK.fetch_max(live, Ordering::Relaxed);
+        System.alloc(layout)
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+        PEAK.fetch_max(live, Ordering::Relaxed);
+        System.alloc_zeroed(layout)
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        System.dealloc(ptr, layout)
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // Old and new block exist at once while the allocator copies.
+        let live = LIVE.fetch_add(new_size, Ordering::Relaxed) + new_size;
+        PEAK.fetch_max(live, Ordering::Relaxed);
+        let new = System.realloc(ptr, layout, new_size);
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        new
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Runs `f` and returns its result and the most bytes it held at once.
+fn measure<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let base = LIVE.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    let result = f();
+    (result, PEAK.load(Ordering::Relaxed).saturating_sub(base))
+}
+
+/// The largest tensor content this sidecar decodes, in bytes, from its
+/// config as tlcd computes it.
+fn max_tensor_bytes() -> u64 {
+    static MAX: OnceLock<u64> = OnceLock::new();
+    *MAX.get_or_init(|| {
+        let settings = LimitSettings {
+            memory_mib: Some(64),
+            max_tensor_mib: 1,
+            ..LimitSettings::default()
+        };
+        settings.limits().expect("valid limits").max_tensor_bytes
+    })
+}
+
+/// `outbound::content_bytes`: the f32 bytes `dims` declare, if at most
+/// `max_tensor`.
+fn content_bytes(dims: &[u64], max_tensor: u64) -> Option<u64> {
+    dims.iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(d))?
+        .checked_mul(4)
+        .filter(|&bytes| bytes <= max_tensor)
+}
 
 fuzz_target!(|input: &[u8]| {
-    let Some((&mode, data)) = input.split_first() else {
+    let Some((&mode, rest)) = input.split_first() else {
         return;
     };
+    let Some((declared, data)) = rest.split_first_chunk::<4>() else {
+        return;
+    };
+    let dims = [u64::from(u32::from_le_bytes(*declared))];
+    let Some(content_len) = content_bytes(&dims, max_tensor_bytes()) else {
+        // Refused before decoding: the requester falls back.
+        return;
+    };
+    let max_elements = content_len / 4;
+    let limits = Limits { max_elements };
     let mut data = data.to_vec();
     if mode & 1 == 1 {
         fix_checksums(&mut data);
     }
     let data = &data[..];
-    let limits = Limits {
-        max_elements: MAX_ELEMENTS,
-    };
-    if let Ok(envelope) = Envelope::parse(data, &limits) {
-        assert!(envelope.elements() <= MAX_ELEMENTS);
+    // What decoding may hold at once: the values, a refinement buffer and
+    // a codec's scratch, each at most the declared tensor; the parsed
+    // frames, at most one per 25 input bytes; and some slack.
+    let bound = 3 * content_len as usize + 8 * data.len() + (64 << 10);
+
+    let (parsed, held) = measure(|| Envelope::parse(data, &limits).map(|e| e.elements()));
+    assert!(held <= bound, "parse held {held} bytes, bound {bound}");
+    if let Ok(elements) = parsed {
+        assert!(elements <= max_elements);
     }
     let mut values = Vec::new();
-    if decode_push(data, &limits, &mut values).is_ok() {
-        assert!(values.len() as u64 <= MAX_ELEMENTS);
+    let (pushed, held) = measure(|| decode_push(data, &limits, &mut values).is_ok());
+    assert!(
+        held <= bound,
+        "decode_push held {held} bytes, bound {bound}"
+    );
+    if pushed {
+        assert!(values.len() as u64 <= max_elements);
     }
     // A replica at (epoch 1, version 1), as after a first keyframe, so a
     // chain from there is one the fuzzer can reach.
@@ -55,11 +159,16 @@ fuzz_target!(|input: &[u8]| {
         )
         .expect("a keyframe of 8 values");
     replica
-        .apply(&keyframe, &limits)
+        .apply(&keyframe, &Limits { max_elements: 8 })
         .expect("our own keyframe applies");
     let before = replica.replica_hash();
-    match replica.apply(data, &limits) {
-        Ok(values) => assert!(values.len() as u64 <= MAX_ELEMENTS),
+    let (applied, held) = measure(|| match replica.apply(data, &limits) {
+        Ok(values) => Ok(values.len() as u64),
+        Err(err) => Err(err),
+    });
+    assert!(held <= bound, "apply held {held} bytes, bound {bound}");
+    match applied {
+        Ok(len) => assert!(len <= max_elements),
         Err(ApplyError::Dropped { .. }) => assert_eq!(replica.state(), None),
         Err(_) => assert_eq!(replica.replica_hash(), before),
     }

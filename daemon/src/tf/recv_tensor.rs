@@ -164,7 +164,8 @@ pub enum PassReason {
         /// Its size.
         size: i64,
     },
-    /// The element count or byte size does not fit 64 bits.
+    /// The element count overflows TensorFlow's `int64` at some
+    /// dimension, or the byte size a `u64`.
     #[error("the tensor's element count overflows")]
     ShapeOverflow,
     /// The values are in `float_val` or another typed field, not in
@@ -278,7 +279,8 @@ pub enum BuildError {
     /// More dimensions than TensorFlow allows (it would abort).
     #[error("{0} dimensions; TensorFlow allows at most 254")]
     TooManyDims(usize),
-    /// The element count or byte size does not fit 64 bits.
+    /// The element count overflows TensorFlow's `int64` at some
+    /// dimension (TF would abort), or the byte size a `u64`.
     #[error("the shape's element count overflows")]
     ShapeOverflow,
     /// The message would exceed what TF parses (`INT_MAX` bytes).
@@ -476,9 +478,14 @@ fn encode_meta(meta: &ResponseMeta, buf: &mut impl BufMut) {
     }
 }
 
-/// Product of the dimensions, if it fits a `u64`.
+/// Product of the dimensions, as TensorFlow's `TensorShape` takes it:
+/// `None` if the count so far exceeds `i64::MAX` at any dimension, on
+/// which TF aborts the process, even where a later dimension of 0 would
+/// make the product 0.
 fn element_count(dims: &[u64]) -> Option<u64> {
-    dims.iter().try_fold(1u64, |n, &d| n.checked_mul(d))
+    dims.iter().try_fold(1u64, |n, &d| {
+        n.checked_mul(d).filter(|&n| n <= i64::MAX as u64)
+    })
 }
 
 /// Bytes of a float tensor of shape `dims`, if it fits a `u64`.
@@ -738,6 +745,37 @@ mod tests {
             Err(BuildError::TooManyDims(255))
         );
         assert!(build_standard_response(&meta, &[1; 254], Bytes::from_static(&[0; 4])).is_ok());
+    }
+
+    /// Found by the `recv_tensor_response` fuzz target (shape
+    /// `[i64::MAX, 2, 0]`, no content): the element count overflows TF's
+    /// int64 before the 0 makes it 0, and TF aborts the receiving process
+    /// on such a shape (`fast_parse::Abort::TooManyElements`). It was
+    /// classified as an empty float tensor, and a peer's envelope declaring
+    /// it was restored into a response for TensorFlow.
+    #[test]
+    fn a_shape_whose_count_overflows_before_a_zero_is_refused() {
+        let meta = ResponseMeta::default();
+        for dims in [[i64::MAX, 2, 0], [1 << 32, 1 << 31, 0]] {
+            let r = float_response(&dims, Bytes::new());
+            assert_eq!(
+                fast_parse::check(&r.encode_to_vec()),
+                Err(fast_parse::NotFast::Aborts(
+                    fast_parse::Abort::TooManyElements
+                ))
+            );
+            assert_eq!(classify(&r), Err(PassReason::ShapeOverflow));
+            let dims = dims.map(|d| d as u64);
+            assert_eq!(
+                build_standard_response(&meta, &dims, Bytes::new()),
+                Err(BuildError::ShapeOverflow)
+            );
+        }
+        // Up to i64::MAX before the zero is a shape TF holds.
+        let r = float_response(&[1 << 62, 1, 0], Bytes::new());
+        assert_eq!(classify(&r).unwrap().element_count(), 0);
+        let built = build_standard_response(&meta, &[i64::MAX as u64, 0], Bytes::new()).unwrap();
+        fast_parse::check(&built.to_vec()).unwrap();
     }
 
     #[test]

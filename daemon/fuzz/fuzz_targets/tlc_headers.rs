@@ -1,0 +1,178 @@
+//! Arbitrary bytes as the values of every `tlc-*` header a sidecar reads
+//! from a peer (`peer.rs`): `tlc-replica` (`ReplicaHeader::parse`),
+//! `tlc-class` (`class`), `tlc-max` (`max_tensor`), `tlc-peer` (`is_peer`),
+//! `tlc-envelope` (`has_envelope`), and `tlc-fallback`, the token of a
+//! fallback call, read by `FallbackCache::serve`.
+//!
+//! The input is split at newlines (which no header value can hold) into
+//! one value per header, in that order; a value HTTP cannot carry leaves
+//! its header out. Must hold: no panic; what parses is written back by the
+//! sidecar's own writer (`to_header`, `class_header`, `max_tensor_header`)
+//! to a value that parses the same, and `tlc-class` to the very same
+//! bytes; `tlc-max` is 0 unless it is decimal digits; only the exact
+//! protocol version counts as a peer or an envelope; `strip` leaves no
+//! `tlc-*` header. A fallback call is answered NOT_FOUND for a token that
+//! reads as hex (at most 16 digits) and INTERNAL for any other, hands a
+//! kept response only to the connection it was kept for, and only once.
+
+#![no_main]
+
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request};
+use libfuzzer_sys::fuzz_target;
+use tlc_daemon::peer::{self, ReplicaHeader};
+use tlc_daemon::proxy::body;
+use tlc_daemon::proxy::connection::ConnectionId;
+use tlc_daemon::sidecar::fallback::FallbackCache;
+
+const NAMES: [&str; 6] = [
+    peer::REPLICA,
+    peer::CLASS,
+    peer::MAX_TENSOR,
+    peer::PEER,
+    peer::ENVELOPE,
+    peer::FALLBACK,
+];
+
+const OWNER: ConnectionId = ConnectionId(1);
+const OTHER: ConnectionId = ConnectionId(2);
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a current-thread runtime")
+    })
+}
+
+fuzz_target!(|input: &[u8]| {
+    let mut headers = HeaderMap::new();
+    let mut values: [Option<HeaderValue>; 6] = Default::default();
+    for ((name, raw), slot) in NAMES
+        .iter()
+        .zip(input.split(|&b| b == b'\n'))
+        .zip(&mut values)
+    {
+        if let Ok(value) = HeaderValue::from_bytes(raw) {
+            headers.insert(*name, value.clone());
+            *slot = Some(value);
+        }
+    }
+    let [replica, class, max, is_peer, envelope, fallback] = values;
+
+    if let Some(value) = &replica {
+        if let Some(parsed) = ReplicaHeader::parse(value) {
+            let written = parsed.to_header();
+            assert_eq!(ReplicaHeader::parse(&written), Some(parsed), "{written:?}");
+            assert_eq!(
+                written.to_str().ok(),
+                Some(format!("{:x}-{}", parsed.epoch, parsed.version).as_str())
+            );
+        }
+    }
+
+    match (peer::class(&headers), &class) {
+        (Some(hint), Some(value)) => {
+            let written = peer::class_header(hint);
+            assert_eq!(&written, value, "tlc-class is written as it was read");
+        }
+        (Some(_), None) => panic!("a class without a tlc-class header"),
+        (None, _) => {}
+    }
+
+    match (peer::max_tensor(&headers), &max) {
+        (None, None) => {}
+        (Some(bytes), Some(value)) => {
+            let text = value.as_bytes();
+            let decimal =
+                !text.is_empty() && text.len() <= 20 && text.iter().all(u8::is_ascii_digit);
+            assert!(bytes == 0 || decimal, "tlc-max {value:?} read as {bytes}");
+            let mut again = HeaderMap::new();
+            again.insert(peer::MAX_TENSOR, peer::max_tensor_header(bytes));
+            assert_eq!(peer::max_tensor(&again), Some(bytes));
+        }
+        (found, value) => panic!("tlc-max {value:?} read as {found:?}"),
+    }
+
+    assert_eq!(
+        peer::is_peer(&headers),
+        is_peer.as_ref().is_some_and(|v| v.as_bytes() == b"1")
+    );
+    assert_eq!(
+        peer::has_envelope(&headers),
+        envelope.as_ref().is_some_and(|v| v.as_bytes() == b"1")
+    );
+
+    serve_fallback(&headers, fallback.as_ref(), input);
+
+    let mut stripped = headers.clone();
+    peer::strip(&mut stripped);
+    assert!(stripped.is_empty(), "every tlc-* header is stripped");
+});
+
+/// A fallback call with `headers` to a cache holding one response for
+/// `OWNER`, under a token taken from the input.
+fn serve_fallback(headers: &HeaderMap, value: Option<&HeaderValue>, input: &[u8]) {
+    let mut token_bytes = [0u8; 8];
+    for (i, b) in input.iter().rev().take(8).enumerate() {
+        token_bytes[i] = *b;
+    }
+    let kept_token = u64::from_le_bytes(token_bytes);
+    let token = value.and_then(|v| v.to_str().ok()).and_then(hex_token);
+    let cache = FallbackCache::new(1 << 10);
+    let kept = Bytes::from_static(b"\0\0\0\0\x02\x10\x01");
+    cache.keep(kept_token, OWNER, vec![kept.clone()], None);
+
+    let call = |connection: Option<ConnectionId>| {
+        let mut request = Request::post(peer::FALLBACK_PATH)
+            .body(body::empty())
+            .expect("a fallback request");
+        *request.headers_mut() = headers.clone();
+        if let Some(connection) = connection {
+            request.extensions_mut().insert(connection);
+        }
+        let response = cache.serve(&request);
+        let status = response
+            .headers()
+            .get("grpc-status")
+            .map(|s| s.to_str().expect("a status is ASCII").to_owned());
+        let body = runtime()
+            .block_on(body::collect(response.into_body(), 1 << 20))
+            .expect("an answer in memory reads")
+            .to_bytes();
+        (status, body)
+    };
+    let not_found = (Some("5".to_owned()), Bytes::new());
+    let no_token = (Some("13".to_owned()), Bytes::new());
+    let Some(token) = token else {
+        for connection in [None, Some(OTHER), Some(OWNER)] {
+            assert_eq!(call(connection), no_token, "no token: {value:?}");
+        }
+        assert_eq!(cache.len_and_bytes().0, 1);
+        return;
+    };
+    assert_eq!(call(None), not_found, "a call without a connection");
+    assert_eq!(
+        call(Some(OTHER)),
+        not_found,
+        "another connection's response"
+    );
+    if token == kept_token {
+        assert_eq!(call(Some(OWNER)), (None, kept), "the owner gets it");
+        assert_eq!(cache.len_and_bytes().0, 0);
+    }
+    assert_eq!(call(Some(OWNER)), not_found, "gone, or never kept");
+}
+
+/// The token a `tlc-fallback` value names: 1 to 16 hex digits (an
+/// optional `+`, as Rust's integer parser takes it).
+fn hex_token(text: &str) -> Option<u64> {
+    let digits = text.strip_prefix('+').unwrap_or(text);
+    if text.len() > 16 || digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u64::from_str_radix(digits, 16).ok()
+}

@@ -1,0 +1,406 @@
+//! Writes the seed corpus of every fuzz target in this crate, one directory
+//! per target under DIR (`DIR/envelope`, `DIR/config`, ...): bytes the
+//! daemon itself writes, bytes recorded from real TensorFlow
+//! (`../tests/fixtures/`), and the examples of the README and
+//! ADMIN-API.md. Each seed already carries its target's leading bytes
+//! (mode, declared shape, endpoint) where the target takes some.
+//!
+//!     cargo run --bin seeds -- corpus
+//!
+//! An ordinary binary (stable Rust, no fuzzing flags). Existing files of
+//! the same name are overwritten; other corpus entries are left alone.
+
+use std::num::NonZeroU64;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use prost::Message;
+use tlc_codec::{Codec, Feedback, Sparsity};
+use tlc_daemon::context::pull::PullSource;
+use tlc_daemon::context::{encode_stateless, PassScale, PushContext, Refinement};
+use tlc_daemon::demo::wire;
+use tlc_daemon::tf::grpc;
+use tlc_daemon::tf::proto::RecvTensorRequest;
+use tlc_daemon::tf::recv_tensor::ResponseMeta;
+use tlc_daemon::tf::recv_tensor::{build_response_with_content, build_standard_response};
+
+type Seeds = Vec<(String, Vec<u8>)>;
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// Rendezvous keys as TF writes them: from the tests and from the recorded
+/// job (see `rendezvous_keys` for those).
+const KEYS: &[&str] = &[
+    "/job:worker/replica:0/task:0/device:CPU:0;0000000000000001;/job:ps/replica:0/task:0/device:CPU:0;edge_3_g;0:0",
+    "/job:ps/replica:0/task:0/device:CPU:0;0000000000000001;/job:worker/replica:0/task:1/device:CPU:0;edge_12_w1/read;0:0",
+    "/job:worker/replica:0/task:1/device:CPU:0;a3f4b2c1d0e9f8a7;/job:ps/replica:0/task:0/device:CPU:0;edge_345_gradients/dense_1/MatMul_grad/MatMul_1;0:0",
+    "/job:localhost/replica:0/task:0/device:GPU:1;1;/cpu:0;edge_3_v;0:0",
+    "/job:a/replica:0/task:0/device:CPU:0;1;/job:b/replica:0/task:0/device:CPU:0;n;18446744073709551615:-1",
+    "/task:1/job:ps/replica:0/device:CPU:0;ffffffffffffffff;/job:chief_1/replica:2/task:3;edge_60_MatMul/ReadVariableOp;3:7",
+];
+
+fn main() -> Result<()> {
+    let dir = PathBuf::from(std::env::args().nth(1).ok_or("usage: seeds DIR")?);
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let targets: [(&str, Seeds); 9] = [
+        ("envelope", envelope()?),
+        ("graph_registration", graph_registration(&fixtures)?),
+        ("recv_tensor_request", recv_tensor_request(&fixtures)?),
+        ("recv_tensor_response", recv_tensor_response(&fixtures)?),
+        ("rendezvous_key", rendezvous_key(&fixtures)?),
+        ("tlc_headers", tlc_headers()),
+        ("admin_json", admin_json()),
+        ("config", config()),
+        ("admin_headers", admin_headers()),
+    ];
+    for (target, seeds) in targets {
+        let out = dir.join(target);
+        std::fs::create_dir_all(&out)?;
+        for (name, bytes) in &seeds {
+            std::fs::write(out.join(name), bytes)?;
+        }
+        eprintln!("{:>4} seeds in {}", seeds.len(), out.display());
+    }
+    Ok(())
+}
+
+/// Envelopes the daemon writes (a keyframe, chains from the target's
+/// replica state, a push in every codec, refined 3LC pushes of several
+/// frames), each after the mode byte 1 (fix checksums after mutation) and
+/// the element count its response would declare.
+fn envelope() -> Result<Seeds> {
+    let mut seeds: Vec<(String, u32, Vec<u8>)> = Vec::new();
+    let three_lc = Codec::ThreeLc {
+        sparsity: Sparsity::ONE,
+    };
+    let refine = Refinement {
+        target: 0.001,
+        max_passes: 8,
+        scale: PassScale::Max,
+    };
+
+    // Pulls from the fuzz target's replica state: epoch 1, version 1,
+    // eight values of 0.5.
+    let mut source = PullSource::new(NonZeroU64::MIN, 8);
+    let mut value = vec![0.5f32; 8];
+    let mut out = Vec::new();
+    source.serve(&value, None, Codec::None, Refinement::OFF, 1, &mut out)?;
+    seeds.push(("keyframe".into(), 8, out));
+    let state = |v: u64| {
+        Some(tlc_daemon::context::ReplicaState {
+            epoch: 1,
+            version: v,
+        })
+    };
+    for (step, r) in [(1, Refinement::OFF), (2, refine)] {
+        for (i, v) in value.iter_mut().enumerate() {
+            *v += (i as f32 - 3.5) * 0.01 * step as f32;
+        }
+        let mut out = Vec::new();
+        source.serve(&value, state(1), three_lc, r, 2, &mut out)?;
+        seeds.push((format!("chain-{step}"), 8, out));
+    }
+
+    // Pushes, one per codec, and refined 3LC pushes.
+    let gradient: Vec<f32> = (0..1000)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 1e-3)
+        .collect();
+    for codec in [
+        Codec::None,
+        Codec::Fp16,
+        Codec::Bf16,
+        Codec::Int8,
+        Codec::OneBit,
+        Codec::TernGrad { seed: 1 },
+        three_lc,
+    ] {
+        let mut out = Vec::new();
+        encode_stateless(&gradient, codec, 3, &mut out)?;
+        seeds.push((format!("push-{}", codec.id().name()), 1000, out));
+    }
+    let mut context = PushContext::new(three_lc, Feedback::On);
+    for step in 0..3 {
+        let mut out = Vec::new();
+        context.encode(&gradient, three_lc, refine, 4 + step, &mut out)?;
+        seeds.push((format!("push-refined-{step}"), 1000, out));
+    }
+    // A zero-run 3LC push of the largest tensor the target's limits allow.
+    let zeros = vec![0f32; 1 << 18];
+    let mut out = Vec::new();
+    encode_stateless(&zeros, three_lc, 5, &mut out)?;
+    seeds.push(("push-zeros-max".into(), 1 << 18, out));
+
+    Ok(seeds
+        .into_iter()
+        .map(|(name, declared, bytes)| {
+            let mut seed = vec![1u8];
+            seed.extend_from_slice(&declared.to_le_bytes());
+            seed.extend_from_slice(&bytes);
+            (name, seed)
+        })
+        .collect())
+}
+
+/// Registrations recorded from TF (`graphs/*.pb`), after a chunk size of 64.
+fn graph_registration(fixtures: &Path) -> Result<Seeds> {
+    let mut seeds = Seeds::new();
+    for (name, bytes) in files(&fixtures.join("graphs"), ".pb")? {
+        let mut seed = vec![64u8];
+        seed.extend_from_slice(&bytes);
+        seeds.push((name, seed));
+    }
+    Ok(seeds)
+}
+
+/// Requests recorded from TF, and requests for the keys above, after the
+/// mode byte: 0 (as they are) and 1 (prefix fixed after mutation; chunks of
+/// 8 bytes as the sidecar peeks them... any size: the byte's upper bits).
+fn recv_tensor_request(fixtures: &Path) -> Result<Seeds> {
+    let mut seeds = Seeds::new();
+    for (name, bytes) in files(&fixtures.join("captured"), ".request.grpc")? {
+        seeds.push((format!("{name}-0"), [&[0u8][..], &bytes].concat()));
+        seeds.push((format!("{name}-1"), [&[17u8][..], &bytes].concat()));
+    }
+    for (i, key) in KEYS.iter().enumerate() {
+        let body = wire::request_body(key, i as i64 + 1);
+        seeds.push((format!("key-{i}"), [&[1u8][..], &body].concat()));
+    }
+    Ok(seeds)
+}
+
+/// Responses recorded from TF (at most 32 KiB), TF's own encodings from
+/// the wire fixtures (`tf/recv_*.bin`, framed here), and responses tlc
+/// builds; after the mode byte 1 (prefix fixed after mutation).
+fn recv_tensor_response(fixtures: &Path) -> Result<Seeds> {
+    let mut seeds = Seeds::new();
+    let mut add = |name: String, body: &[u8]| seeds.push((name, [&[1u8][..], body].concat()));
+    for (name, bytes) in files(&fixtures.join("captured"), ".response.grpc")? {
+        if bytes.len() <= 32 << 10 {
+            add(name, &bytes);
+        }
+    }
+    for (name, bytes) in files(&fixtures.join("tf"), ".bin")? {
+        if (name.starts_with("recv_") || name.starts_with("probe_")) && bytes.len() <= 32 << 10 {
+            add(name, &framed(&bytes)?);
+        }
+    }
+    let meta = ResponseMeta {
+        send_start_micros: 1_700_000_000_000_000,
+        ..ResponseMeta::default()
+    };
+    for dims in [&[][..], &[0, 4], &[2, 3], &[3, 1, 2]] {
+        let count: u64 = dims.iter().product();
+        let content: Vec<u8> = (0..count)
+            .flat_map(|i| (i as f32 * 0.25 - 1.0).to_le_bytes())
+            .collect();
+        let built = build_standard_response(&meta, dims, Bytes::from(content))?;
+        add(format!("built-{dims:?}"), &framed(&built.to_vec())?);
+    }
+    let envelope = build_response_with_content(&meta, &[2, 3], 1, Bytes::from_static(b"TLCE"))?;
+    add("built-envelope".into(), &framed(&envelope.to_vec())?);
+    Ok(seeds)
+}
+
+/// The keys above and the keys of the recorded requests.
+fn rendezvous_key(fixtures: &Path) -> Result<Seeds> {
+    let mut seeds: Seeds = KEYS
+        .iter()
+        .enumerate()
+        .map(|(i, key)| (format!("key-{i}"), key.as_bytes().to_vec()))
+        .collect();
+    for (name, bytes) in files(&fixtures.join("captured"), ".request.grpc")? {
+        let message = grpc::parse_single(Bytes::from(bytes), 1 << 20)?;
+        let request = RecvTensorRequest::decode(message)?;
+        seeds.push((name, request.rendezvous_key.into_bytes()));
+    }
+    Ok(seeds)
+}
+
+/// Header values in the target's order (replica, class, max, peer,
+/// envelope, fallback), one per line, as sidecars send them.
+fn tlc_headers() -> Seeds {
+    [
+        ("requester", "1-2\ndense_read\n2147483648\n1\n\n"),
+        (
+            "function",
+            "deadbeef01234567-42\ndense_gradient;fn;accumulated\n0\n1\n1\n",
+        ),
+        (
+            "sparse",
+            "\nsparse;accumulated\n99999999999999999999\n\n1\n",
+        ),
+        ("fallback", "\n\n\n1\n\n0123456789abcdef"),
+        ("fallback-short", "\n\n\n1\n\nff"),
+        ("junk", "-5\nDENSE_READ\n-1\n2\n0\n+1"),
+    ]
+    .into_iter()
+    .map(|(name, text)| (name.to_string(), text.as_bytes().to_vec()))
+    .collect()
+}
+
+/// The examples of ADMIN-API.md and the README, after the endpoint byte
+/// (0 PATCH /v1/config, 1 POST /v1/policy, 2 PUT /v1/log-level).
+fn admin_json() -> Seeds {
+    [
+        ("patch", 0, r#"{"policy.push.sparsity": 1.75, "policy.min_bytes": 131072}"#),
+        ("patch-remove", 0, r#"{"policy.push.sparsity": null}"#),
+        ("patch-overrides", 0, r#"{"policy.overrides": [{"tensor": "*b*", "direction": "push", "sparsity": 1.5}, {"tensor": "*c*", "skip": true}]}"#),
+        ("patch-contexts", 0, r#"{"contexts.memory_mib": 128, "contexts.idle_seconds": 60}"#),
+        ("patch-refused", 0, r#"{"contexts.memory_mib": 99999999, "routes": []}"#),
+        ("patch-table", 0, r#"{"policy.pull": {"codec": "topk", "k": 5}}"#),
+        ("policy", 1, r#"{"direction": "push", "sparsity": 1.75}"#),
+        ("policy-tensor", 1, r#"{"direction": "push", "tensor": "*dense*", "codec": "3lc", "sparsity": 1.75}"#),
+        ("policy-skip", 1, r#"{"tensor": "*batch_norm*", "skip": false, "codec": "int8"}"#),
+        ("policy-min-bytes", 1, r#"{"min_bytes": 65536, "codec": "fp16"}"#),
+        ("policy-topk", 1, r#"{"direction": "pull", "codec": "topk", "k": 10}"#),
+        ("log", 2, r#"{"filter": "info,tlc_daemon::sidecar=debug"}"#),
+        ("log-bad", 2, r#"{"filter": "info,tlc_daemon=["}"#),
+    ]
+    .into_iter()
+    .map(|(name, endpoint, text)| (name.to_string(), [&[endpoint][..], text.as_bytes()].concat()))
+    .collect()
+}
+
+/// The README's config examples, some with environment variables after a
+/// NUL byte (`NAME=value` lines).
+fn config() -> Seeds {
+    let policy = r#"[policy]
+parameter_jobs = ["ps"]
+min_bytes = 4096
+warmup_steps = 0
+[policy.push]
+codec = "3lc"
+sparsity = 1.0
+[policy.pull]
+codec = "3lc"
+sparsity = 1.0
+[policy.sparse]
+codec = "fp16"
+[policy.unknown]
+codec = "fp16"
+[policy.refine]
+pull_max_drift = 0.01
+pull_max_passes = 8
+pull_pass_scale = "max"
+push_max_error = 0.5
+push_max_passes = 8
+[policy.refine.synchronous]
+pull_max_drift = 0.01
+pull_pass_scale = "max"
+push_max_error = inf
+[[policy.overrides]]
+tensor = "*batch_norm*"
+skip = true
+
+[contexts]
+memory_mib = 4096
+idle_seconds = 600
+pull_cache = 8
+fallback_mib = 512
+"#;
+    let admin = r#"[admin]
+listen = "127.0.0.1:15000"
+token_file = "/var/run/secrets/tlc/token"
+allowed_hosts = []
+[metrics]
+listen = "0.0.0.0:15090"
+[log]
+level = "info"
+format = "human"
+"#;
+    let routes = r#"drain_seconds = 5
+[[routes]]
+listen = "127.0.0.1:4322"
+upstream = "127.0.0.1:2222"
+role = "inbound"
+[[routes]]
+listen = "127.0.0.1:5323"
+upstream = "127.0.0.1:4323"
+role = "outbound"
+[limits]
+memory_mib = 256
+max_tensor_mib = 64
+max_connections = 16
+handshake_seconds = 5
+idle_seconds = 0
+memory_wait_seconds = 10
+"#;
+    let transparent = "[transparent]\noutbound = \"0.0.0.0:15001\"\ninbound = \"0.0.0.0:15006\"\n";
+    let passthrough = "[policy.push]\ncodec = \"none\"\n\n[policy.pull]\ncodec = \"none\"\n";
+    let env = "TLC_POLICY__PUSH__SPARSITY=1.75\nTLC_POLICY__PARAMETER_JOBS=ps,chief\n\
+               RUST_LOG=debug\nADMIN__ALLOWED_HOSTS=tlc-admin.ml.svc,10.0.0.5\nTLC_THREADS=2";
+    [
+        ("policy", policy.to_string()),
+        ("admin", admin.to_string()),
+        ("routes", routes.to_string()),
+        ("transparent", transparent.to_string()),
+        ("passthrough", passthrough.to_string()),
+        ("empty-env", format!("\0{env}")),
+        ("transparent-env", format!("{transparent}\0{env}")),
+        (
+            "env-bad",
+            "\0TLC_POLICY__PULL__SPARSITY=2.5\nTLC_POLICY__PULL__COLOUR=red".into(),
+        ),
+    ]
+    .into_iter()
+    .map(|(name, text)| (name.to_string(), text.into_bytes()))
+    .collect()
+}
+
+/// Requests to the admin API as tlcctl and curl send them: method byte,
+/// then header values one per line (Host, Origin, Authorization,
+/// Content-Type), as the `admin_headers` target reads them.
+fn admin_headers() -> Seeds {
+    let token = "Bearer 0123456789abcdef0123456789abcdef";
+    [
+        ("get", 0, format!("127.0.0.1:15000\n\n{token}\n")),
+        (
+            "post",
+            1,
+            format!("localhost:15000\n\n{token}\napplication/json"),
+        ),
+        (
+            "patch-origin",
+            2,
+            format!(
+                "[::1]:15000\nhttp://localhost:15000\n{token}\napplication/json; charset=utf-8"
+            ),
+        ),
+        (
+            "put-allowed",
+            3,
+            format!(
+                "tlc-admin.ml.svc\nhttps://tlc-admin.ml.svc\nbearer  {token}\nApplication/JSON"
+            ),
+        ),
+        (
+            "rebinding",
+            1,
+            format!("evil.example:15000\nhttp://evil.example:15000\n{token}\ntext/plain"),
+        ),
+        ("no-token", 0, "127.0.0.1:15000\n\n\n".to_string()),
+    ]
+    .into_iter()
+    .map(|(name, method, text)| (name.to_string(), [&[method][..], text.as_bytes()].concat()))
+    .collect()
+}
+
+/// The files in `dir` whose names end with `suffix`, by name without it.
+fn files(dir: &Path, suffix: &str) -> Result<Vec<(String, Vec<u8>)>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if let Some(stem) = name.strip_suffix(suffix) {
+            found.push((stem.to_string(), std::fs::read(&path)?));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// A message with its gRPC prefix.
+fn framed(message: &[u8]) -> Result<Vec<u8>> {
+    Ok([&grpc::prefix(message.len())?[..], message].concat())
+}
