@@ -8,7 +8,6 @@ use std::time::Duration;
 use hyper::server::conn::http2;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -19,8 +18,8 @@ use super::body;
 use super::connection::{self, Activity, ConnectionId, Refusal};
 use super::grpc_status;
 use super::preface::{self, Opening, PrefaceError};
-use super::tuning;
 use super::upstream::Upstream;
+use super::{tuning, Io};
 use crate::config::{Listener, Role};
 use crate::intercept;
 use crate::peer;
@@ -114,10 +113,6 @@ pub async fn accept(
         }
     }
 }
-
-/// Any stream a connection is served on: plain TCP, or TLS over it.
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// What a connection's client is, as far as the sidecar may trust it.
 #[derive(Debug, Clone)]

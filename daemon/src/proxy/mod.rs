@@ -18,6 +18,7 @@ pub mod upstream;
 use std::time::Duration;
 
 use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -28,6 +29,11 @@ use std::sync::Arc;
 use crate::config::{Config, Listener};
 use crate::sidecar::Sidecar;
 use crate::tls::TlsContext;
+
+/// Any stream a connection runs on, accepted or dialled: plain TCP, or
+/// TLS over it. Boxed, so one code path serves both.
+pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// A route's listener could not be opened.
 #[derive(Debug, Error)]

@@ -13,20 +13,15 @@ use std::time::Duration;
 use hyper::client::conn::http2::{self, SendRequest};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use thiserror::Error;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 use tracing::debug;
 
 use super::body::ProxyBody;
 use super::first_bytes::FirstBytes;
-use super::tuning;
+use super::{tuning, Io};
 use crate::config::Role;
 use crate::tls::{HandshakeError, TlsContext};
-
-/// Any stream an upstream connection runs on: plain TCP, or TLS over it.
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// The upstream could not be reached.
 #[derive(Debug, Error)]
