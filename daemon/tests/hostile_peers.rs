@@ -412,7 +412,7 @@ impl tokio::io::AsyncWrite for StallReads {
 async fn clients_that_never_read_hold_no_more_than_the_budget() {
     const MIB: u64 = 1 << 20;
     // HOSTILE_IN_FLIGHT_MIB=4096 lifts the budget, to see what it bounds:
-    // peak RSS then grew 689 MiB (559 MiB charged) where 32 MiB gave 149.
+    // peak RSS then grew 796 MiB (717 MiB charged) where 32 MiB gave 142-211.
     let in_flight = std::env::var("HOSTILE_IN_FLIGHT_MIB")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -436,9 +436,9 @@ async fn clients_that_never_read_hold_no_more_than_the_budget() {
     let _measuring = MEASURING.lock().await;
     reset_peak_rss();
     let before = peak_rss();
-    // 4 connections x 64 calls x 4 MiB = 1 GiB asked for, never read.
+    // 8 connections x 64 calls x 4 MiB = 2 GiB asked for, never read.
     let mut held = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..8 {
         let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let tcp = TcpStream::connect(addr).await.unwrap();
         let io = StallReads {
@@ -453,6 +453,9 @@ async fn clients_that_never_read_hold_no_more_than_the_budget() {
                 .await
                 .unwrap();
         tokio::spawn(connection);
+        // From here on the client reads nothing: not even the first
+        // answers, which would be the client's memory, not tlcd's.
+        stalled.store(true, Ordering::SeqCst);
         let mut calls = Vec::new();
         for step in 0..64 {
             let request = Request::post(format!("http://{addr}{RECV_TENSOR_PATH}"))
@@ -466,9 +469,6 @@ async fn clients_that_never_read_hold_no_more_than_the_budget() {
                 async move { sender.send_request(request).await },
             ));
         }
-        // Let the requests and the first answers through, then stop reading.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        stalled.store(true, Ordering::SeqCst);
         held.push((sender, calls));
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -479,9 +479,10 @@ async fn clients_that_never_read_hold_no_more_than_the_budget() {
         grown >> 20
     );
     assert!(sidecar.budget.in_use_bytes() <= in_flight * MIB);
-    // The budget, the hop to the stand-in (8 MiB windows per connection),
-    // and what the clients read before they stopped.
-    assert!(grown < 200 * MIB, "peak RSS grew {} MiB", grown >> 20);
+    // The budget, and the hop to the stand-in (8 MiB windows per
+    // connection, and hyper's buffers around them): 142-211 MiB in three
+    // runs, where the same test without the budget grew 796 MiB.
+    assert!(grown < 400 * MIB, "peak RSS grew {} MiB", grown >> 20);
     // Let the clients go, so that their connections end cleanly.
     for (sender, calls) in held {
         drop(sender);
