@@ -32,28 +32,35 @@ cleanup() {
 trap cleanup EXIT
 
 # prometheus.yml with its kubernetes_sd_configs replaced by static targets
-# carrying the labels Kubernetes discovery would give three pods: two
-# annotated for scraping (one IPv6, with a port and path of its own), one
-# not. Debian's build of Prometheus has no Kubernetes discovery, so this is
-# also what promtool checks there.
+# carrying the labels Kubernetes discovery gives (one target per declared
+# container port): a tlc pod's three ports (only tlc-metrics may be kept),
+# an IPv6 tlc pod with a metrics path of its own, a tlc pod that opted out,
+# a finished one, and another application's annotated pod. Debian's build
+# of Prometheus has no Kubernetes discovery, so this is also what promtool
+# checks there. deploy/local/kube/run.py runs the same file on real pods.
 cp "$prom_dir/alerts.yml" "$tmp/alerts.yml"
 python3 - "$prom_dir/prometheus.yml" "$tmp/prometheus-k8s-as-static.yml" <<'PY'
 import sys
 text = open(sys.argv[1]).read()
 sd = "    kubernetes_sd_configs:\n      - role: pod\n"
 assert sd in text, "prometheus.yml: no kubernetes_sd_configs with role pod"
-def pod(address, ip, name, annotations):
-    lines = [f'      - targets: ["{address}"]', "        labels:",
-             f'          __meta_kubernetes_pod_ip: "{ip}"',
-             f'          __meta_kubernetes_pod_name: "{name}"',
-             '          __meta_kubernetes_namespace: "ml"',
-             '          __meta_kubernetes_pod_container_name: "tlc"']
+def port(ip, number, port_name, pod, container, annotations, phase="Running"):
+    address = f"[{ip}]:{number}" if ":" in ip else f"{ip}:{number}"
+    labels = {"pod_ip": ip, "pod_name": pod, "pod_phase": phase, "pod_container_name": container,
+              "pod_container_port_number": number, "pod_container_port_name": port_name}
+    lines = [f'      - targets: ["{address}"]', "        labels:", '          __meta_kubernetes_namespace: "ml"']
+    lines += [f'          __meta_kubernetes_{k}: "{v}"' for k, v in labels.items()]
     lines += [f'          __meta_kubernetes_pod_annotation_prometheus_io_{k}: "{v}"' for k, v in annotations.items()]
     return "\n".join(lines) + "\n"
+tlc = {"scrape": "true", "port": "15090"}
 static = "    static_configs:\n" \
-    + pod("10.1.2.3:2222", "10.1.2.3", "trainer-ps-0", {"scrape": "true", "port": "15090"}) \
-    + pod("[fd00::5]:2222", "fd00::5", "trainer-worker-0", {"scrape": "true", "port": "9999", "path": "/stats"}) \
-    + pod("10.1.2.4:2222", "10.1.2.4", "unrelated-0", {"port": "8080"})
+    + port("10.1.2.3", 15090, "tlc-metrics", "trainer-ps-0", "tlc-sidecar", tlc) \
+    + port("10.1.2.3", 15006, "tlc-inbound", "trainer-ps-0", "tlc-sidecar", tlc) \
+    + port("10.1.2.3", 2222, "tfjob-port", "trainer-ps-0", "tensorflow", tlc) \
+    + port("fd00::5", 15090, "tlc-metrics", "trainer-worker-0", "tlc-sidecar", dict(tlc, path="/stats")) \
+    + port("10.1.2.5", 15090, "tlc-metrics", "opted-out-0", "tlc-sidecar", dict(tlc, scrape="false")) \
+    + port("10.1.2.6", 15090, "tlc-metrics", "finished-0", "tlc-sidecar", tlc, phase="Succeeded") \
+    + port("10.1.2.4", 8080, "http", "unrelated-0", "app", {"scrape": "true", "port": "8080"})
 open(sys.argv[2], "w").write(text.replace(sd, static))
 PY
 

@@ -99,14 +99,15 @@ def check_targets(url):
         for t in body["data"]["activeTargets"]
     )
     want = [
-        ("trainer-ps-0", "ml", "tlc", "10.1.2.3:15090", "http://10.1.2.3:15090/metrics"),
-        ("trainer-worker-0", "ml", "tlc", "[fd00::5]:9999", "http://[fd00::5]:9999/stats"),
+        ("trainer-ps-0", "ml", "tlc-sidecar", "10.1.2.3:15090", "http://10.1.2.3:15090/metrics"),
+        ("trainer-worker-0", "ml", "tlc-sidecar", "[fd00::5]:15090", "http://[fd00::5]:15090/stats"),
     ]
     if got != want:
         print(f"FAIL prometheus.yml relabelling: targets {got}, expected {want}")
         return False
-    print(f"ok   prometheus.yml relabelling: {len(want)} annotated pods kept with namespace, pod, "
-          "container, port and path; the unannotated one dropped")
+    print(f"ok   prometheus.yml relabelling: one target per tlc pod (its tlc-metrics port, IPv4 and IPv6, "
+          "with namespace, pod, container and the annotation's path); the pod's other ports, an opted-out "
+          "pod, a finished pod and another application's pod dropped")
     return True
 
 

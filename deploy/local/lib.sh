@@ -11,17 +11,21 @@ TLC_NET=10.77.0             # a /24; nothing outside it is ever routed
 TLC_PS_POD=tlc-ps
 TLC_PS_ADDR=$TLC_NET.10
 TLC_MAX_WORKERS=200
+# pods.sh up --node: a namespace standing for the Kubernetes node, for what
+# reaches pods from outside them (the kubelet's probes, Prometheus).
+TLC_NODE_NS=tlc-node
+TLC_NODE_ADDR=$TLC_NET.2
 
 # pod_name ROLE: ps -> tlc-ps, w3 -> tlc-w3
-pod_name() { case $1 in ps) printf '%s' "$TLC_PS_POD" ;; w[0-9]*) printf 'tlc-%s' "$1" ;; *) return 1 ;; esac; }
+pod_name() { case $1 in ps) printf '%s' "$TLC_PS_POD" ;; node) printf '%s' "$TLC_NODE_NS" ;; w[0-9]*) printf 'tlc-%s' "$1" ;; *) return 1 ;; esac; }
 # pod_addr ROLE: ps -> 10.77.0.10, wI -> 10.77.0.(11+I)
-pod_addr() { case $1 in ps) printf '%s' "$TLC_PS_ADDR" ;; w[0-9]*) printf '%s.%d' "$TLC_NET" $((11 + ${1#w})) ;; *) return 1 ;; esac; }
+pod_addr() { case $1 in ps) printf '%s' "$TLC_PS_ADDR" ;; node) printf '%s' "$TLC_NODE_ADDR" ;; w[0-9]*) printf '%s.%d' "$TLC_NET" $((11 + ${1#w})) ;; *) return 1 ;; esac; }
 # hub-side veth of a pod: tlcv-ps, tlcv-w3 (15 characters at most for any worker count we allow)
 hub_veth() { printf 'tlcv-%s' "$1"; }
 
 # Every namespace a previous `up` may have left, whatever its worker count.
 existing_pod_namespaces() {
-    ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^tlc-(ps|w[0-9]+|hub)$' || true
+    ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^tlc-(ps|w[0-9]+|hub|node)$' || true
 }
 
 die() { echo "${SCRIPT_NAME:-tlc-local}: error: $*" >&2; exit 1; }

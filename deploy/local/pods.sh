@@ -2,7 +2,7 @@
 # Local "pods": one network namespace per TensorFlow task, joined by a Linux
 # bridge, optionally with a rate-limited link per pod.
 #
-#   deploy/local/pods.sh up [--workers N] [--rate MBIT] [--delay MS] [--offload on|off]
+#   deploy/local/pods.sh up [--workers N] [--rate MBIT] [--delay MS] [--offload on|off] [--node]
 #   deploy/local/pods.sh down
 #   deploy/local/pods.sh status
 #
@@ -12,6 +12,8 @@
 #   --rate     tbf of MBIT Mbit/s on both directions of every pod's link
 #              (pod eth0 egress and hub-side veth egress)
 #   --delay    netem delay of MS ms on every pod's egress (one way pod to pod)
+#   --node     also tlc-node 10.77.0.2, the "node": no shaping on its link;
+#              for what reaches the pods from outside (probes, Prometheus)
 #   --offload  TSO/GSO on the veths (default off: every packet is a real
 #              MTU-sized frame, so interface byte counters are wire bytes)
 #
@@ -29,13 +31,14 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}
 
 action=${1:-}
 (($#)) && shift
-workers=2; rate=""; delay=""; offload=off
+workers=2; rate=""; delay=""; offload=off; node=0
 while (($#)); do
     case $1 in
         --workers) workers=${2:?--workers needs a value}; shift 2 ;;
         --rate) rate=${2:?--rate needs a value}; shift 2 ;;
         --delay) delay=${2:?--delay needs a value}; shift 2 ;;
         --offload) offload=${2:?--offload needs on or off}; shift 2 ;;
+        --node) node=1; shift ;;
         -h | --help) usage 0 ;;
         *) echo "pods: unknown argument '$1'" >&2; usage 2 >&2 ;;
     esac
@@ -126,8 +129,10 @@ add_pod() { # ROLE
     ip -n "$ns" addr add "$addr/24" dev eth0
     set_offload "$ns" eth0
     set_offload "$TLC_HUB_NS" "$veth"
-    shape eth0 "$ns" delay
-    shape "$veth" "$TLC_HUB_NS"
+    if [[ $role != node ]]; then
+        shape eth0 "$ns" delay
+        shape "$veth" "$TLC_HUB_NS"
+    fi
     ip -n "$ns" link set eth0 up
     ip -n "$TLC_HUB_NS" link set "$veth" up
 }
@@ -163,6 +168,7 @@ up() {
 
     local roles=(ps) i
     for ((i = 0; i < workers; i++)); do roles+=("w$i"); done
+    ((node)) && roles+=(node)
     local role
     for role in "${roles[@]}"; do add_pod "$role"; done
 

@@ -11,6 +11,9 @@ its own cluster spec gives them.
     train.py --job worker --task 0 --ps 127.0.0.1:2222 --workers 127.0.0.1:2223,127.0.0.1:2224
     train.py --job worker --task 1 --ps 127.0.0.1:2222 --workers 127.0.0.1:2223,127.0.0.1:2224
 
+Or, as on Kubernetes under a training operator, no cluster flags at all: the
+cluster and this task come from $TF_CONFIG.
+
 Each task may be given a different spec: TF binds the port of this task's own
 entry and dials every other entry as written, so a peer can be pointed at a
 local proxy port. Worker 0 is the chief.
@@ -52,10 +55,11 @@ ASYNC_DEFAULTS = {"resnet": {"lr": 0.001}}
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--job", choices=["ps", "worker"], required=True)
-    p.add_argument("--task", type=int, required=True, help="index within --job")
-    p.add_argument("--ps", required=True, help="HOST:PORT[,HOST:PORT...] as this task sees them")
-    p.add_argument("--workers", required=True, help="HOST:PORT,HOST:PORT... as this task sees them")
+    p.add_argument("--job", choices=["ps", "worker"],
+                   help="this task's job (default: task.type of $TF_CONFIG)")
+    p.add_argument("--task", type=int, help="index within --job (default: task.index of $TF_CONFIG)")
+    p.add_argument("--ps", help="HOST:PORT[,HOST:PORT...] as this task sees them (default: $TF_CONFIG's)")
+    p.add_argument("--workers", help="HOST:PORT,HOST:PORT... as this task sees them (default: $TF_CONFIG's)")
     p.add_argument("--model", choices=MODELS, default="mlp",
                    help="mlp (digits), embedding (sparse lookups in a table on the ps) or resnet (default mlp)")
     p.add_argument("--mode", choices=["sync", "async"], default="sync",
@@ -94,6 +98,7 @@ def parse_args(argv=None):
     p.add_argument("--linger-secs", type=float, default=0.5,
                    help="how long a ps stays up after the last worker is done (default 0.5)")
     args = p.parse_args(argv)
+    cluster_from_tf_config(p, args)
     defaults = dict(MODEL_DEFAULTS[args.model])
     if args.mode == "async":
         defaults.update(ASYNC_DEFAULTS.get(args.model, {}))
@@ -112,6 +117,29 @@ def parse_args(argv=None):
     if not 0 <= args.task < n:
         p.error(f"--task {args.task} out of range for {n} {args.job} task(s)")
     return args
+
+
+def cluster_from_tf_config(p, args):
+    """Fills --job, --task, --ps and --workers left out from $TF_CONFIG, the way
+    a training operator (Kubeflow's TFJob) describes the cluster to each task:
+    {"cluster": {"ps": [...], "worker": [...]}, "task": {"type": "ps", "index": 0}}."""
+    missing = [name for name in ("job", "task", "ps", "workers") if getattr(args, name) is None]
+    if not missing:
+        return
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        p.error(f"--{', --'.join(missing)} not given and TF_CONFIG is not set")
+    try:
+        config = json.loads(raw)
+        cluster, task = config["cluster"], config.get("task", {})
+        from_config = {"job": task.get("type"), "task": task.get("index"),
+                       "ps": ",".join(cluster.get("ps", [])), "workers": ",".join(cluster.get("worker", []))}
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        p.error(f"TF_CONFIG is not a cluster description: {err}")
+    for name in missing:
+        setattr(args, name, from_config[name])
+    if args.job not in ("ps", "worker") or not isinstance(args.task, int):
+        p.error(f"TF_CONFIG: task type {args.job!r} index {args.task!r}: expected ps or worker and an index")
 
 
 def log(args, msg):

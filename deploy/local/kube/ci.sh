@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# What CI runs of deploy/local/kube: the Kubernetes manifests, run.
+#   1. The TFJob overlay as deploy/k8s/check.sh rendered it
+#      (deploy/k8s/rendered/tfjob.yaml), in network-namespace pods at
+#      --rate Mbit/s, with Prometheus scraping by grafana/prometheus/prometheus.yml,
+#      then every dashboard query checked against that run's data
+#      (grafana/check_run.py: data, and sane values).
+#   2. A user's TFJob without tlc (deploy/k8s/examples/my-tfjob.yaml) through
+#      `tlcctl inject` and `tlcctl inject --print-config`, run the same way.
+# Each run must succeed as a job (every pod completed, sidecars started before
+# and stopped after TensorFlow, probes, exec, scrapes: deploy/local/kube/run.py).
+#
+#   deploy/local/kube/ci.sh [--rate MBIT] [--steps N] [--out DIR]
+#
+# Needs root, deploy/k8s/check.sh and deploy/container/check-layout.sh run
+# before (the rendered manifests, the image's file tree), target/release/tlcctl,
+# and TLC_PYTHON (or .venv-tf) with TensorFlow.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+rate=10; steps=200; OUT=""
+while (($#)); do
+    case $1 in
+        --rate) rate=${2:?}; shift 2 ;;
+        --steps) steps=${2:?}; shift 2 ;;
+        --out) OUT=${2:?}; shift 2 ;;
+        -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "kube/ci: unknown argument '$1'" >&2; exit 2 ;;
+    esac
+done
+OUT=${OUT:-$(mktemp -d /tmp/tlc-kube-ci.XXXXXX)}
+mkdir -p "$OUT"
+chmod 755 "$OUT"
+rendered=$root/deploy/k8s/rendered/tfjob.yaml
+tlcctl=$root/target/release/tlcctl
+[[ -r $rendered ]] || { echo "kube/ci: no $rendered (run deploy/k8s/check.sh first)" >&2; exit 1; }
+[[ -x $tlcctl ]] || { echo "kube/ci: no $tlcctl (cargo build --release -p tlc-ctl)" >&2; exit 1; }
+
+# As README.md says to create it: `kubectl create secret generic tlc-admin-token --from-literal=token=...`.
+token=$(openssl rand -hex 32)
+# The MLP at hidden width 256 (50,826 parameters; its two large layers above
+# tlcd's 64 KiB threshold), as deploy/local/ci-small.sh.
+train=(--steps "$steps" --hidden 256)
+
+echo "kube/ci: 1. the rendered TFJob overlay ($rendered)"
+"$here/run.py" "$rendered" --rate "$rate" --out "$OUT/tfjob" --secret "tlc-admin-token:token=$token" \
+    --check-dashboards --expect "link_mbit=$rate" --expect "steps=$steps" --expect pods=3 --expect sparsity=1.0 \
+    -- "${train[@]}"
+
+echo "kube/ci: 2. a TFJob of a user's, through tlcctl inject (deploy/k8s/examples/my-tfjob.yaml)"
+{
+    "$tlcctl" inject "$root/deploy/k8s/examples/my-tfjob.yaml"
+    echo "---"
+    "$tlcctl" inject --print-config
+} >"$OUT/injected.yaml"
+"$here/run.py" "$OUT/injected.yaml" --rate "$rate" --out "$OUT/injected" --secret "tlc-admin-token:token=$token" \
+    -- "${train[@]}"
+echo "kube/ci: ok (runs in $OUT)"
