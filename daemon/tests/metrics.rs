@@ -241,6 +241,17 @@ async fn exposition_matches_the_sidecars_counters() {
         h.value("tlc_build_info", &[("version", env!("CARGO_PKG_VERSION"))]),
         Some(1.0)
     );
+    // The memory total the bounds are shares of: one series, labelled
+    // with where it came from (no `limits.memory_mib` here: the cgroup's,
+    // or the fallback on a host without one).
+    let total = holder.options().memory;
+    let limit = h.samples("tlc_memory_limit_bytes", &[]);
+    assert_eq!(limit.len(), 1, "{limit:?}");
+    assert_eq!(limit[0].labels["source"], total.origin.name());
+    assert_ne!(limit[0].labels["source"], "config");
+    assert_eq!(limit[0].value, total.bytes as f64);
+    let budget = h.value("tlc_in_flight_budget_bytes", &[]).unwrap();
+    assert_eq!(budget, (total.bytes / 4).div_ceil(1024) as f64 * 1024.0);
     // Tables and replicas, as the sidecar reports them.
     for (table, stats) in [
         ("push", holder.push.stats()),

@@ -172,6 +172,7 @@ async fn prometheus_scrapes_the_sidecar() {
     let raw = Stats::get(&holder.stats.push.raw_bytes) as f64;
     let frames = Stats::get(&holder.stats.push.compressed) as f64;
     assert_eq!(frames, 12.0);
+    let memory = holder.options().memory;
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let target = listener.local_addr().unwrap();
@@ -234,6 +235,33 @@ async fn prometheus_scrapes_the_sidecar() {
             web,
             "count({job=\"tlcd\", __name__=~\"process_(cpu_seconds_total|open_fds|max_fds|threads|virtual_memory_bytes|start_time_seconds)\"})",
             6.0,
+            until,
+        );
+        // The memory total, one series, and resident memory against it
+        // as the alert divides them (matched on every label but
+        // `source`): a share between 0 and 1.
+        wait_for(
+            &prometheus,
+            web,
+            &format!(
+                "tlc_memory_limit_bytes{{job=\"tlcd\", source=\"{}\"}}",
+                memory.origin.name()
+            ),
+            memory.bytes as f64,
+            until,
+        );
+        wait_for(
+            &prometheus,
+            web,
+            "count(tlc_memory_limit_bytes{job=\"tlcd\"})",
+            1.0,
+            until,
+        );
+        wait_for(
+            &prometheus,
+            web,
+            "count(process_resident_memory_bytes{job=\"tlcd\"} / ignoring(source) group_left(source) tlc_memory_limit_bytes{job=\"tlcd\"} > 0 < 1)",
+            1.0,
             until,
         );
     })

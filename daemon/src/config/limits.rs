@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{bounds, ConfigError};
-use crate::limits::memory::{self, Shares};
+use crate::limits::memory::{self, Origin, Shares, Total};
 
 /// The `[limits]` table.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -47,8 +47,9 @@ impl Default for LimitSettings {
 /// The bounds in force, in the units the code uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Memory in all, in bytes.
-    pub memory_bytes: u64,
+    /// Memory in all, and whether `limits.memory_mib`, the cgroup or the
+    /// fallback set it.
+    pub memory: Total,
     /// Shares of it.
     pub shares: Shares,
     /// Largest tensor content read whole or decoded, in bytes.
@@ -66,12 +67,15 @@ pub struct Limits {
 impl LimitSettings {
     /// The bounds, or the key of a value out of its range.
     pub fn limits(&self) -> Result<Limits, ConfigError> {
-        let memory_bytes = match self.memory_mib {
+        let memory = match self.memory_mib {
             Some(mib) => {
                 bounds::LIMITS_MEMORY_MIB.check("limits.memory_mib", mib)?;
-                mib << 20
+                Total {
+                    bytes: mib << 20,
+                    origin: Origin::Config,
+                }
             }
-            None => memory::detected().bytes,
+            None => memory::detected().total(),
         };
         let max_tensor_mib = self.max_tensor_mib;
         bounds::MAX_TENSOR_MIB.check("limits.max_tensor_mib", max_tensor_mib)?;
@@ -83,13 +87,13 @@ impl LimitSettings {
         bounds::CONNECTION_IDLE_SECONDS.check("limits.idle_seconds", idle)?;
         let wait = self.memory_wait_seconds;
         bounds::MEMORY_WAIT_SECONDS.check("limits.memory_wait_seconds", wait)?;
-        let shares = Shares::of(memory_bytes);
+        let shares = Shares::of(memory.bytes);
         // TensorFlow's limit is 2 GiB. Decoding a pushed tensor holds its
         // envelope, its values and a refinement buffer at once: a third of
         // what calls in flight may hold, or it could never be decoded.
         let max_tensor_bytes = (max_tensor_mib << 20).min(shares.in_flight_bytes / 3);
         Ok(Limits {
-            memory_bytes,
+            memory,
             shares,
             max_tensor_bytes,
             max_connections: self.max_connections,
@@ -135,6 +139,18 @@ mod tests {
         };
         let limits = small.limits().unwrap();
         assert_eq!(limits.shares.in_flight_bytes, 64 << 20);
+        // The setting takes the place of the cgroup's limit, and says so.
+        assert_eq!(
+            limits.memory,
+            Total {
+                bytes: 256 << 20,
+                origin: Origin::Config
+            }
+        );
+        assert_eq!(
+            LimitSettings::default().limits().unwrap().memory,
+            memory::detected().total()
+        );
         assert_eq!(limits.max_tensor_bytes, (64 << 20) / 3);
         let large = LimitSettings {
             memory_mib: Some(64 << 10),

@@ -18,7 +18,41 @@ pub const UNLIMITED_FALLBACK: u64 = 4 << 30;
 /// a page-rounded `i64::MAX`).
 const V1_UNLIMITED: u64 = 1 << 60;
 
-/// Where the total came from.
+/// Which of the three ways set the total tlcd sizes its bounds from; the
+/// `source` label of `tlc_memory_limit_bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// A cgroup's limit file (see [`detect`]).
+    Cgroup,
+    /// `limits.memory_mib`, which takes the place of whatever the cgroup says.
+    Config,
+    /// Neither: [`UNLIMITED_FALLBACK`].
+    Fallback,
+}
+
+impl Origin {
+    /// The label value: `cgroup`, `config` or `fallback`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Origin::Cgroup => "cgroup",
+            Origin::Config => "config",
+            Origin::Fallback => "fallback",
+        }
+    }
+}
+
+/// The total in force and where it came from: small and `Copy`, to travel
+/// with the bounds made from it (a [`MemoryLimit`] keeps the cgroup file's
+/// path for the log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Total {
+    /// Bytes.
+    pub bytes: u64,
+    /// Where the figure came from.
+    pub origin: Origin,
+}
+
+/// Where the detected total came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
     /// A cgroup's limit file.
@@ -34,6 +68,20 @@ pub struct MemoryLimit {
     pub bytes: u64,
     /// Where the figure came from.
     pub source: Source,
+}
+
+impl MemoryLimit {
+    /// The figure and its origin, without the path.
+    pub fn total(&self) -> Total {
+        let origin = match self.source {
+            Source::Cgroup(_) => Origin::Cgroup,
+            Source::Fallback => Origin::Fallback,
+        };
+        Total {
+            bytes: self.bytes,
+            origin,
+        }
+    }
 }
 
 impl std::fmt::Display for MemoryLimit {
@@ -175,6 +223,14 @@ mod tests {
         let limit = detect(v2.path());
         assert_eq!(limit.bytes, 256 << 20);
         assert!(matches!(limit.source, Source::Cgroup(ref p) if p.ends_with("tlc/memory.max")));
+        assert_eq!(
+            limit.total(),
+            Total {
+                bytes: 256 << 20,
+                origin: Origin::Cgroup
+            }
+        );
+        assert_eq!(limit.total().origin.name(), "cgroup");
 
         let v1 = fake_root(&[
             (
@@ -202,6 +258,7 @@ mod tests {
         let limit = detect(unlimited.path());
         assert_eq!(limit.bytes, UNLIMITED_FALLBACK);
         assert_eq!(limit.source, Source::Fallback);
+        assert_eq!(limit.total().origin.name(), "fallback");
         let nothing = tempfile::tempdir().unwrap();
         assert_eq!(detect(nothing.path()).source, Source::Fallback);
         assert_eq!(parse_limit("garbage"), None);

@@ -1,7 +1,8 @@
 //! What peers and clients make the sidecar hold, against its bounds
-//! (`[limits]`): connections open and refused, and the in-flight memory
-//! budget; and the state of mutual TLS with them. Read when scraped, like
-//! the tables' sizes.
+//! (`[limits]`): connections open and refused, the in-flight memory
+//! budget, and the memory total every default bound is a share of; and
+//! the state of mutual TLS with them. Read when scraped, like the tables'
+//! sizes.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -19,6 +20,11 @@ struct RefusalLabel {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ResultLabel {
     result: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct SourceLabel {
+    source: &'static str,
 }
 
 fn gauge(value: u64) -> Gauge {
@@ -90,4 +96,84 @@ pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
         Unit::Bytes,
         gauge(sidecar.budget.total_bytes()),
     );
+    // One series, whose label says where the figure came from: a
+    // `fallback` total is an assumption, not the container's limit, and
+    // RSS against it means little. `limits` is restart-only, so the
+    // figure never changes while tlcd runs.
+    let total = sidecar.options().memory;
+    let limit = Family::<SourceLabel, Gauge>::default();
+    limit
+        .get_or_create(&SourceLabel {
+            source: total.origin.name(),
+        })
+        .set(i64::try_from(total.bytes).unwrap_or(i64::MAX));
+    registry.register_with_unit(
+        "memory_limit",
+        "Memory tlcd may use in all, which its default bounds are shares of: limits.memory_mib \
+         (source=config), else the container's cgroup limit (cgroup), else 4 GiB (fallback)",
+        Unit::Bytes,
+        limit,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::limits::LimitSettings;
+    use crate::limits::memory::{self, Origin};
+    use crate::policy::Policy;
+    use crate::sidecar::Options;
+
+    fn render(sidecar: &Sidecar) -> String {
+        let mut registry = Registry::with_prefix("tlc");
+        register(&mut registry, sidecar);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text
+    }
+
+    fn limit_lines(text: &str) -> Vec<&str> {
+        text.lines()
+            .filter(|l| l.starts_with("tlc_memory_limit_bytes"))
+            .collect()
+    }
+
+    #[test]
+    fn the_memory_limit_is_one_series_saying_where_it_came_from() {
+        let configured = LimitSettings {
+            memory_mib: Some(512),
+            ..Default::default()
+        };
+        let options = Options::within(&configured.limits().unwrap());
+        let text = render(&Sidecar::new(Policy::default(), options, None));
+        assert_eq!(
+            limit_lines(&text),
+            [r#"tlc_memory_limit_bytes{source="config"} 536870912"#],
+            "{text}"
+        );
+        assert!(
+            text.contains("# UNIT tlc_memory_limit_bytes bytes"),
+            "{text}"
+        );
+        // The in-flight budget is its quarter.
+        assert!(
+            text.lines()
+                .any(|l| l == "tlc_in_flight_budget_bytes 134217728"),
+            "{text}"
+        );
+
+        // Unset: whatever this machine's cgroup says, or the fallback.
+        let detected = memory::detected().total();
+        assert_ne!(detected.origin, Origin::Config);
+        let text = render(&Sidecar::default());
+        assert_eq!(
+            limit_lines(&text),
+            [format!(
+                "tlc_memory_limit_bytes{{source=\"{}\"}} {}",
+                detected.origin.name(),
+                detected.bytes
+            )],
+            "{text}"
+        );
+    }
 }

@@ -6,7 +6,8 @@
 //!   updates (kept in [`Stats`](crate::sidecar::stats::Stats));
 //! - [`collect`]: what a scrape reads from the sidecar's state;
 //! - [`calls`]: the span, outcome and latency of each `RecvTensor` call;
-//! - [`held`]: connections and in-flight memory against `[limits]`;
+//! - [`held`]: connections and in-flight memory against `[limits]`, and
+//!   the memory total those limits come from;
 //! - [`training`]: training progress and models that went back;
 //! - [`process`]: the process' CPU, memory, threads and descriptors;
 //! - [`http`]: the endpoint.
@@ -45,6 +46,7 @@
 //! | `tlc_connections_idle_closed_total` | counter | | peer connections closed after `limits.idle_seconds` without a call |
 //! | `tlc_in_flight_bytes` | gauge | | memory calls in flight hold now (the in-flight budget's use) |
 //! | `tlc_in_flight_budget_bytes` | gauge | | what they may hold at most |
+//! | `tlc_memory_limit_bytes` | gauge | `source` = `config`, `cgroup`, `fallback` | the memory tlcd may use in all, which its default bounds are shares of: `limits.memory_mib`, else the container's cgroup limit, else 4 GiB; one series |
 //! | `tlc_tls_cert_not_after_seconds` | gauge | | with `[tls]` on: when this sidecar's certificate expires (Unix time) |
 //! | `tlc_tls_reloads_total` | counter | `result` = `ok`, `error` | with `[tls]` on: changed certificate files taken / refused |
 //! | `tlc_training_global_step` | gauge | | the global step as last read through this sidecar (the highest since it last went back); absent before any read |

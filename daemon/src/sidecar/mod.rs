@@ -84,6 +84,9 @@ pub struct Options {
     pub max_tensor_bytes: u64,
     /// How long a decode waits for in-flight memory.
     pub memory_wait: Duration,
+    /// The memory total the defaults above are shares of (for
+    /// `tlc_memory_limit_bytes`; bounds set one by one do not change it).
+    pub memory: crate::limits::memory::Total,
 }
 
 impl Options {
@@ -103,6 +106,7 @@ impl Options {
             in_flight_bytes: limits.shares.in_flight_bytes,
             max_tensor_bytes: limits.max_tensor_bytes,
             memory_wait: limits.memory_wait,
+            memory: limits.memory,
         }
     }
 }
