@@ -37,6 +37,11 @@ tlcctl=$root/target/release/tlcctl
 [[ -r $rendered ]] || { echo "kube/ci: no $rendered (run deploy/k8s/check.sh first)" >&2; exit 1; }
 [[ -x $tlcctl ]] || { echo "kube/ci: no $tlcctl (cargo build --release -p tlc-ctl)" >&2; exit 1; }
 
+# run.py needs PyYAML: Debian's python3-yaml is for Debian's python3, which
+# may not be the first python3 on PATH (pyenv's, on the project's machines).
+python=python3
+"$python" -c 'import yaml' 2>/dev/null || python=/usr/bin/python3
+
 # As README.md says to create it: `kubectl create secret generic tlc-admin-token --from-literal=token=...`.
 token=$(openssl rand -hex 32)
 # The MLP at hidden width 256 (50,826 parameters; its two large layers above
@@ -44,7 +49,7 @@ token=$(openssl rand -hex 32)
 train=(--steps "$steps" --hidden 256)
 
 echo "kube/ci: 1. the rendered TFJob overlay ($rendered)"
-"$here/run.py" "$rendered" --rate "$rate" --out "$OUT/tfjob" --secret "tlc-admin-token:token=$token" \
+"$python" "$here/run.py" "$rendered" --rate "$rate" --out "$OUT/tfjob" --secret "tlc-admin-token:token=$token" \
     --check-dashboards --expect "link_mbit=$rate" --expect "steps=$steps" --expect pods=3 --expect sparsity=1.0 \
     -- "${train[@]}"
 
@@ -54,6 +59,6 @@ echo "kube/ci: 2. a TFJob of a user's, through tlcctl inject (deploy/k8s/example
     echo "---"
     "$tlcctl" inject --print-config
 } >"$OUT/injected.yaml"
-"$here/run.py" "$OUT/injected.yaml" --rate "$rate" --out "$OUT/injected" --secret "tlc-admin-token:token=$token" \
+"$python" "$here/run.py" "$OUT/injected.yaml" --rate "$rate" --out "$OUT/injected" --secret "tlc-admin-token:token=$token" \
     -- "${train[@]}"
 echo "kube/ci: ok (runs in $OUT)"
