@@ -161,8 +161,9 @@ def rule_finite(series_list, target, expect, context):
     return problems
 
 
-def bounded(series_list, low, high, what, low_open=False):
-    """Problems of the finite values outside [low, high] ((low, high] if low_open)."""
+def bounded(context, series_list, low, high, what, low_open=False):
+    """Problems of the finite values outside [low, high] ((low, high] if
+    low_open), written in the target's unit."""
     problems = []
     for s in series_list:
         values = finite_values(s)
@@ -170,16 +171,17 @@ def bounded(series_list, low, high, what, low_open=False):
             continue
         lo, hi = min(values), max(values)
         if (lo <= low if low_open else lo < low) or hi > high:
-            problems.append(f"{s['legend']}: {what}, got {lo:g} .. {hi:g}")
+            unit = context.get("unit")
+            problems.append(f"{s['legend']}: {what}, got {format_value(lo, unit)} .. {format_value(hi, unit)}")
     return problems
 
 
 def rule_not_negative(series_list, target, expect, context):
-    return bounded(series_list, 0, math.inf, "must not be negative")
+    return bounded(context, series_list, 0, math.inf, "must not be negative")
 
 
 def rule_ratio(series_list, target, expect, context):
-    problems = bounded(series_list, 1, math.inf, "a compression ratio must be above 1", low_open=True)
+    problems = bounded(context, series_list, 1, math.inf, "a compression ratio must be above 1", low_open=True)
     want = expect.get("min_ratio")
     peaks = [max(finite_values(s)) for s in series_list if finite_values(s)]
     if want is not None and peaks and max(peaks) < want:
@@ -194,35 +196,35 @@ def rule_link(series_list, target, expect, context):
         return []
     limit = expect["link_mbit"] * 125000 * LINK_SLACK
     per_pod = [s for s in series_list if "pod" in s["labels"] or context.get("one_pod")]
-    return bounded(per_pod, 0, limit, f"wire bytes/s of one pod above {format_value(limit, 'Bps')}")
+    return bounded(context, per_pod, 0, limit, f"wire bytes/s of one pod above {format_value(limit, 'Bps')}")
 
 
 def rule_latency(series_list, target, expect, context):
-    return bounded(series_list, 0, 60, "a latency quantile must be in (0, 60] s", low_open=True)
+    return bounded(context, series_list, 0, 60, "a latency quantile must be in (0, 60] s", low_open=True)
 
 
 def rule_since(series_list, target, expect, context):
-    return bounded(series_list, 0, 60, "the global step must have advanced within 60 s while the job ran")
+    return bounded(context, series_list, 0, 60, "the global step must have advanced within 60 s while the job ran")
 
 
 def rule_cpu(series_list, target, expect, context):
     cores = expect.get("cores") or os.cpu_count()
-    return bounded(series_list, 0, cores * CPU_SLACK, f"CPU must be within {cores:g} cores")
+    return bounded(context, series_list, 0, cores * CPU_SLACK, f"CPU must be within {cores:g} cores")
 
 
 def rule_memory(series_list, target, expect, context):
-    return bounded(series_list, MIB, math.inf, "resident memory must be above 1 MiB", low_open=True)
+    return bounded(context, series_list, MIB, math.inf, "resident memory must be above 1 MiB", low_open=True)
 
 
 def rule_fraction(series_list, target, expect, context):
-    return bounded(series_list, 0, 1, "a fraction must be in [0, 1]")
+    return bounded(context, series_list, 0, 1, "a fraction must be in [0, 1]")
 
 
 def rule_sparsity(series_list, target, expect, context):
     want = expect.get("sparsity")
     if want is None:
-        return bounded(series_list, 1, 2, "3LC sparsity must be in [1, 2)")
-    return bounded(series_list, want - 1e-9, want + 1e-9, f"sparsity must be {want:g}")
+        return bounded(context, series_list, 1, 2, "3LC sparsity must be in [1, 2)")
+    return bounded(context, series_list, want - 1e-9, want + 1e-9, f"sparsity must be {want:g}")
 
 
 def rule_global_step(series_list, target, expect, context):
@@ -240,7 +242,7 @@ def rule_global_step(series_list, target, expect, context):
 
 
 def rule_info(series_list, target, expect, context):
-    return bounded(series_list, 1, 1, "an info metric is 1")
+    return bounded(context, series_list, 1, 1, "an info metric is 1")
 
 
 def last_value(series):
@@ -309,7 +311,7 @@ def check_target(panel, target, series_list, expect, context):
     if not any(s["values"] for s in series_list):
         reason = may_be_empty(target["expr"])
         return ("empty (allowed)", [], [reason]) if reason else ("FAIL", ["no series with samples"], [])
-    problems = []
+    problems, context = [], {**context, "unit": unit_of(panel, target)}
     for name in rules_for(panel, target):
         problems += RULES[name](series_list, target, expect, context)
     nans = sum(math.isnan(v) for s in series_list for _, v in s["values"])
