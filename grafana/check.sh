@@ -3,6 +3,8 @@
 # (promtool check config / check rules / test rules), the relabelling of
 # the Kubernetes config, and every dashboard: valid JSON, every PromQL
 # expression parsed by a real Prometheus, every metric one tlcd exports.
+# Also runs check_run_test.py (the rules check_run.py applies to a real
+# run's data, on synthetic series).
 #
 # Needs Debian's prometheus package (promtool, /usr/bin/prometheus) and
 # python3. Starts a throwaway Prometheus on a free loopback port with its
@@ -93,6 +95,13 @@ if (cd "$prom_dir" && "$PROMTOOL" test rules alerts_test.yml) >"$tmp/test.out" 2
     echo "ok   alerts_test.yml"
 else
     cat "$tmp/test.out"; fail "alerts_test.yml"
+fi
+
+echo "== check_run_test.py"
+if python3 "$here/check_run_test.py" >"$tmp/unit.out" 2>&1; then
+    echo "ok   check_run_test.py: $(grep -o 'Ran [0-9]* tests' "$tmp/unit.out")"
+else
+    cat "$tmp/unit.out"; fail "check_run_test.py"
 fi
 
 echo "== dashboards, through a throwaway Prometheus"

@@ -18,9 +18,10 @@ import json
 import re
 import sys
 import time
-import urllib.parse
 import urllib.request
 from pathlib import Path
+
+from dashlib import Prometheus, expressions, substitute
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,50 +39,10 @@ VALUES = {
 SUFFIXES = ("_bucket", "_sum", "_count")
 
 
-def substitute(expr):
-    """expr with every $var / ${var} replaced; raises KeyError on an unknown one."""
-    def value(match):
-        name = match.group(1) or match.group(2)
-        return VALUES[name]
-    return re.sub(r"\$\{(\w+)\}|\$(\w+)", value, expr)
-
-
-def expressions(dashboard):
-    """(where, expr) of every query of a dashboard."""
-    found = []
-    def walk(panels):
-        for panel in panels:
-            for target in panel.get("targets", []):
-                if target.get("expr"):
-                    found.append((f'panel "{panel.get("title")}" {target.get("refId")}', target["expr"]))
-            walk(panel.get("panels", []))
-    walk(dashboard.get("panels", []))
-    for var in dashboard.get("templating", {}).get("list", []):
-        if var.get("type") != "query":
-            continue
-        query = var.get("query")
-        query = query.get("query") if isinstance(query, dict) else query
-        match = re.fullmatch(r"\s*label_values\((.*),\s*\w+\s*\)\s*", query or "")
-        if not match:
-            found.append((f'variable "{var["name"]}"', query or ""))
-        else:
-            found.append((f'variable "{var["name"]}"', match.group(1)))
-    return found
-
-
 def exported_metrics():
     """Metric names in the tables of README.md and daemon/src/metrics/mod.rs."""
     text = (ROOT / "README.md").read_text() + (ROOT / "daemon/src/metrics/mod.rs").read_text()
     return set(re.findall(r"^(?://! )?\| `((?:tlc|process)_\w+)`", text, re.M))
-
-
-def query(url, expr):
-    data = urllib.parse.urlencode({"query": expr}).encode()
-    try:
-        with urllib.request.urlopen(f"{url}/api/v1/query", data, timeout=10) as response:
-            return json.load(response)
-    except urllib.error.HTTPError as error:
-        return json.load(error)
 
 
 def check_targets(url):
@@ -114,6 +75,7 @@ def check_targets(url):
 def main(argv):
     url, files = argv[1], [a for a in argv[2:] if not a.startswith("--")]
     exported = exported_metrics()
+    prometheus = Prometheus(url, timeout=10)
     ok = True
     for file in files:
         try:
@@ -126,7 +88,7 @@ def main(argv):
         for where, expr in expressions(dashboard):
             count += 1
             try:
-                concrete = substitute(expr)
+                concrete = substitute(expr, VALUES)
             except KeyError as error:
                 print(f"FAIL {file} {where}: unknown variable {error} in {expr}")
                 failed = True
@@ -139,7 +101,7 @@ def main(argv):
                 if base not in exported:
                     print(f"FAIL {file} {where}: {name} is not a metric tlcd exports")
                     failed = True
-            body = query(url, concrete)
+            body = prometheus.query(concrete)
             if body.get("status") != "success":
                 print(f"FAIL {file} {where}: {body.get('errorType')}: {body.get('error')}\n     {concrete}")
                 failed = True

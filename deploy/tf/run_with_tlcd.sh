@@ -40,6 +40,9 @@
 #            (an upgrade in place);
 #   stop     SIGTERM and no new tlcd (the sidecar is gone for good).
 # What was done and when is in --out/sidecars/faults.log.
+# TLC_LINGER=S keeps the sidecars up S seconds after the job before their
+# metrics are read and they stop (default 0), so that a Prometheus scraping
+# them (grafana/record_run.sh) records the final counters.
 # Prints run_local.sh's summary and each sidecar's counters; logs in --out
 # (the sidecars' in --out/sidecars: tlcd-<sidecar>.log, and metrics-<sidecar>.txt,
 # each sidecar's /metrics scraped after the job, before the sidecars stop).
@@ -189,6 +192,7 @@ PS_PORT=2322 WORKER_PORT=$((2322 + num_ps)) "$here/run_local.sh" --out "$OUT" \
     -- "${train_args[@]}" "$@" || status=$?
 for pid in "${injectors[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
 [[ -e $OUT/sidecars/faults.log ]] && sed 's/^/fault: /' "$OUT/sidecars/faults.log"
+sleep "${TLC_LINGER:-0}"
 # Counters only /metrics has (keyframes, per-codec bytes, latencies), read
 # while the sidecars are still up.
 for name in "${names[@]}"; do
