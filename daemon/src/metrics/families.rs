@@ -176,13 +176,21 @@ impl Default for Families {
         };
         // Both results from the start: "no failed reload" then reads as 0
         // rather than as a missing series, which alerts cannot tell apart
-        // from a scrape that lost the family.
+        // from a scrape that lost the family. The same for decode failures:
+        // a series born at 1 has no increase() for its first failure, so
+        // the TlcDecodeFailures alert would miss it, and the dashboards
+        // would show "No data" for a healthy sidecar.
         for result in ["ok", "error"] {
             drop(
                 families
                     .config_reloads
                     .get_or_create(&ResultLabel { result }),
             );
+        }
+        for direction in [Direction::Push, Direction::Pull] {
+            drop(families.decode_failures.get_or_create(&DirectionLabel {
+                direction: direction.name(),
+            }));
         }
         families
     }
@@ -406,6 +414,8 @@ mod tests {
             r#"tlc_encode_seconds_bucket{le="0.005",direction="push",codec="3lc"} 2"#,
             r#"tlc_encode_seconds_bucket{le="0.0025",direction="push",codec="3lc"} 0"#,
             r#"tlc_config_reloads_total{result="error"} 0"#,
+            r#"tlc_decode_failures_total{direction="push"} 0"#,
+            r#"tlc_decode_failures_total{direction="pull"} 0"#,
             "# UNIT tlc_tensor_raw_bytes bytes",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
