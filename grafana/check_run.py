@@ -119,7 +119,7 @@ def rules_for(panel, target):
         names.append("since")
     if "process_cpu_seconds_total" in expr:
         names.append("cpu")
-    if "process_resident_memory_bytes" in expr:
+    if "process_resident_memory_bytes" in expr and unit in ("bytes", "decbytes"):
         names.append("memory")
     if unit == "percentunit":
         names.append("fraction")

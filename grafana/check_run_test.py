@@ -201,8 +201,14 @@ class Rules(unittest.TestCase):
         self.assertEqual(verdict({"title": "CPU"}, cpu, [series([0.3, 1.9])], {"cores": 2})[0], "ok")
         self.assertEqual(verdict({"title": "CPU"}, cpu, [series([0.3, 2.5])], {"cores": 2})[0], "FAIL")
         memory = target("sum by (pod) (process_resident_memory_bytes)")
-        self.assertEqual(verdict({"title": "Memory"}, memory, [series([400e6])])[0], "ok")
-        self.assertEqual(verdict({"title": "Memory"}, memory, [series([512e3, 400e6])])[0], "FAIL")
+        in_bytes = {"title": "Memory", "fieldConfig": {"defaults": {"unit": "bytes"}}}
+        self.assertEqual(verdict(in_bytes, memory, [series([400e6])])[0], "ok")
+        self.assertEqual(verdict(in_bytes, memory, [series([512e3, 400e6])])[0], "FAIL")
+        # Memory against its limit is a fraction, not bytes.
+        against_limit = {"title": "Memory against its limit", "fieldConfig": {"defaults": {"unit": "percentunit"}}}
+        ratio = target("max by (pod) (process_resident_memory_bytes / ignoring(source) tlc_memory_limit_bytes)")
+        self.assertEqual(verdict(against_limit, ratio, [series([0.008, 0.09])])[0], "ok")
+        self.assertEqual(verdict(against_limit, ratio, [series([0.5, 1.3])])[0], "FAIL")
         fraction = {"title": "In flight", "fieldConfig": {"defaults": {"unit": "percentunit"}}}
         self.assertEqual(verdict(fraction, target("max(tlc_in_flight_bytes / tlc_in_flight_budget_bytes)"),
                                  [series([0.1, 1.2])])[0], "FAIL")

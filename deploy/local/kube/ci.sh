@@ -12,6 +12,9 @@
 #
 #   deploy/local/kube/ci.sh [--rate MBIT] [--steps N] [--out DIR]
 #
+# --steps (default 2000) is the first run's: long enough (about a minute of
+# training here) for the dashboards' rate() windows to hold several
+# scrapes. The second run trains 300 steps.
 # Needs root, deploy/k8s/check.sh and deploy/container/check-layout.sh run
 # before (the rendered manifests, the image's file tree), target/release/tlcctl,
 # and TLC_PYTHON (or .venv-tf) with TensorFlow.
@@ -19,7 +22,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
-rate=10; steps=200; OUT=""
+rate=10; steps=2000; OUT=""
 while (($#)); do
     case $1 in
         --rate) rate=${2:?}; shift 2 ;;
@@ -46,12 +49,12 @@ python=python3
 token=$(openssl rand -hex 32)
 # The MLP at hidden width 256 (50,826 parameters; its two large layers above
 # tlcd's 64 KiB threshold), as deploy/local/ci-small.sh.
-train=(--steps "$steps" --hidden 256)
+train=(--hidden 256)
 
 echo "kube/ci: 1. the rendered TFJob overlay ($rendered)"
 "$python" "$here/run.py" "$rendered" --rate "$rate" --out "$OUT/tfjob" --secret "tlc-admin-token:token=$token" \
-    --check-dashboards --expect "link_mbit=$rate" --expect "steps=$steps" --expect pods=3 --expect sparsity=1.0 \
-    -- "${train[@]}"
+    --check-dashboards --expect "link_mbit=$rate" --expect pods=3 --expect sparsity=1.0 \
+    -- --steps "$steps" "${train[@]}"
 
 echo "kube/ci: 2. a TFJob of a user's, through tlcctl inject (deploy/k8s/examples/my-tfjob.yaml)"
 {
@@ -60,5 +63,5 @@ echo "kube/ci: 2. a TFJob of a user's, through tlcctl inject (deploy/k8s/example
     "$tlcctl" inject --print-config
 } >"$OUT/injected.yaml"
 "$python" "$here/run.py" "$OUT/injected.yaml" --rate "$rate" --out "$OUT/injected" --secret "tlc-admin-token:token=$token" \
-    -- "${train[@]}"
+    -- --steps 300 "${train[@]}"
 echo "kube/ci: ok (runs in $OUT)"

@@ -190,7 +190,11 @@ def exec_in_sidecars(runs: list[PodRun], images: dict, out: Path, events: Events
     results = {}
     for run in runs:
         sidecar = next((c for c in run.pod.init_containers if c.sidecar), None)
-        if sidecar is None:
+        running = run.running.get(sidecar.name) if sidecar else None
+        if running is None or running.process.poll() is not None:
+            # `kubectl exec` into a container that is not running fails
+            # before it starts anything: nothing of tlcd's to check.
+            results[run.pod.name] = {"exit_code": None, "output": ["skipped: the sidecar was not running"]}
             continue
         spec = manifest.Container(**{**sidecar.__dict__, "command": ["/usr/local/bin/tlcctl", "status"],
                                      "args": [], "name": f"{sidecar.name}-exec", "memory_limit": None})
@@ -296,8 +300,10 @@ def verdict(job_phase: str, runs: list[PodRun], events: Events, execs: dict) -> 
                 problems.append(f"pod {name}/{e['container']}: sidecar exited {e.get('exit_code', e.get('signal'))}")
         if not events.of(name, "Ready"):
             problems.append(f"pod {name}: the sidecar never became ready")
-        if execs.get(name, {}).get("exit_code") not in (0, None) or (run.sidecars and name not in execs):
-            problems.append(f"pod {name}: `tlcctl status` in the sidecar failed or did not run")
+        if execs.get(name, {}).get("exit_code") not in (0, None):
+            problems.append(f"pod {name}: `tlcctl status` in the sidecar exited {execs[name]['exit_code']}")
+    if not any(e.get("exit_code") == 0 for e in execs.values()):
+        problems.append("`tlcctl status` ran in no sidecar (the job ended first: a longer run is needed)")
     return problems
 
 
@@ -330,7 +336,10 @@ def main(argv: list[str]) -> int:
     prometheus = None
     try:
         prom_dir = out / "prometheus"
-        prom_dir.mkdir(exist_ok=True)
+        # A previous run's samples in the same --out would be read as this
+        # run's (same pod names and labels, within Prometheus' lookback).
+        shutil.rmtree(prom_dir, ignore_errors=True)
+        prom_dir.mkdir()
         config = prom.write_config(ROOT / "grafana/prometheus/prometheus.yml",
                                    ROOT / "grafana/prometheus/alerts.yml", prom_dir)
         runs = []
