@@ -51,6 +51,9 @@ token=$(openssl rand -hex 32)
 # tlcd's 64 KiB threshold), as deploy/local/ci-small.sh.
 train=(--hidden 256)
 
+echo "kube/ci: 0. manifest.py's unit tests"
+"$python" "$here/manifest_test.py"
+
 echo "kube/ci: 1. the rendered TFJob overlay ($rendered)"
 "$python" "$here/run.py" "$rendered" --rate "$rate" --out "$OUT/tfjob" --secret "tlc-admin-token:token=$token" \
     --check-dashboards --expect "link_mbit=$rate" --expect pods=3 --expect sparsity=1.0 \

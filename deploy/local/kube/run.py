@@ -318,6 +318,9 @@ def main(argv: list[str]) -> int:
         job = manifest.job_from(manifest.load_documents(args.manifests), default_namespace="default")
     except manifest.ManifestError as err:
         fail(str(err))
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        fail(f"a manifest is not what Kubernetes accepts ({type(err).__name__}: {err}); "
+             "validate it first (deploy/k8s/check.sh does for the overlays)")
     for name, data in secrets_from(args.secret).items():
         job.secrets.setdefault(name, {}).update(data)
     images = images_for(job, args)
