@@ -15,8 +15,11 @@
 #   4. checks in the image, each with `podman run --network none`: the
 #      entrypoint's `tlcd --version` and `tlcctl --version` as the image's USER,
 #      `id -u` = 1337 and `id -g` = 1337, /usr/sbin/iptables and
-#      /usr/local/bin/tlc-iptables present, iptables' own --version; the
-#      image's User/Entrypoint/ExposedPorts as podman inspects them; its size.
+#      /usr/local/bin/tlc-iptables present, iptables' own --version;
+#      `tlc-iptables apply` as the init container runs it (root, only
+#      NET_ADMIN and NET_RAW, in the container's own network namespace) and
+#      its nat rules; the image's User/Entrypoint/ExposedPorts as podman
+#      inspects them; its size.
 # Options:
 #   --save FILE     also write the image as a docker-archive tarball (podman save)
 #   --tag TAG       image name (default ghcr.io/tlc-project/tlcd:0.1.0)
@@ -85,6 +88,11 @@ EOF
 export CONTAINERS_STORAGE_CONF=$tools/storage.conf
 export CONTAINERS_CONF=$tools/containers.conf
 export CONTAINERS_REGISTRIES_CONF=$tools/registries.conf
+# buildah's and podman's temporary files (default /var/tmp).
+export TMPDIR=$tools/tmp
+# chroot: the RUN steps run without an OCI runtime or cgroups. The default,
+# oci, runs them with crun, which fails here as podman run does below ("cgroups
+# in hybrid mode not supported"); BUILDAH_ISOLATION=oci BUILDAH_RUNTIME=runc works too.
 export BUILDAH_ISOLATION=${BUILDAH_ISOLATION:-chroot}
 
 # --- 1. binaries ---------------------------------------------------------------
@@ -221,6 +229,18 @@ echo "uid gid: $ids"
 [ "$ids" = "1337 1337" ] || fail "the image runs as '$ids', not 1337 1337"
 prun --entrypoint /bin/sh "$tag" -c 'test -x /usr/sbin/iptables && test -x /usr/local/bin/tlc-iptables && ls -l /usr/local/bin && /usr/sbin/iptables --version' ||
   fail "/usr/sbin/iptables or /usr/local/bin/tlc-iptables missing in the image"
+# The init container's job: tlc-iptables as root with only NET_ADMIN and
+# NET_RAW (deploy/k8s), in the container's own network namespace (--network
+# none: a new one with only lo; nothing on the host or in other namespaces).
+nat=$(prun --user 0:0 --cap-drop all --cap-add NET_ADMIN,NET_RAW --entrypoint /bin/sh "$tag" \
+  -c '/usr/local/bin/tlc-iptables apply --tf-ports 2222,2223 --uid 1337 >/dev/null && iptables -t nat -S') ||
+  fail "tlc-iptables apply failed in the image (as root with NET_ADMIN, NET_RAW)"
+echo "$nat"
+for rule in '-A TLC_INBOUND -p tcp -m multiport --dports 2222,2223 -j REDIRECT --to-ports 15006' \
+  '-A TLC_OUTBOUND -m owner --uid-owner 1337 -j RETURN' \
+  '-A TLC_OUTBOUND -p tcp -m multiport --dports 2222,2223 -j REDIRECT --to-ports 15001'; do
+  grep -qxF -- "$rule" <<<"$nat" || fail "after tlc-iptables apply in the image, no nat rule '$rule'"
+done
 meta=$(podman image inspect --format '{{.Config.User}}|{{json .Config.Entrypoint}}|{{json .Config.ExposedPorts}}' "$tag")
 echo "config: $meta"
 [[ $meta == '1337:1337|["/usr/local/bin/tlcd"]|'* ]] || fail "image config is '$meta'"
