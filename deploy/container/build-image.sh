@@ -174,6 +174,7 @@ EOF
   echo "bookworm: $(du -sh --apparent-size "$r" | cut -f1) after trimming"
   tar --numeric-owner --xattrs -C "$r" -cf "$base_tar.tmp" .
   mv "$base_tar.tmp" "$base_tar"
+  rm -rf "$r"
 else
   echo "(cached: $base_tar from $(date -r "$base_tar" '+%F %T'); --fresh-base to debootstrap again)"
 fi
@@ -256,6 +257,11 @@ if [ -n "$save" ]; then
   done_step
 fi
 
+# buildah 1.28 leaves a working container for the `binaries` stage (a FROM
+# without instructions), which keeps that stage's image; both go, with earlier
+# builds' images (this project's store only: nothing else uses it).
+buildah rm --all >/dev/null || true
+podman image prune -f >/dev/null || true
 echo
 podman images --format '{{.Repository}}:{{.Tag}}  {{.ID}}  {{.Size}}' | grep -E "^($tag|$base_tag) " || true
 echo "== timings"
