@@ -196,22 +196,30 @@ done_step
 #   cgroupv2"), and --cgroups=disabled does not avoid that check (nor is it
 #   possible with runc); runc puts the container (and conmon) in v1 cgroups
 #   under /tlcd-image-check, removed again on exit;
-# - explicit ulimits no higher than this shell's hard limits: rootful podman
-#   4.3 asks for nofile 1048576 and nproc 4194304 (also with --ulimit host),
-#   which needs CAP_SYS_RESOURCE, not in this sandbox's bounding set
-#   ("setrlimit `RLIMIT_NOFILE`: Operation not permitted"); conmon itself runs
-#   with nproc 32768 here, so nproc gets 4096.
+# - nofile no higher than this shell's hard limit (20000 here): rootful podman
+#   4.3 gives containers nofile 1048576 (also with --ulimit host), and raising
+#   a hard limit needs CAP_SYS_RESOURCE, which this sandbox's bounding set
+#   lacks ("error setting rlimit type 7: operation not permitted"); its nproc
+#   default fails alike (type 6), so nproc gets 4096.
 runtime=${PODMAN_RUNTIME:-}
 if [ -z "$runtime" ] && command -v runc >/dev/null; then runtime=runc; fi
 cgparent=/tlcd-image-check
 cleanup_cgroups() {
-  local d
-  for d in /sys/fs/cgroup/*/"${cgparent#/}"/conmon /sys/fs/cgroup/*/"${cgparent#/}"; do
-    [ -d "$d" ] && rmdir "$d" 2>/dev/null || true
+  # conmon may still be leaving its cgroup when a check has just failed.
+  local d i left
+  for i in 1 2 3 4 5 6 7 8 9 10; do
+    left=0
+    for d in /sys/fs/cgroup/*/"${cgparent#/}"/conmon /sys/fs/cgroup/*/"${cgparent#/}"; do
+      [ -d "$d" ] || continue
+      rmdir "$d" 2>/dev/null || left=1
+    done
+    [ "$left" = 0 ] && return 0
+    sleep 0.5
   done
+  echo "build-image.sh: cgroups left under $cgparent (rmdir them when empty)" >&2
 }
 trap cleanup_cgroups EXIT
-nofile=$(ulimit -Hn); [ "$nofile" = unlimited ] && nofile=1048576
+nofile=$(ulimit -Hn); { [ "$nofile" = unlimited ] || [ "$nofile" -gt 1048576 ]; } && nofile=1048576
 nproc=$(ulimit -Hu); { [ "$nproc" = unlimited ] || [ "$nproc" -gt 4096 ]; } && nproc=4096
 step checks "run the image (podman${runtime:+ --runtime $runtime} run --network none)"
 prun() {
