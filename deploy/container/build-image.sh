@@ -165,9 +165,9 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
   find "$r/usr/share/doc" -mindepth 1 -not -name copyright -not -type d -delete
   find "$r/usr/share/doc" -mindepth 1 -type d -empty -delete
-  rm -rf "$r"/usr/share/{info,linda,man,groff,locale}/* "$r"/usr/share/lintian/overrides/* \
-    "$r"/var/cache/apt/archives/*.deb "$r"/var/cache/apt/*.bin "$r"/var/lib/apt/lists/* \
-    "$r"/var/log/* "$r"/tmp/* "$r"/dev/*
+  rm -rf "${r:?}"/usr/share/{info,linda,man,groff,locale}/* "${r:?}"/usr/share/lintian/overrides/* \
+    "${r:?}"/var/cache/apt/archives/*.deb "${r:?}"/var/cache/apt/*.bin "${r:?}"/var/lib/apt/lists/* \
+    "${r:?}"/var/log/* "${r:?}"/tmp/* "${r:?}"/dev/*
   # Host details debootstrap copied; the engine provides its own.
   : >"$r/etc/resolv.conf"
   : >"$r/etc/hostname"
@@ -206,8 +206,8 @@ if [ -z "$runtime" ] && command -v runc >/dev/null; then runtime=runc; fi
 cgparent=/tlcd-image-check
 cleanup_cgroups() {
   # conmon may still be leaving its cgroup when a check has just failed.
-  local d i left
-  for i in 1 2 3 4 5 6 7 8 9 10; do
+  local d left
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
     left=0
     for d in /sys/fs/cgroup/*/"${cgparent#/}"/conmon /sys/fs/cgroup/*/"${cgparent#/}"; do
       [ -d "$d" ] || continue
@@ -233,6 +233,7 @@ echo "$v"
 c=$(prun --entrypoint /usr/local/bin/tlcctl "$tag" --version) || fail "tlcctl --version failed in the image"
 echo "$c"
 [[ $c == "tlcctl "* ]] || fail "tlcctl --version printed '$c'"
+# shellcheck disable=SC2016 # expanded by the image's sh
 ids=$(prun --entrypoint /bin/sh "$tag" -c 'echo "$(id -u) $(id -g)"') || fail "id failed in the image"
 echo "uid gid: $ids"
 [ "$ids" = "1337 1337" ] || fail "the image runs as '$ids', not 1337 1337"
