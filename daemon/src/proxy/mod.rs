@@ -13,6 +13,7 @@ pub mod grpc_status;
 pub mod lifecycle;
 pub mod listener;
 pub mod preface;
+pub mod tasks;
 pub mod tuning;
 pub mod upstream;
 
