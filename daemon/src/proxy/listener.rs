@@ -18,6 +18,7 @@ use super::body;
 use super::connection::{self, Activity, ConnectionId, Refusal};
 use super::grpc_status;
 use super::lifecycle::Lifecycle;
+use super::linger::{self, LINGER_BYTES, LINGER_TIME};
 use super::preface::{self, Opening, PrefaceError};
 use super::tasks::Tracked;
 use super::upstream::Upstream;
@@ -135,7 +136,8 @@ enum Client {
 /// One accepted connection: HTTP/2 with prior knowledge (h2c) as
 /// TensorFlow speaks it, or HTTP/2 over mutual TLS from a peer sidecar.
 /// Nothing is done for it (no upstream, no buffers) until its opening
-/// bytes have arrived.
+/// bytes have arrived. Once served, it is closed without a reset (see
+/// [`linger`]), so that the client reads the end of every response.
 async fn serve_connection(
     stream: TcpStream,
     route: Listener,
@@ -210,7 +212,8 @@ async fn serve_connection(
         // Dropping the connection unanswered; a reset where we can.
         return;
     }
-    let _open = stats.open();
+    let (io, returned) = linger::lend(io);
+    let open = stats.open();
     let served = Served {
         role: route.role,
         bounds,
@@ -218,7 +221,13 @@ async fn serve_connection(
         lifecycle,
         tasks,
     };
-    serve_http2(io, client, upstream, served).await;
+    serve_http2(Box::new(io), client, upstream, served).await;
+    drop(open);
+    // hyper has dropped the stream: it comes back here to be closed.
+    if let Ok(io) = returned.await {
+        let how = linger::linger(io, LINGER_TIME, LINGER_BYTES).await;
+        debug!(?how, "connection closed");
+    }
 }
 
 /// What serving a connection's HTTP/2 needs besides the connection.

@@ -20,6 +20,7 @@ use tracing::debug;
 
 use super::body::ProxyBody;
 use super::first_bytes::FirstBytes;
+use super::linger::{self, LINGER_BYTES, LINGER_TIME};
 use super::tasks::Tracked;
 use super::{tuning, Io};
 use crate::config::Role;
@@ -173,6 +174,9 @@ impl Upstream {
             }
             None => Box::new(tcp),
         };
+        // The socket comes back once hyper is done with it, to be closed
+        // without a reset (see `linger`).
+        let (io, returned) = linger::lend(io);
         let (io, answered) = FirstBytes::new(io);
         let mut builder = http2::Builder::new(Tracked(self.tasks.clone()));
         tuning::client(&mut builder, self.role);
@@ -183,6 +187,12 @@ impl Upstream {
         self.tasks.spawn(async move {
             if let Err(err) = connection.await {
                 debug!(upstream = %addr, error = %err, "upstream connection ended with an error");
+            }
+            // hyper runs the HTTP/2 connection in a task of its own, which
+            // gives the socket back when it ends.
+            if let Ok(io) = returned.await {
+                let how = linger::linger(io, LINGER_TIME, LINGER_BYTES).await;
+                debug!(upstream = %addr, ?how, "upstream connection closed");
             }
         });
         // Only a peer that sent its SETTINGS is there; see `first_bytes`.
