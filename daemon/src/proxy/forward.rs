@@ -163,11 +163,25 @@ impl Body for Unread {
 }
 
 fn unavailable(upstream: &Upstream, path: &str, err: &hyper::Error) -> Response<ProxyBody> {
-    debug!(%path, upstream = %upstream.addr(), error = %err, "upstream call failed");
+    let cause = with_causes(err);
+    debug!(%path, upstream = %upstream.addr(), error = %cause, "upstream call failed");
     grpc_status::response(
         grpc_status::UNAVAILABLE,
-        &format!("tlcd: call to {} failed: {err}", upstream.addr()),
+        &format!("tlcd: call to {} failed: {cause}", upstream.addr()),
     )
+}
+
+/// `err` and what caused it: hyper says only "http2 error", h2 says which
+/// (a GOAWAY, a reset stream and its reason, a closed connection).
+fn with_causes(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 #[cfg(test)]
