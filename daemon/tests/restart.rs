@@ -189,6 +189,61 @@ async fn a_successor_takes_the_sockets_over_without_a_failed_call() {
     );
 }
 
+/// Waits up to `limit` for `child` to exit, successfully.
+async fn exits(child: &mut Child, limit: Duration, what: &str) {
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "{what} did not exit");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "{what} exited with {status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_client_reads_every_byte_of_its_calls_through_a_take_over() {
+    // Megabytes of each answer are still in the old tlcd's socket buffers
+    // when it closes the connection, and the client keeps sending window
+    // updates while it reads them: a close that resets the connection
+    // loses them (see tests/hand_off.rs).
+    const SIZE: usize = 2 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("handover.sock");
+    let upstream = support::slow::large_answers(SIZE).await;
+    let listen = free_addr();
+    let mut old = KillOnDrop(tlcd(
+        listen,
+        upstream,
+        &socket,
+        &dir.path().join("old.log"),
+        false,
+    ));
+    wait_for_port(listen);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !socket.exists() {
+        assert!(Instant::now() < deadline, "no hand-over socket");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let client = support::slow::SlowClient::connect(listen, 16 << 10).await;
+    let calls: Vec<_> = (0..4).map(|_| client.call()).collect();
+    client.wait_for(256 << 10).await;
+    let new = tlcd(listen, upstream, &socket, &dir.path().join("new.log"), true);
+    let _new = KillOnDrop(new);
+    let mut failures = Vec::new();
+    for call in calls {
+        match call.await.unwrap() {
+            Ok(len) => assert_eq!(len, SIZE),
+            Err(err) => failures.push(err),
+        }
+    }
+    let old_log = || std::fs::read_to_string(dir.path().join("old.log")).unwrap();
+    assert!(failures.is_empty(), "{failures:#?}\n{}", old_log());
+    exits(&mut old.0, Duration::from_secs(20), "the predecessor").await;
+    assert!(old_log().contains("drained"), "{}", old_log());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn take_over_without_a_running_tlcd_fails_with_the_path() {
     let dir = tempfile::tempdir().unwrap();

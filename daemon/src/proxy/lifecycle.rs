@@ -20,6 +20,10 @@
 //!    socket, so nothing fails; at the end of `drain_seconds` without a
 //!    successor, nobody is listening any more and TensorFlow sees its
 //!    connection fail.
+//!
+//! However it ends, a connection's socket is closed with a lingering
+//! close (see [`super::linger`]): a plain close while the client still
+//! sends would reset the connection and lose the end of the last response.
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use hyper::server::conn::http2;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -18,7 +18,9 @@ use super::body;
 use super::connection::{self, Activity, ConnectionId, Refusal};
 use super::grpc_status;
 use super::lifecycle::Lifecycle;
+use super::linger::{self, LINGER_BYTES, LINGER_TIME};
 use super::preface::{self, Opening, PrefaceError};
+use super::tasks::Tracked;
 use super::upstream::Upstream;
 use super::{tuning, Io};
 use crate::config::{Listener, Role};
@@ -49,8 +51,9 @@ impl Bounds {
     }
 }
 
-/// Serves one route until `lifecycle` stops accepting; every connection
-/// is spawned on `tracker` so shutdown can wait for them to end.
+/// Serves one route until `lifecycle` stops accepting; every connection,
+/// and every task it spawns, runs on `tracker` so shutdown can wait for
+/// them to end.
 pub async fn serve(
     listener: TcpListener,
     route: Listener,
@@ -80,6 +83,7 @@ pub async fn serve(
             tls.clone(),
             sidecar.clone(),
             lifecycle.clone(),
+            tracker.clone(),
         );
         tracker.spawn(
             async move {
@@ -132,7 +136,8 @@ enum Client {
 /// One accepted connection: HTTP/2 with prior knowledge (h2c) as
 /// TensorFlow speaks it, or HTTP/2 over mutual TLS from a peer sidecar.
 /// Nothing is done for it (no upstream, no buffers) until its opening
-/// bytes have arrived.
+/// bytes have arrived. Once served, it is closed without a reset (see
+/// [`linger`]), so that the client reads the end of every response.
 async fn serve_connection(
     stream: TcpStream,
     route: Listener,
@@ -140,6 +145,7 @@ async fn serve_connection(
     tls: Option<Arc<TlsContext>>,
     sidecar: Arc<Sidecar>,
     lifecycle: Lifecycle,
+    tasks: TaskTracker,
 ) {
     tuning::tcp(&stream);
     let held = Arc::clone(&sidecar);
@@ -191,7 +197,7 @@ async fn serve_connection(
         (Opening::Http2(stream), Some(_)) => (Box::new(stream), Client::Plaintext),
         (Opening::Http2(stream), None) => (Box::new(stream), Client::Open),
     };
-    let upstream = Arc::new(Upstream::new(addr, route.role, dial_tls));
+    let upstream = Arc::new(Upstream::new(addr, route.role, dial_tls, tasks.clone()));
     // Reach the upstream before answering the caller. If it is not there (a
     // task not listening yet), the caller must see what it would see
     // without a sidecar, a failed connection, so that gRPC waits and
@@ -206,21 +212,43 @@ async fn serve_connection(
         // Dropping the connection unanswered; a reset where we can.
         return;
     }
-    let _open = stats.open();
-    serve_http2(io, client, upstream, route.role, bounds, sidecar, lifecycle).await;
+    let (io, returned) = linger::lend(io);
+    let open = stats.open();
+    let served = Served {
+        role: route.role,
+        bounds,
+        sidecar,
+        lifecycle,
+        tasks,
+    };
+    serve_http2(Box::new(io), client, upstream, served).await;
+    drop(open);
+    // hyper has dropped the stream: it comes back here to be closed.
+    if let Ok(io) = returned.await {
+        let how = linger::linger(io, LINGER_TIME, LINGER_BYTES).await;
+        debug!(?how, "connection closed");
+    }
 }
 
-/// Serves HTTP/2 on `io` until the client closes, the connection idles
-/// out (inbound) or `lifecycle` ends it.
-async fn serve_http2(
-    io: Box<dyn Io>,
-    client: Client,
-    upstream: Arc<Upstream>,
+/// What serving a connection's HTTP/2 needs besides the connection.
+struct Served {
     role: Role,
     bounds: Bounds,
     sidecar: Arc<Sidecar>,
     lifecycle: Lifecycle,
-) {
+    tasks: TaskTracker,
+}
+
+/// Serves HTTP/2 on `io` until the client closes, the connection idles
+/// out (inbound) or `lifecycle` ends it.
+async fn serve_http2(io: Box<dyn Io>, client: Client, upstream: Arc<Upstream>, served: Served) {
+    let Served {
+        role,
+        bounds,
+        sidecar,
+        lifecycle,
+        tasks,
+    } = served;
     let id = ConnectionId::next();
     let activity = Arc::new(Activity::default());
     let calls = Arc::clone(&activity);
@@ -262,7 +290,7 @@ async fn serve_http2(
             Ok(response.map(|b| body::holding(b, call)))
         }
     });
-    let mut builder = http2::Builder::new(TokioExecutor::new());
+    let mut builder = http2::Builder::new(Tracked(tasks));
     tuning::server(&mut builder, role);
     let connection = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(connection);

@@ -11,8 +11,10 @@ pub mod first_bytes;
 pub mod forward;
 pub mod grpc_status;
 pub mod lifecycle;
+pub mod linger;
 pub mod listener;
 pub mod preface;
+pub mod tasks;
 pub mod tuning;
 pub mod upstream;
 

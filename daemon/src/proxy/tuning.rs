@@ -7,7 +7,6 @@
 
 use hyper::client::conn::http2 as client;
 use hyper::server::conn::http2 as server;
-use hyper_util::rt::TokioExecutor;
 use tokio::net::TcpStream;
 use tracing::debug;
 
@@ -45,7 +44,7 @@ pub fn tcp(stream: &TcpStream) {
 
 /// Settings for connections the proxy makes on a route of `role`: to a
 /// peer over the link (outbound), or to the local task (inbound).
-pub fn client(builder: &mut client::Builder<TokioExecutor>, role: Role) {
+pub fn client<E: Clone>(builder: &mut client::Builder<E>, role: Role) {
     let (stream, connection) = match role {
         Role::Outbound => WIDE,
         Role::Inbound => LOCAL,
@@ -59,7 +58,7 @@ pub fn client(builder: &mut client::Builder<TokioExecutor>, role: Role) {
 
 /// Settings for connections the proxy accepts on a route of `role`: from
 /// the local task (outbound), or from a peer (inbound).
-pub fn server(builder: &mut server::Builder<TokioExecutor>, role: Role) {
+pub fn server<E>(builder: &mut server::Builder<E>, role: Role) {
     let ((stream, connection), streams, send_buffer) = match role {
         Role::Outbound => (WIDE, MAX_STREAMS, SEND_BUFFER),
         Role::Inbound => (FROM_PEER, MAX_PEER_STREAMS, PEER_SEND_BUFFER),

@@ -11,14 +11,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::client::conn::http2::{self, SendRequest};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use thiserror::Error;
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
+use tokio_util::task::TaskTracker;
 use tracing::debug;
 
 use super::body::ProxyBody;
 use super::first_bytes::FirstBytes;
+use super::linger::{self, LINGER_BYTES, LINGER_TIME};
+use super::tasks::Tracked;
 use super::{tuning, Io};
 use crate::config::Role;
 use crate::tls::{HandshakeError, TlsContext};
@@ -89,19 +92,29 @@ pub struct Upstream {
     role: Role,
     tls: Option<Arc<TlsContext>>,
     sender: Mutex<Option<SendRequest<ProxyBody>>>,
+    /// Where its connections' tasks run: the proxy's, so that shutdown
+    /// waits until they have closed.
+    tasks: TaskTracker,
 }
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Upstream {
     /// An upstream at `addr` for a route of `role`, reached over mutual
-    /// TLS when `tls` is given; nothing is connected until the first request.
-    pub fn new(addr: SocketAddr, role: Role, tls: Option<Arc<TlsContext>>) -> Upstream {
+    /// TLS when `tls` is given; nothing is connected until the first
+    /// request. Its connections run as tasks of `tasks`.
+    pub fn new(
+        addr: SocketAddr,
+        role: Role,
+        tls: Option<Arc<TlsContext>>,
+        tasks: TaskTracker,
+    ) -> Upstream {
         Upstream {
             addr,
             role,
             tls,
             sender: Mutex::new(None),
+            tasks,
         }
     }
 
@@ -161,16 +174,25 @@ impl Upstream {
             }
             None => Box::new(tcp),
         };
+        // The socket comes back once hyper is done with it, to be closed
+        // without a reset (see `linger`).
+        let (io, returned) = linger::lend(io);
         let (io, answered) = FirstBytes::new(io);
-        let mut builder = http2::Builder::new(TokioExecutor::new());
+        let mut builder = http2::Builder::new(Tracked(self.tasks.clone()));
         tuning::client(&mut builder, self.role);
         let (sender, connection) = builder
             .handshake(TokioIo::new(io))
             .await
             .map_err(|source| UpstreamError::Handshake { addr, source })?;
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             if let Err(err) = connection.await {
                 debug!(upstream = %addr, error = %err, "upstream connection ended with an error");
+            }
+            // hyper runs the HTTP/2 connection in a task of its own, which
+            // gives the socket back when it ends.
+            if let Ok(io) = returned.await {
+                let how = linger::linger(io, LINGER_TIME, LINGER_BYTES).await;
+                debug!(upstream = %addr, ?how, "upstream connection closed");
             }
         });
         // Only a peer that sent its SETTINGS is there; see `first_bytes`.

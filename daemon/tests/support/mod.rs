@@ -143,6 +143,7 @@ impl Client {
 }
 pub mod metrics;
 pub mod process;
+pub mod slow;
 pub mod tf;
 
 /// A proxy with one route from a free loopback port to `upstream`.
