@@ -66,7 +66,7 @@ def check_targets(url):
     if got != want:
         print(f"FAIL prometheus.yml relabelling: targets {got}, expected {want}")
         return False
-    print(f"ok   prometheus.yml relabelling: one target per tlc pod (its tlc-metrics port, IPv4 and IPv6, "
+    print("ok   prometheus.yml relabelling: one target per tlc pod (its tlc-metrics port, IPv4 and IPv6, "
           "with namespace, pod, container and the annotation's path); the pod's other ports, an opted-out "
           "pod, a finished pod and another application's pod dropped")
     return True

@@ -62,7 +62,7 @@ class Image:
     same_path: list[Path] = field(default_factory=list)
 
 
-def capabilities(container: Container, uid: int) -> list[str]:
+def capabilities(container: Container) -> list[str]:
     """The capability bounding set the runtime would give."""
     caps = [] if "ALL" in container.cap_drop else [c for c in DEFAULT_CAPS if c not in container.cap_drop]
     caps += [c for c in container.cap_add if c not in caps]
@@ -181,7 +181,7 @@ def resolve_env(env: dict[str, str], pod: Pod, pod_ip: str) -> dict[str, str]:
 
 
 def launch_command(netns: str, pod: Pod, container: Container, image: Image, root: Path,
-                   etc_dir: Path, volumes: dict[str, Path], pod_ip: str, cgroup: MemoryCgroup,
+                   etc_dir: Path, volumes: dict[str, Path], pod_ip: str, cgroup: MemoryCgroup | None,
                    extra_args: list[str]) -> tuple[list[str], str]:
     """The command that starts `container`, and the script it runs (written by the caller)."""
     etc_binds = prepare_root(root, etc_dir)
@@ -191,7 +191,7 @@ def launch_command(netns: str, pod: Pod, container: Container, image: Image, roo
             raise ValueError(f"pod {pod.name} container {container.name}: no volume '{mount.volume}'")
         mounts.append((volumes[mount.volume], mount.path, mount.read_only))
     lines = mount_script(root, image, mounts, container.read_only_root, etc_binds)
-    if cgroup.path is not None:
+    if cgroup is not None and cgroup.path is not None:
         # `ip netns exec` gave the namespace a sysfs of its own, without the
         # host's cgroup mounts: mount the memory hierarchy again, as a
         # runtime does, so that the container sees its limit where tlcd
@@ -203,7 +203,7 @@ def launch_command(netns: str, pod: Pod, container: Container, image: Image, roo
 
     uid = container.run_as_user if container.run_as_user is not None else image.user
     gid = container.run_as_group if container.run_as_group is not None else (image.group if uid else 0)
-    caps = capabilities(container, uid)
+    caps = capabilities(container)
     cap_list = ",".join(["-all"] + [f"+{c.lower()}" for c in caps])
     setpriv = ["setpriv", f"--bounding-set={cap_list}", f"--inh-caps={cap_list}" if uid == 0 else "--inh-caps=-all"]
     if uid != 0:
@@ -225,10 +225,15 @@ def launch_command(netns: str, pod: Pod, container: Container, image: Image, roo
     return command, script
 
 
+def write_script(root: Path, script: str) -> None:
+    """Puts the script launch_command's command runs beside the root."""
+    (root.parent / "start.sh").write_text(script)
+
+
 def start(command: list[str], script: str, root: Path, log: Path, cgroup: MemoryCgroup) -> subprocess.Popen:
     """Writes the script beside the root and starts the container, its output to `log`,
     in `cgroup` from its first instruction on (joined before exec)."""
-    (root.parent / "start.sh").write_text(script)
+    write_script(root, script)
     procs = cgroup.path / "cgroup.procs" if cgroup.path is not None else None
 
     def join_cgroup() -> None:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import container as runtime
 from manifest import Container, Pod
+from netns import http_get
 
 START = time.monotonic()
 
@@ -61,11 +62,7 @@ class Events:
 
 def probe_once(node_netns: str, ip: str, probe) -> bool:
     """An httpGet probe from the node: any status 200-399 within 1 s is a success."""
-    out = subprocess.run(["ip", "netns", "exec", node_netns, "curl", "-s", "-o", "/dev/null", "-m", "1",
-                          "-w", "%{http_code}", f"http://{ip}:{probe.port}{probe.path}"],
-                         capture_output=True, text=True, check=False)
-    code = out.stdout.strip()
-    return code.isdigit() and 200 <= int(code) < 400
+    return 200 <= http_get(node_netns, f"http://{ip}:{probe.port}{probe.path}", 1).status < 400
 
 
 @dataclass

@@ -22,6 +22,7 @@ import urllib.parse
 from pathlib import Path
 
 from manifest import Pod
+from netns import http_get
 
 SD_BLOCK = "    kubernetes_sd_configs:\n      - role: pod\n"
 
@@ -109,20 +110,17 @@ class Prometheus:
         url = f"http://{self.listen}{path}"
         if params:
             url += "?" + urllib.parse.urlencode(params)
-        out = subprocess.run(["ip", "netns", "exec", self.netns, "curl", "-s", "-m", str(timeout), url],
-                             capture_output=True, text=True, check=False)
-        if out.returncode != 0:
-            raise RuntimeError(f"prometheus {path}: curl exit {out.returncode}")
-        return json.loads(out.stdout)
+        reply = http_get(self.netns, url, timeout)
+        if reply.status == 0:
+            raise RuntimeError(f"prometheus {path}: no reply")
+        return json.loads(reply.body)
 
     def wait_ready(self, seconds: float = 30) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"prometheus exited with {self.process.returncode} (its log: {self.log.name})")
-            out = subprocess.run(["ip", "netns", "exec", self.netns, "curl", "-sf", "-m", "1",
-                                  f"http://{self.listen}/-/ready"], capture_output=True, check=False)
-            if out.returncode == 0:
+            if http_get(self.netns, f"http://{self.listen}/-/ready", 1).status == 200:
                 return
             time.sleep(0.3)
         raise RuntimeError("prometheus not ready after 30 s")

@@ -200,10 +200,9 @@ def exec_in_sidecars(runs: list[PodRun], images: dict, out: Path, events: Events
                                      "args": [], "name": f"{sidecar.name}-exec", "memory_limit": None})
         root = run.out / "exec" / "root"
         root.mkdir(parents=True, exist_ok=True)
-        cgroup = runtime.MemoryCgroup("", None)
         command, script = runtime.launch_command(run.netns, run.pod, spec, images[sidecar.image], root,
-                                                 run.out / "etc", run.volumes, run.ip, cgroup, [])
-        (root.parent / "start.sh").write_text(script)
+                                                 run.out / "etc", run.volumes, run.ip, None, [])
+        runtime.write_script(root, script)
         done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
         (run.out / "exec-tlcctl-status.txt").write_text(done.stdout + done.stderr)
         results[run.pod.name] = {"exit_code": done.returncode, "output": done.stdout.strip().splitlines()[:12]}
