@@ -56,10 +56,12 @@ pub async fn linger<S: AsyncRead + AsyncWrite + Unpin>(
     time: Duration,
     bytes: u64,
 ) -> Lingered {
-    // A second shutdown after hyper's is harmless; one that fails means
-    // the connection is gone already, which the read below will tell.
-    let _ = tokio::time::timeout(time, stream.shutdown()).await;
+    // One deadline for the shutdown and the reads together, so that
+    // `time` bounds the whole linger.
     let drain = async {
+        // A second shutdown after hyper's is harmless; one that fails means
+        // the connection is gone already, which the read below will tell.
+        let _ = stream.shutdown().await;
         let mut scratch = [0u8; 4 << 10];
         let mut read = 0u64;
         loop {
