@@ -4,7 +4,7 @@ use crate::codec::Codec;
 use crate::error::{DecodeError, EncodeError};
 use crate::feedback::Accumulator;
 use crate::float16::Half;
-use crate::frame::Params;
+use crate::params::Params;
 use crate::{float16, int8, onebit, raw, terngrad, tlc3, topk};
 
 /// Per-encoder state some codecs need besides the error buffer.

@@ -2,7 +2,7 @@
 //! not send, `acc - decoded`, stays in `e` for the next tensor.
 
 use crate::error::EncodeError;
-use crate::tlc3::quantize;
+use crate::quantize;
 
 /// The values a codec quantizes (`x + e` with error feedback, `x` alone
 /// without) and the place their residuals go.

@@ -4,7 +4,7 @@ use half::{bf16, f16};
 
 use crate::error::{DecodeError, EncodeError};
 use crate::feedback::Accumulator;
-use crate::frame::Params;
+use crate::params::Params;
 
 /// Which 16-bit format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,6 +7,10 @@
 use crate::codec::CodecId;
 use crate::error::{DecodeError, EncodeError};
 
+// `Params` lives in `params`, below both the frame and the codecs; the
+// re-export keeps `tlc_codec::frame::Params` working.
+pub use crate::params::Params;
+
 /// The four bytes every frame starts with.
 pub const MAGIC: [u8; 4] = *b"TLCF";
 /// The format version this library writes and reads.
@@ -19,174 +23,6 @@ pub const FIXED_HEADER_LEN: usize = 21;
 pub const TRAILER_LEN: usize = 4;
 
 const FLAG_FEEDBACK: u8 = 0x01;
-
-/// The per-frame settings a decoder needs, one variant per codec.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Params {
-    /// Raw f32: nothing.
-    None,
-    /// fp16: nothing.
-    Fp16,
-    /// bf16: nothing.
-    Bf16,
-    /// int8: a value is `q * step` with `step = max|x| / 127`.
-    Int8 {
-        /// Size of one quantization level.
-        step: f32,
-    },
-    /// TernGrad: a value is `q * scale`, `q` in {-1, 0, 1}.
-    TernGrad {
-        /// `max|x|`.
-        scale: f32,
-    },
-    /// 1-bit: a set bit decodes to `positive`, a clear one to `negative`.
-    OneBit {
-        /// Mean of the non-negative values.
-        positive: f32,
-        /// Mean of the negative values.
-        negative: f32,
-    },
-    /// Top-k: which share was asked for and how many values were kept.
-    TopK {
-        /// Share of values asked for, in percent.
-        percent: f32,
-        /// Number of values in the payload (set bits in the bitmap).
-        kept: u32,
-    },
-    /// 3LC: a value is `q * scale`, `q` in {-1, 0, 1}.
-    ThreeLc {
-        /// `M = max|acc| * s`.
-        scale: f32,
-        /// The sparsity multiplier the sender used (informational).
-        sparsity: f32,
-    },
-}
-
-impl Params {
-    /// The codec these parameters belong to.
-    pub fn codec(&self) -> CodecId {
-        match self {
-            Params::None => CodecId::None,
-            Params::Fp16 => CodecId::Fp16,
-            Params::Bf16 => CodecId::Bf16,
-            Params::Int8 { .. } => CodecId::Int8,
-            Params::TernGrad { .. } => CodecId::TernGrad,
-            Params::OneBit { .. } => CodecId::OneBit,
-            Params::TopK { .. } => CodecId::TopK,
-            Params::ThreeLc { .. } => CodecId::ThreeLc,
-        }
-    }
-
-    /// Length in bytes of a codec's parameters on the wire.
-    pub fn wire_len(codec: CodecId) -> usize {
-        match codec {
-            CodecId::None | CodecId::Fp16 | CodecId::Bf16 => 0,
-            CodecId::Int8 | CodecId::TernGrad => 4,
-            CodecId::OneBit | CodecId::TopK | CodecId::ThreeLc => 8,
-        }
-    }
-
-    fn write(&self, out: &mut [u8]) {
-        let (a, b): (Option<[u8; 4]>, Option<[u8; 4]>) = match *self {
-            Params::None | Params::Fp16 | Params::Bf16 => (None, None),
-            Params::Int8 { step: v } | Params::TernGrad { scale: v } => {
-                (Some(v.to_le_bytes()), None)
-            }
-            Params::OneBit { positive, negative } => {
-                (Some(positive.to_le_bytes()), Some(negative.to_le_bytes()))
-            }
-            Params::TopK { percent, kept } => {
-                (Some(percent.to_le_bytes()), Some(kept.to_le_bytes()))
-            }
-            Params::ThreeLc { scale, sparsity } => {
-                (Some(scale.to_le_bytes()), Some(sparsity.to_le_bytes()))
-            }
-        };
-        if let Some(a) = a {
-            out[..4].copy_from_slice(&a);
-        }
-        if let Some(b) = b {
-            out[4..8].copy_from_slice(&b);
-        }
-    }
-
-    /// Reads and validates parameters; `bytes` has exactly `wire_len(codec)` bytes.
-    fn parse(codec: CodecId, bytes: &[u8], elements: u64) -> Result<Params, DecodeError> {
-        let word = |at: usize| -> [u8; 4] {
-            let mut w = [0u8; 4];
-            w.copy_from_slice(&bytes[at..at + 4]);
-            w
-        };
-        let float = |at: usize| f32::from_le_bytes(word(at));
-        let scale = |name: &str, v: f32| {
-            if v.is_finite() && v >= 0.0 {
-                Ok(v)
-            } else {
-                Err(DecodeError::BadParams(format!(
-                    "{name} {v} must be finite and >= 0"
-                )))
-            }
-        };
-        let params = match codec {
-            CodecId::None => Params::None,
-            CodecId::Fp16 => Params::Fp16,
-            CodecId::Bf16 => Params::Bf16,
-            CodecId::Int8 => {
-                let step = scale("int8 step", float(0))?;
-                if !(step * 127.0).is_finite() {
-                    return Err(DecodeError::BadParams(format!(
-                        "int8 step {step} overflows at level 127"
-                    )));
-                }
-                Params::Int8 { step }
-            }
-            CodecId::TernGrad => Params::TernGrad {
-                scale: scale("terngrad scale", float(0))?,
-            },
-            CodecId::OneBit => {
-                let (positive, negative) = (float(0), float(4));
-                if !(positive.is_finite()
-                    && positive >= 0.0
-                    && negative.is_finite()
-                    && negative <= 0.0)
-                {
-                    return Err(DecodeError::BadParams(format!(
-                        "onebit means ({positive}, {negative}) must be finite, >= 0 and <= 0"
-                    )));
-                }
-                Params::OneBit { positive, negative }
-            }
-            CodecId::TopK => {
-                let percent = float(0);
-                let kept = u32::from_le_bytes(word(4));
-                if !(percent > 0.0 && percent <= 100.0) {
-                    return Err(DecodeError::BadParams(format!(
-                        "topk share {percent} not in (0, 100]"
-                    )));
-                }
-                if u64::from(kept) > elements {
-                    return Err(DecodeError::BadParams(format!(
-                        "topk keeps {kept} of {elements} values"
-                    )));
-                }
-                Params::TopK { percent, kept }
-            }
-            CodecId::ThreeLc => {
-                let sparsity = float(4);
-                if !(1.0..2.0).contains(&sparsity) {
-                    return Err(DecodeError::BadParams(format!(
-                        "3lc sparsity {sparsity} not in [1, 2)"
-                    )));
-                }
-                Params::ThreeLc {
-                    scale: scale("3lc scale", float(0))?,
-                    sparsity,
-                }
-            }
-        };
-        Ok(params)
-    }
-}
 
 /// Everything the header of a frame says.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -318,19 +154,6 @@ impl<'a> Frame<'a> {
             header,
             payload: &bytes[header_len..body_len],
         })
-    }
-
-    /// Decodes the payload into `out`, which must hold exactly
-    /// `header.elements` values. On error `out` holds unspecified values and
-    /// must not be used.
-    pub fn decode_into(&self, out: &mut [f32]) -> Result<(), DecodeError> {
-        if out.len() as u64 != self.header.elements {
-            return Err(DecodeError::OutputLength {
-                expected: self.header.elements,
-                actual: out.len(),
-            });
-        }
-        crate::dispatch::decode(&self.header.params, self.payload, out)
     }
 
     /// Payload bits per tensor value (header and checksum not counted).

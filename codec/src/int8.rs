@@ -2,7 +2,7 @@
 
 use crate::error::{DecodeError, EncodeError};
 use crate::feedback::Accumulator;
-use crate::frame::Params;
+use crate::params::Params;
 
 /// Appends one signed byte per value.
 pub fn encode(mut acc: Accumulator<'_>, out: &mut Vec<u8>) -> Result<Params, EncodeError> {

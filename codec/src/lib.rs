@@ -15,6 +15,7 @@
 
 pub mod bitmap;
 mod codec;
+mod decoder;
 mod dispatch;
 mod encoder;
 mod error;
@@ -23,32 +24,17 @@ pub mod float16;
 pub mod frame;
 pub mod int8;
 pub mod onebit;
+mod params;
+pub mod quantize;
+pub mod quartic;
 pub mod raw;
 pub mod terngrad;
 pub mod tlc3;
 pub mod topk;
 
 pub use codec::{Codec, CodecId, Sparsity, TopKPercent};
+pub use decoder::decode;
 pub use encoder::{Encoder, Feedback};
 pub use error::{DecodeError, EncodeError, SpecError};
-pub use frame::{Frame, FrameHeader, Limits, Params};
-
-/// Parses and decodes the frame at the start of `bytes` into `out` (resized
-/// to the frame's element count, which `limits` bounds), returning the
-/// parsed frame. On error `out`'s contents are unspecified.
-pub fn decode<'a>(
-    bytes: &'a [u8],
-    limits: &Limits,
-    out: &mut Vec<f32>,
-) -> Result<Frame<'a>, DecodeError> {
-    let frame = Frame::parse(bytes, limits)?;
-    // Bounded by limits.max_elements in Frame::parse.
-    let n = usize::try_from(frame.header.elements).map_err(|_| DecodeError::TooManyElements {
-        elements: frame.header.elements,
-        limit: usize::MAX as u64,
-    })?;
-    out.clear();
-    out.resize(n, 0.0);
-    frame.decode_into(out)?;
-    Ok(frame)
-}
+pub use frame::{Frame, FrameHeader, Limits};
+pub use params::Params;

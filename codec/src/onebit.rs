@@ -7,7 +7,7 @@
 use crate::bitmap;
 use crate::error::{DecodeError, EncodeError};
 use crate::feedback::Accumulator;
-use crate::frame::Params;
+use crate::params::Params;
 
 /// Appends a bitmap: bit set for `acc >= 0`.
 pub fn encode(mut acc: Accumulator<'_>, out: &mut Vec<u8>) -> Result<Params, EncodeError> {

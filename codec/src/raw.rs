@@ -2,7 +2,7 @@
 
 use crate::error::DecodeError;
 use crate::feedback::Accumulator;
-use crate::frame::Params;
+use crate::params::Params;
 
 /// Appends `acc` as little-endian f32. Everything is sent, so the residual
 /// becomes zero; non-finite values pass through unchanged.

@@ -8,8 +8,8 @@
 
 use crate::error::{DecodeError, EncodeError};
 use crate::feedback::Accumulator;
-use crate::frame::Params;
-use crate::tlc3::quartic::{self, Layout};
+use crate::params::Params;
+use crate::quartic::{self, Layout};
 
 /// SplitMix64's output function: a fast, well-mixed 64-bit hash.
 #[inline(always)]

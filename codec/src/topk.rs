@@ -9,7 +9,7 @@ use crate::bitmap;
 use crate::codec::TopKPercent;
 use crate::error::{DecodeError, EncodeError};
 use crate::feedback::Accumulator;
-use crate::frame::Params;
+use crate::params::Params;
 use crate::terngrad::mix64;
 
 /// Number of magnitudes sorted to find the threshold.

@@ -2,17 +2,19 @@
 //! and zero-run encoding (Lim, Andersen, Kaminsky, SysML 2019), exactly as
 //! `../shared/DESIGN.md` specifies it.
 
-pub mod quantize;
-pub mod quartic;
 pub mod toward;
 pub mod zero_run;
+
+// The quantize-and-pack kernels and quartic encoding sit below `feedback`
+// (whose `max|acc|` is pass one) and `terngrad` (which packs quartic bytes
+// too); re-exported so `tlc3::quantize` and `tlc3::quartic` still name them.
+pub use crate::{quantize, quartic};
 
 use crate::codec::Sparsity;
 use crate::error::{DecodeError, EncodeError};
 use crate::feedback::Accumulator;
-use crate::frame::Params;
-
-use quartic::Unpacker;
+use crate::params::Params;
+use crate::quartic::Unpacker;
 
 /// How a pass picks its scale `M`.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -188,7 +188,7 @@ const ONE_KEY: u32 = 0x3f80_0000 >> KEY_SHIFT;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tlc3::quantize::quantize_pack;
+    use crate::quantize::quantize_pack;
 
     fn laplace(n: usize, seed: u64) -> Vec<f32> {
         let mut s = seed | 1;

@@ -6,6 +6,7 @@
 //! first: `b[i] = 81*p0[i] + 27*p1[i] + 9*p2[i] + 3*p3[i] + p4[i]`. Taking
 //! the five digits from far-apart partitions (rather than five neighbours)
 //! lets the encoder and decoder work on five contiguous streams at once.
+//! Used by 3LC and, without zero-run encoding, by TernGrad.
 
 use crate::error::DecodeError;
 

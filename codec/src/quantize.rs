@@ -4,14 +4,15 @@
 //! writes the residual `acc - M*q` back into `e` and packs the trits into
 //! quartic bytes. `acc` is computed in both passes rather than stored, so the
 //! error buffer is untouched when pass one rejects the tensor (a NaN, say) and
-//! no second tensor-sized buffer is needed.
+//! no second tensor-sized buffer is needed. Pass one is also every codec's
+//! `max|acc|` (through `feedback::Accumulator`).
 //!
 //! Both passes are written so LLVM vectorizes them, then compiled twice: for
 //! the baseline target and, on x86-64, for AVX2 chosen at run time. The
 //! arithmetic is the same IEEE operations in the same order (Rust never
 //! contracts `a*b + c` into an FMA), so both give the same bytes.
 
-use super::quartic::Layout;
+use crate::quartic::Layout;
 
 /// Result of pass one.
 #[derive(Debug, Clone, Copy, PartialEq)]
