@@ -1,5 +1,6 @@
 //! `tlcctl inject`: the manifests it writes, against golden files reviewed
-//! by hand against the shared sidecar spec, and what it refuses.
+//! by hand, what it takes from the sidecar spec the Kustomize overlays apply
+//! too, and what it refuses.
 
 mod common;
 
@@ -116,6 +117,95 @@ fn job_with_mtls_golden() {
 #[test]
 fn tfjob_every_role_golden() {
     golden("tfjob", &["--sparsity", "1.25"]);
+}
+
+/// The sidecar spec, `deploy/k8s/components/sidecar/sidecar.yaml`, as JSON.
+fn sidecar_spec() -> Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/k8s/components/sidecar/sidecar.yaml"
+    );
+    let text = std::fs::read_to_string(path).expect("the sidecar spec");
+    yaml_serde::from_str(&text).expect("the sidecar spec is YAML")
+}
+
+#[test]
+fn what_inject_adds_is_the_sidecar_spec_with_the_pods_settings_on_top() {
+    let spec = sidecar_spec();
+    let template = &spec["template"];
+    let out = json_of(POD);
+    let pod = &out["spec"];
+    // tlc-init: the spec's, but for the pod's ports.
+    let mut init = template["spec"]["initContainers"][0].clone();
+    init["command"][3] = "2222,2223".into();
+    assert_eq!(pod["initContainers"][0], init);
+    // tlc-sidecar: the spec's without the TLS mount (no --mtls).
+    let mut sidecar = template["spec"]["initContainers"][1].clone();
+    let mounts = sidecar["volumeMounts"].as_array_mut().expect("mounts");
+    mounts.retain(|m| m["name"] != "tlc-tls");
+    assert_eq!(pod["initContainers"][1], sidecar);
+    let mut volumes = template["spec"]["volumes"].clone();
+    let list = volumes.as_array_mut().expect("volumes");
+    list.retain(|v| v["name"] != "tlc-tls");
+    assert_eq!(pod["volumes"], volumes);
+    assert_eq!(
+        out["metadata"]["annotations"],
+        template["metadata"]["annotations"]
+    );
+    assert_eq!(
+        pod["terminationGracePeriodSeconds"],
+        template["spec"]["terminationGracePeriodSeconds"]
+    );
+
+    // With --mtls and a codec: the TLS volume and mount, required, and the
+    // variables after the spec's own; nothing else differs.
+    let out: Value = serde_json::from_str(&inject(
+        &[
+            "-o",
+            "json",
+            "--mtls",
+            "--codec",
+            "int8",
+            "--tf-ports",
+            "2222",
+            "-",
+        ],
+        POD,
+    ))
+    .expect("json");
+    let pod = &out["spec"];
+    assert_eq!(
+        pod["initContainers"][0],
+        template["spec"]["initContainers"][0]
+    );
+    let mut sidecar = pod["initContainers"][1].clone();
+    let env = sidecar["env"].as_array_mut().expect("env");
+    let spec_env = template["spec"]["initContainers"][1]["env"]
+        .as_array()
+        .expect("the spec's env");
+    let added: Vec<_> = env
+        .drain(spec_env.len()..)
+        .map(|e| e["name"].clone())
+        .collect();
+    assert_eq!(
+        added,
+        [
+            "TLC_POLICY__PUSH__CODEC",
+            "TLC_POLICY__PULL__CODEC",
+            "TLC_TLS__MODE",
+            "TLC_TLS__CERT",
+            "TLC_TLS__KEY",
+            "TLC_TLS__CA"
+        ]
+    );
+    assert_eq!(sidecar, template["spec"]["initContainers"][1]);
+    let mut volumes = template["spec"]["volumes"].clone();
+    for volume in volumes.as_array_mut().expect("volumes") {
+        if volume["name"] == "tlc-tls" {
+            volume["secret"]["optional"] = false.into();
+        }
+    }
+    assert_eq!(pod["volumes"], volumes);
 }
 
 #[test]

@@ -5,8 +5,15 @@
 - TFJob (kubeflow.org/v1, a CRD without a schema here): each
   spec.tfReplicaSpecs.<R>.template becomes a v1 Pod and is validated as one.
 - cert-manager objects (CRDs): structural checks only.
-- Every pod template: the sidecar spec (tlc-init, tlc-sidecar, ports, probes,
-  UIDs, resources, volumes, annotations), and tlcd.toml against it.
+- The sidecar spec (components/sidecar/sidecar.yaml, the one copy, which the
+  overlays apply and `tlcctl inject` embeds): what must hold of it whatever
+  its values (tlc-init root with NET_ADMIN/NET_RAW only, tlc-sidecar a native
+  sidecar, non-root, its UID the one tlc-init exempts, probes and mounts on
+  its own ports and volumes, the scrape port its metrics port).
+- Every pod template: the sidecar spec in it exactly as the file has it (the
+  Component reached it), tlc-init's --tf-ports covering the tensorflow ports,
+  no other container as tlcd's UID; tlcd.toml against the spec's ports and
+  mounts.
 
 Runs in the venv of check.sh (kubernetes-validate brings PyYAML).
 """
@@ -30,6 +37,7 @@ class Checker:
         self.version = version
         self.errors = []
         self.counts = {"schema": 0, "pod templates": 0}
+        self.spec = None  # the sidecar spec, once sidecar_spec() accepted it
 
     def error(self, where, msg):
         self.errors.append(f"{where}: {msg}")
@@ -50,25 +58,100 @@ class Checker:
         except (kubernetes_validate.SchemaNotFoundError, kubernetes_validate.InvalidSchemaError) as e:
             self.error(where, f"no schema for it in kubernetes-validate: {e}")
 
-    # -- the sidecar spec -----------------------------------------------------
+    # -- the sidecar spec ------------------------------------------------------
+    def sidecar_spec(self, path):
+        """Reads the one sidecar spec (components/sidecar/sidecar.yaml) and
+        checks what must hold of it, whatever its values: the pods below and
+        `tlcctl inject` take it as it is."""
+        where = os.path.relpath(path)
+        try:
+            with open(path) as f:
+                doc = yaml.safe_load(f)
+            tpl = doc["template"]
+            inits = tpl["spec"]["initContainers"]
+            volumes = tpl["spec"]["volumes"]
+            annotations = tpl["metadata"]["annotations"]
+        except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
+            self.error(where, f"cannot read the sidecar spec: {e!r}")
+            return None
+        ex = lambda cond, msg: self.expect(where, cond, msg)
+        names = [c.get("name") for c in inits]
+        if not ex(names == ["tlc-init", "tlc-sidecar"], f"initContainers must be tlc-init, tlc-sidecar; got {names}"):
+            return None
+        init, side = inits
+        # tlc-init: root with NET_ADMIN/NET_RAW only, a plain init container.
+        for c in inits:
+            ex(IMAGE_RE.match(c.get("image", "")), f"{c['name']}: image must be ghcr.io/tlc-project/tlcd:*")
+            ex((c.get("resources") or {}).get("limits", {}).get("memory"), f"{c['name']}: memory limit missing")
+        cmd = init.get("command") or []
+        ex(cmd[:2] == ["/usr/local/bin/tlc-iptables", "apply"], f"tlc-init: command must run tlc-iptables apply, got {cmd}")
+        ex("--tf-ports" in cmd[:-1], "tlc-init: --tf-ports missing (tlcctl inject sets the value after it)")
+        sc = init.get("securityContext") or {}
+        caps = sc.get("capabilities") or {}
+        ex(sc.get("runAsUser") == 0 and sc.get("runAsNonRoot") is False, "tlc-init: must run as root (runAsUser 0, runAsNonRoot false)")
+        ex(caps.get("drop") == ["ALL"] and sorted(caps.get("add") or []) == ["NET_ADMIN", "NET_RAW"],
+           "tlc-init: capabilities must be drop [ALL], add [NET_ADMIN, NET_RAW]")
+        ex("restartPolicy" not in init, "tlc-init: a plain init container (no restartPolicy)")
+        # tlc-sidecar: a native sidecar, unprivileged, bypassing the redirect by its UID.
+        ex(side.get("restartPolicy") == "Always", "tlc-sidecar: restartPolicy: Always (native sidecar) missing")
+        sc = side.get("securityContext") or {}
+        uid = sc.get("runAsUser")
+        ex(isinstance(uid, int) and uid > 0 and sc.get("runAsNonRoot") is True, "tlc-sidecar: must run as a non-root UID")
+        ex(self.option(cmd, "--uid") == str(uid), f"tlc-init: --uid must be tlc-sidecar's runAsUser {uid}")
+        ex(sc.get("allowPrivilegeEscalation") is False and sc.get("readOnlyRootFilesystem") is True,
+           "tlc-sidecar: no privilege escalation, read-only root file system")
+        ex((sc.get("capabilities") or {}).get("drop") == ["ALL"] and not (sc.get("capabilities") or {}).get("add"),
+           "tlc-sidecar: capabilities must be drop [ALL], nothing added")
+        ports = {p.get("name"): p.get("containerPort") for p in side.get("ports") or []}
+        ex(set(ports) == {"tlc-outbound", "tlc-inbound", "tlc-metrics"},
+           f"tlc-sidecar: ports must be tlc-outbound, tlc-inbound, tlc-metrics; got {sorted(ports)}")
+        # tlc-iptables redirects to these (its defaults unless tlc-init names others).
+        ex(ports.get("tlc-outbound") == int(self.option(cmd, "--outbound-port") or 15001)
+           and ports.get("tlc-inbound") == int(self.option(cmd, "--inbound-port") or 15006),
+           "tlc-sidecar: tlc-outbound and tlc-inbound must be the ports tlc-init redirects to")
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            get = (side.get(kind) or {}).get("httpGet") or {}
+            ex(get.get("port") in ports, f"tlc-sidecar: {kind} must be httpGet on a named port of tlc-sidecar, got {get}")
+        ex(annotations.get("prometheus.io/port") == str(ports.get("tlc-metrics")),
+           "annotation prometheus.io/port must be tlc-metrics' port")
+        ex(annotations.get("tlc.io/inject") == "true", 'annotation tlc.io/inject: "true" missing')
+        vols = {v.get("name"): v for v in volumes}
+        for m in side.get("volumeMounts") or []:
+            ex(m.get("name") in vols and m.get("readOnly") is True, f"tlc-sidecar: mount {m.get('name')} must be of a volume of the spec, readOnly")
+        ex(((vols.get("tlc-tls") or {}).get("secret") or {}).get("optional") is True,
+           "volume tlc-tls must be optional: only read with [tls] mode = \"mutual\"")
+        ex(tpl["spec"].get("terminationGracePeriodSeconds", 0) > 30,
+           "terminationGracePeriodSeconds must exceed tlcd's drain_seconds (30)")
+        self.spec = doc
+        return doc
+
+    @staticmethod
+    def option(cmd, flag):
+        return cmd[cmd.index(flag) + 1] if flag in cmd[:-1] else None
+
     def pod_template(self, where, template, tf_port_name):
+        """One rendered pod template: the sidecar spec in it as the spec file
+        has it (the Component applied), and the pod consistent with it."""
         self.counts["pod templates"] += 1
         ex = lambda cond, msg: self.expect(where, cond, msg)
+        want = self.spec["template"]
         meta = template.get("metadata") or {}
         ann = meta.get("annotations") or {}
-        ex(ann.get("prometheus.io/scrape") == "true", 'annotation prometheus.io/scrape: "true" missing')
-        ex(ann.get("prometheus.io/port") == "15090", 'annotation prometheus.io/port: "15090" missing')
-        ex(ann.get("prometheus.io/path") == "/metrics", "annotation prometheus.io/path: /metrics missing")
-        ex(ann.get("tlc.io/inject") == "true", 'annotation tlc.io/inject: "true" missing')
+        for k, v in want["metadata"]["annotations"].items():
+            ex(ann.get(k) == v, f"annotation {k}: {v!r} of the sidecar spec missing")
         spec = template.get("spec") or {}
-        ex(spec.get("terminationGracePeriodSeconds") == 40,
-           "terminationGracePeriodSeconds must be 40 (tlcd's drain_seconds 30 + margin)")
-
+        ex(spec.get("terminationGracePeriodSeconds") == want["spec"]["terminationGracePeriodSeconds"],
+           "terminationGracePeriodSeconds is not the sidecar spec's")
         inits = spec.get("initContainers") or []
         names = [c.get("name") for c in inits]
         if not ex(names[:2] == ["tlc-init", "tlc-sidecar"],
                   f"initContainers must start with tlc-init, tlc-sidecar; got {names}"):
             return
+        for got, spec_c in zip(inits, want["spec"]["initContainers"]):
+            ex(got == spec_c, f"{got.get('name')} differs from the sidecar spec's (components/sidecar/sidecar.yaml)")
+        vols = {v.get("name"): v for v in spec.get("volumes") or []}
+        for v in want["spec"]["volumes"]:
+            ex(vols.get(v["name"]) == v, f"volume {v['name']} missing or not the sidecar spec's")
         init, side = inits[0], inits[1]
         containers = spec.get("containers") or []
         tf = [c for c in containers if c.get("name") == "tensorflow"]
@@ -77,75 +160,16 @@ class Checker:
         tf_ports = [p for p in tf[0].get("ports") or []]
         ex(any(p.get("name") == tf_port_name and p.get("containerPort") == 2222 for p in tf_ports),
            f"tensorflow must have port 2222 named {tf_port_name}")
-
-        # tlc-init
-        ex(IMAGE_RE.match(init.get("image", "")), "tlc-init: image must be ghcr.io/tlc-project/tlcd:*")
         cmd = init.get("command") or []
-        ex(cmd[:2] == ["/usr/local/bin/tlc-iptables", "apply"], f"tlc-init: command must run tlc-iptables apply, got {cmd}")
-        opt = lambda flag: cmd[cmd.index(flag) + 1] if flag in cmd[:-1] else None
-        ex(opt("--uid") == "1337", "tlc-init: --uid 1337 missing")
-        ports_arg = (opt("--tf-ports") or "").split(",")
+        ports_arg = (self.option(cmd, "--tf-ports") or "").split(",")
         for p in tf_ports:
             ex(str(p.get("containerPort")) in ports_arg,
                f"tlc-init: --tf-ports {','.join(ports_arg)} lacks the tensorflow port {p.get('containerPort')}")
-        sc = init.get("securityContext") or {}
-        caps = sc.get("capabilities") or {}
-        ex(sc.get("runAsUser") == 0 and sc.get("runAsNonRoot") is False, "tlc-init: must run as root (runAsUser 0, runAsNonRoot false)")
-        ex(caps.get("drop") == ["ALL"] and sorted(caps.get("add") or []) == ["NET_ADMIN", "NET_RAW"],
-           "tlc-init: capabilities must be drop [ALL], add [NET_ADMIN, NET_RAW]")
-        ex("restartPolicy" not in init, "tlc-init: a plain init container (no restartPolicy)")
-        ex((init.get("resources") or {}).get("limits", {}).get("memory"), "tlc-init: memory limit missing")
-
-        # tlc-sidecar
-        ex(IMAGE_RE.match(side.get("image", "")), "tlc-sidecar: image must be ghcr.io/tlc-project/tlcd:*")
-        ex(side.get("restartPolicy") == "Always", "tlc-sidecar: restartPolicy: Always (native sidecar) missing")
-        ex(side.get("args") == ["--config", "/etc/tlc/tlcd.toml"], f"tlc-sidecar: args must be --config /etc/tlc/tlcd.toml, got {side.get('args')}")
-        env = {e.get("name"): e.get("value") for e in side.get("env") or []}
-        ex(env.get("TLC_LOG_FORMAT") == "json", "tlc-sidecar: env TLC_LOG_FORMAT=json missing")
-        ex(env.get("TLC_ADMIN_TOKEN_FILE") == "/var/run/secrets/tlc-admin/token",
-           "tlc-sidecar: env TLC_ADMIN_TOKEN_FILE=/var/run/secrets/tlc-admin/token missing")
-        ports = {p.get("name"): p.get("containerPort") for p in side.get("ports") or []}
-        ex(ports == {"tlc-outbound": 15001, "tlc-inbound": 15006, "tlc-metrics": 15090},
-           f"tlc-sidecar: ports must be tlc-outbound 15001, tlc-inbound 15006, tlc-metrics 15090; got {ports}")
-        probes = {
-            "startupProbe": ("/healthz", 1, 30),
-            "readinessProbe": ("/readyz", None, None),
-            "livenessProbe": ("/healthz", 10, 3),
-        }
-        for kind, (path, period, threshold) in probes.items():
-            pr = side.get(kind) or {}
-            get = pr.get("httpGet") or {}
-            ex(get.get("path") == path and get.get("port") == "tlc-metrics",
-               f"tlc-sidecar: {kind} must be httpGet {path} on port tlc-metrics, got {get}")
-            if period is not None:
-                ex(pr.get("periodSeconds") == period and pr.get("failureThreshold") == threshold,
-                   f"tlc-sidecar: {kind} must have periodSeconds {period}, failureThreshold {threshold}")
-        res = side.get("resources") or {}
-        ex(res.get("requests") == {"cpu": "100m", "memory": "256Mi"}, "tlc-sidecar: requests must be cpu 100m, memory 256Mi")
-        ex((res.get("limits") or {}).get("memory") == "1Gi", "tlc-sidecar: limits.memory must be 1Gi")
-        sc = side.get("securityContext") or {}
-        want = {"runAsUser": 1337, "runAsGroup": 1337, "runAsNonRoot": True,
-                "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True}
-        for k, v in want.items():
-            ex(sc.get(k) == v, f"tlc-sidecar: securityContext.{k} must be {v}, got {sc.get(k)}")
-        ex((sc.get("capabilities") or {}).get("drop") == ["ALL"] and not (sc.get("capabilities") or {}).get("add"),
-           "tlc-sidecar: capabilities must be drop [ALL], nothing added")
-        mounts = {m.get("name"): m.get("mountPath") for m in side.get("volumeMounts") or []}
-        ex(mounts == {"tlc-config": "/etc/tlc", "tlc-admin-token": "/var/run/secrets/tlc-admin", "tlc-tls": "/etc/tlc/tls"},
-           f"tlc-sidecar: volumeMounts must be tlc-config /etc/tlc, tlc-admin-token /var/run/secrets/tlc-admin, tlc-tls /etc/tlc/tls; got {mounts}")
-        ex(all(m.get("readOnly") for m in side.get("volumeMounts") or []), "tlc-sidecar: every volumeMount readOnly")
-        vols = {v.get("name"): v for v in spec.get("volumes") or []}
-        ex((vols.get("tlc-config") or {}).get("configMap", {}).get("name") == "tlc-config",
-           "volume tlc-config must be the ConfigMap tlc-config")
-        ex((vols.get("tlc-admin-token") or {}).get("secret", {}).get("secretName") == "tlc-admin-token",
-           "volume tlc-admin-token must be the Secret tlc-admin-token")
-        tls = (vols.get("tlc-tls") or {}).get("secret", {})
-        ex(tls.get("secretName") == "tlc-tls" and tls.get("optional") is True,
-           "volume tlc-tls must be the Secret tlc-tls, optional: true")
         # No other container may run as tlcd's UID: its connections bypass the redirect.
+        uid = (side.get("securityContext") or {}).get("runAsUser")
         for c in containers:
-            uid = (c.get("securityContext") or {}).get("runAsUser")
-            ex(uid != 1337, f"container {c.get('name')} runs as 1337, tlcd's UID (its traffic would bypass tlcd)")
+            c_uid = (c.get("securityContext") or {}).get("runAsUser")
+            ex(c_uid != uid, f"container {c.get('name')} runs as {uid}, tlcd's UID (its traffic would bypass tlcd)")
         return side
 
     # -- tlcd.toml ------------------------------------------------------------
@@ -156,19 +180,26 @@ class Checker:
             self.error(where, f"tlcd.toml does not parse: {e}")
             return
         ex = lambda cond, msg: self.expect(where, cond, msg)
+        side = self.spec["template"]["spec"]["initContainers"][1]
+        ports = {p.get("name"): p.get("containerPort") for p in side.get("ports") or []}
+        mounts = {m.get("name"): m.get("mountPath") for m in side.get("volumeMounts") or []}
+        env = {e.get("name"): e.get("value") for e in side.get("env") or []}
         ex(conf.get("handover_socket") == "off",
            'tlcd.toml: handover_socket = "off" expected (read-only root file system; no take-over in a pod)')
         t = conf.get("transparent") or {}
-        ex(t.get("outbound", "").endswith(":15001") and t.get("inbound", "").endswith(":15006"),
-           "tlcd.toml: [transparent] must listen on :15001 (outbound) and :15006 (inbound), the tlc-iptables defaults")
-        ex((conf.get("metrics") or {}).get("listen", "").endswith(":15090"), "tlcd.toml: [metrics] listen must be :15090 (tlc-metrics)")
+        ex(t.get("outbound", "").endswith(f":{ports.get('tlc-outbound')}") and t.get("inbound", "").endswith(f":{ports.get('tlc-inbound')}"),
+           "tlcd.toml: [transparent] must listen on the ports tlc-outbound and tlc-inbound of the sidecar spec (where tlc-init redirects)")
+        ex((conf.get("metrics") or {}).get("listen", "").endswith(f":{ports.get('tlc-metrics')}"),
+           "tlcd.toml: [metrics] listen must be on tlc-metrics' port")
         adm = conf.get("admin") or {}
         ex(adm.get("listen", "").startswith("127.0.0.1:"), "tlcd.toml: [admin] must listen on loopback only")
-        ex(adm.get("token_file") == "/var/run/secrets/tlc-admin/token", "tlcd.toml: [admin] token_file must be the mounted Secret")
+        token = adm.get("token_file", "")
+        ex(token == env.get("TLC_ADMIN_TOKEN_FILE") and token.startswith(f"{mounts.get('tlc-admin-token')}/"),
+           "tlcd.toml: [admin] token_file must be TLC_ADMIN_TOKEN_FILE, in the mounted Secret tlc-admin-token")
         tls = conf.get("tls") or {}
         if tls.get("mode") == "mutual":
             for k in ("cert", "key", "ca"):
-                ex(str(tls.get(k, "")).startswith("/etc/tlc/tls/"), f"tlcd.toml: [tls] {k} must be under /etc/tlc/tls (the tlc-tls Secret)")
+                ex(str(tls.get(k, "")).startswith(f"{mounts.get('tlc-tls')}/"), f"tlcd.toml: [tls] {k} must be under {mounts.get('tlc-tls')} (the tlc-tls Secret)")
             ids = tls.get("peer_identities") or []
             ex(ids, "tlcd.toml: [tls] peer_identities missing")
             ex(certificates, "tlcd.toml: [tls] mode = mutual but no cert-manager Certificate for tlc-tls rendered")
@@ -222,6 +253,9 @@ class Checker:
                                 f"{rname}: restartPolicy must be set")
                     templates += 1
                 continue
+            if kind == "PodTemplate" and (obj.get("metadata") or {}).get("name") == "tlc-sidecar":
+                self.error(where, "the sidecar spec itself was rendered (config.kubernetes.io/local-config lost)")
+                continue
             if api.startswith("cert-manager.io/"):
                 if kind == "Certificate":
                     certs += self.certificate(where, obj)
@@ -263,6 +297,7 @@ def selftest(version):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kubernetes-version", default="1.29.0")
+    ap.add_argument("--spec", required=True, help="components/sidecar/sidecar.yaml")
     ap.add_argument("files", nargs="+")
     args = ap.parse_args()
     try:
@@ -279,15 +314,16 @@ def main():
     print(f"== validate (kubernetes-validate {kubernetes_validate.version.__version__}, "
           f"Kubernetes {args.kubernetes_version}, strict) and assert the sidecar spec")
     ch = Checker(args.kubernetes_version)
-    for path in args.files:
-        ch.overlay(path)
+    if ch.sidecar_spec(args.spec):
+        for path in args.files:
+            ch.overlay(path)
     if ch.errors:
         for e in ch.errors:
             print(f"FAIL: {e}", file=sys.stderr)
         print(f"{len(ch.errors)} failure(s)", file=sys.stderr)
         return 1
     print(f"   {ch.counts['schema']} objects valid against the schemas, "
-          f"{ch.counts['pod templates']} pod templates match the sidecar spec")
+          f"{ch.counts['pod templates']} pod templates carry the sidecar spec")
     return 0
 
 

@@ -3,8 +3,10 @@
 //!
 //! Manifests are read as untyped trees ([`documents`]), their pod templates
 //! found by kind ([`objects`]), the settings for each decided from flags
-//! and `tlc.io/*` annotations ([`settings`]), and tlc's pieces
-//! ([`sidecar`]) put into each pod spec ([`pod`]). The whole input is
+//! and `tlc.io/*` annotations ([`settings`]), and tlc's pieces put into each
+//! pod spec ([`pod`]): the sidecar spec that the Kustomize overlays apply
+//! too, `deploy/k8s/components/sidecar/sidecar.yaml`, built in ([`spec`]),
+//! with each pod's settings on top ([`sidecar`]). The whole input is
 //! checked before anything is written: a bad document is one error naming
 //! its number and the path of the bad value, and no output at all.
 
@@ -25,6 +27,7 @@ mod objects;
 mod pod;
 mod settings;
 mod sidecar;
+mod spec;
 
 use error::ManifestError;
 use settings::{Annotations, Flags};
@@ -40,15 +43,19 @@ The pods mount the ConfigMap tlc-config (see --print-config) and the Secret
 tlc-admin-token (key `token`), and with --mtls the Secret tlc-tls (tls.crt,
 tls.key, ca.crt): inject does not create them (kubectl apply -k
 deploy/k8s/base does). tlc-sidecar is a native sidecar: Kubernetes 1.29 or
-later. Injecting twice gives the same output as once.")]
+later. The containers, volumes and annotations are the sidecar spec that the
+Kustomize overlays apply too (deploy/k8s/components/sidecar/sidecar.yaml),
+with each pod's settings on top. Injecting twice gives the same output as
+once.")]
 pub struct InjectArgs {
     /// Kubernetes YAML or JSON, one or more documents (`---`) or a `List`;
     /// `-` reads stdin.
     #[arg(value_name = "FILE", required_unless_present = "print_config")]
     input: Option<PathBuf>,
 
-    /// The image of the tlc-init and tlc-sidecar containers.
-    #[arg(long, value_name = "IMAGE", default_value = sidecar::DEFAULT_IMAGE)]
+    /// The image of the tlc-init and tlc-sidecar containers; the default is
+    /// the sidecar spec's (deploy/k8s/components/sidecar/sidecar.yaml).
+    #[arg(long, value_name = "IMAGE", default_value = spec::default_image())]
     image: String,
 
     /// TensorFlow ports to intercept, comma-separated. Default: the ports of
@@ -152,6 +159,7 @@ pub fn run(args: &InjectArgs, format: Option<Format>, verbose: bool) -> Result<(
     if args.print_config {
         return write(&[config::config_map()]);
     }
+    let sidecar_spec = spec::get()?;
     let flags = args.flags()?;
     let (name, text) = read_input(args.input.as_deref())?;
     let mut documents = documents::parse(&text).with_context(|| format!("cannot read {name}"))?;
@@ -160,7 +168,8 @@ pub fn run(args: &InjectArgs, format: Option<Format>, verbose: bool) -> Result<(
     for (i, document) in documents.iter_mut().enumerate() {
         let label = format!("{name}: document {}{}", i + 1, describe(document));
         let mut found = Vec::new();
-        injected += inject_document(document, &flags, &mut found).context(label.clone())?;
+        injected +=
+            inject_document(document, sidecar_spec, &flags, &mut found).context(label.clone())?;
         warnings.extend(found.into_iter().map(|w| format!("{label}: {w}")));
     }
     write(&documents)?;
@@ -207,10 +216,12 @@ fn describe(document: &Value) -> String {
     }
 }
 
-/// Injects every pod template of one document; returns how many. Pods
-/// left alone for a reason the user may not expect get a line in `warnings`.
+/// Injects every pod template of one document with `sidecar_spec` and the
+/// flags; returns how many. Pods left alone for a reason the user may not
+/// expect get a line in `warnings`.
 fn inject_document(
     document: &mut Value,
+    sidecar_spec: &spec::Spec,
     flags: &Flags,
     warnings: &mut Vec<String>,
 ) -> Result<usize> {
@@ -254,7 +265,7 @@ fn inject_document(
         let Some(settings) = decided else {
             continue;
         };
-        let additions = sidecar::additions(&settings)?;
+        let additions = sidecar::additions(sidecar_spec, &settings)?;
         pod::inject(found.template, &found.path, &additions)?;
         injected += 1;
     }

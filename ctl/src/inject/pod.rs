@@ -6,18 +6,8 @@ use yaml_serde::{Mapping, Sequence, Value};
 
 use super::error::{join, ManifestError};
 use super::mapping::{insert_before, name_of};
-use super::sidecar::{ANNOTATIONS, INIT_NAME, MIN_GRACE_SECONDS, SIDECAR_NAME, TLS_VOLUME};
-
-/// What one pod gets, built from its settings.
-#[derive(Debug, Clone)]
-pub struct Additions {
-    /// `tlc-init`.
-    pub init: Value,
-    /// `tlc-sidecar`.
-    pub sidecar: Value,
-    /// The volumes the two mount.
-    pub volumes: Vec<Value>,
-}
+use super::sidecar::Additions;
+use super::spec::{INIT_NAME, SIDECAR_NAME, TLS_VOLUME};
 
 /// Adds `additions` to the pod template at `path` (a mapping with
 /// `metadata` and `spec`; for a bare Pod, the Pod itself).
@@ -34,8 +24,8 @@ pub fn inject(
     };
     add_init_containers(spec, &spec_path, additions)?;
     add_volumes(spec, &spec_path, additions)?;
-    raise_grace_period(spec, &spec_path)?;
-    annotate(template, path)
+    raise_grace_period(spec, &spec_path, additions.grace_seconds)?;
+    annotate(template, path, &additions.annotations)
 }
 
 /// The list at `key`, created (before `before`) when absent.
@@ -90,14 +80,14 @@ fn add_volumes(spec: &mut Mapping, path: &str, additions: &Additions) -> Result<
     Ok(())
 }
 
-/// `terminationGracePeriodSeconds` raised to at least 40 so that tlcd can
-/// drain, never lowered.
-fn raise_grace_period(spec: &mut Mapping, path: &str) -> Result<(), ManifestError> {
+/// `terminationGracePeriodSeconds` raised to at least `least` (the spec's,
+/// 40) so that tlcd can drain, never lowered.
+fn raise_grace_period(spec: &mut Mapping, path: &str, least: u64) -> Result<(), ManifestError> {
     const KEY: &str = "terminationGracePeriodSeconds";
     let enough = match spec.get(KEY) {
         None | Some(Value::Null) => false,
         Some(Value::Number(n)) if n.is_i64() || n.is_u64() => {
-            n.as_u64().is_some_and(|n| n >= MIN_GRACE_SECONDS)
+            n.as_u64().is_some_and(|n| n >= least)
         }
         Some(other) => {
             return Err(ManifestError::expected(
@@ -108,13 +98,13 @@ fn raise_grace_period(spec: &mut Mapping, path: &str) -> Result<(), ManifestErro
         }
     };
     if !enough {
-        spec.insert(KEY.into(), MIN_GRACE_SECONDS.into());
+        spec.insert(KEY.into(), least.into());
     }
     Ok(())
 }
 
-/// The scrape and `tlc.io/inject: "true"` annotations on the template.
-fn annotate(template: &mut Mapping, path: &str) -> Result<(), ManifestError> {
+/// The spec's annotations (scrape, `tlc.io/inject: "true"`) on the template.
+fn annotate(template: &mut Mapping, path: &str, added: &Mapping) -> Result<(), ManifestError> {
     let metadata_path = join(path, "metadata");
     if matches!(template.get("metadata"), None | Some(Value::Null)) {
         insert_before(template, "spec", "metadata", Value::Mapping(Mapping::new()));
@@ -143,8 +133,8 @@ fn annotate(template: &mut Mapping, path: &str) -> Result<(), ManifestError> {
             ))
         }
     };
-    for (key, value) in ANNOTATIONS {
-        annotations.insert(key.into(), value.into());
+    for (key, value) in added {
+        annotations.insert(key.clone(), value.clone());
     }
     Ok(())
 }
