@@ -18,12 +18,12 @@ use std::time::{Duration, Instant};
 
 use support::tf::{recv, start_tensor_server, Tensors};
 use support::{teach, Client};
-use tlc_daemon::config::Role;
-use tlc_daemon::graph::build::PartitionBuilder;
-use tlc_daemon::policy::{CodecSettings, Policy, PolicySettings};
-use tlc_daemon::proxy::Proxy;
-use tlc_daemon::sidecar::stats::Stats;
-use tlc_daemon::sidecar::{Options, Sidecar};
+use tlc_core::Role;
+use tlc_proxy::Proxy;
+use tlc_sidecar::policy::{CodecSettings, Policy, PolicySettings};
+use tlc_sidecar::sidecar::stats::Stats;
+use tlc_sidecar::sidecar::{Options, Sidecar};
+use tlc_wire::graph::build::PartitionBuilder;
 
 const BIG: usize = 4 << 20;
 const SMALL_KEY: &str = "/job:worker/replica:0/task:0/device:CPU:0;0000000000000001;/job:ps/replica:0/task:0/device:CPU:0;edge_1_small;0:0";
@@ -64,7 +64,7 @@ async fn through_sidecars(
     server: std::net::SocketAddr,
     codec: &str,
     min_bytes: u64,
-) -> (Client, Arc<Sidecar>, Vec<Proxy>) {
+) -> (Client, Arc<Sidecar>, Vec<Proxy<Sidecar>>) {
     let holder = Arc::new(Sidecar::new(
         policy(codec, min_bytes),
         Options::default(),

@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use rcgen::{
     BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, SanType,
 };
-use tlc_daemon::tls::{TlsContext, TlsMode, TlsSettings};
+use tlc_proxy::tls::{TlsContext, TlsMode, TlsSettings};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

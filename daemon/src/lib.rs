@@ -1,22 +1,17 @@
-//! tlcd, the tlc sidecar: intercepts a TensorFlow task's gRPC traffic and
-//! compresses `RecvTensor` responses between two sidecars.
+//! tlcd, the tlc sidecar, as a program: its configuration ([`config`]),
+//! the operator's admin API ([`admin`]) and what it changes at run time
+//! ([`control`]), and the Prometheus endpoint ([`metrics`]). The binary
+//! (`main.rs`) wires these to the proxy (`tlc_proxy`) and the sidecar
+//! (`tlc_sidecar`); the data path lives in those crates, not here.
+//!
+//! Configuration sits on top: it reads the settings each crate below
+//! defines (`PolicySettings`, `LimitSettings`, `TlsSettings`,
+//! `RecoverySettings`) and builds what they configure; nothing below
+//! imports it.
+
+#![forbid(unsafe_code)]
 
 pub mod admin;
 pub mod config;
-pub mod context;
 pub mod control;
-pub mod demo;
-pub mod graph;
-pub mod handover;
-pub mod http_server;
-pub mod intercept;
-pub mod limits;
 pub mod metrics;
-pub mod peer;
-pub mod policy;
-pub mod proxy;
-pub mod runtime_dir;
-pub mod sidecar;
-pub mod tf;
-pub mod tls;
-pub mod training;

@@ -1,4 +1,7 @@
-//! `tlcd`: the tlc sidecar daemon.
+//! `tlcd`: the tlc sidecar daemon. Wiring only: it reads the configuration,
+//! builds the sidecar (`tlc_sidecar`) and starts the proxy (`tlc_proxy`)
+//! with it, serves the admin API and the metrics endpoint, and handles
+//! signals, reloads and hand-overs.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,21 +11,22 @@ use clap::Parser;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
+use tlc_core::Role;
 use tlc_daemon::admin::default_token;
 use tlc_daemon::admin::guard::Guard;
 use tlc_daemon::admin::token::AdminToken;
 use tlc_daemon::admin::{self, Admin, Readiness};
 use tlc_daemon::config::admin::AdminSettings;
 use tlc_daemon::config::layers::{FlagValue, Layers, Resolved};
-use tlc_daemon::config::{LogFormat, Role, Route};
+use tlc_daemon::config::{LogFormat, Route};
 use tlc_daemon::control::log::LogControl;
 use tlc_daemon::control::{watch, Control};
-use tlc_daemon::handover::{self, HandoverError, Offer, Offered, Purpose};
-use tlc_daemon::http_server;
-use tlc_daemon::policy::Policy;
-use tlc_daemon::proxy::{self, Proxy};
-use tlc_daemon::sidecar::record::Recorder;
-use tlc_daemon::sidecar::Sidecar;
+use tlc_proxy::handover::{self, HandoverError, Offer, Offered, Purpose};
+use tlc_proxy::http_server;
+use tlc_proxy::{self as proxy, Proxy};
+use tlc_sidecar::policy::Policy;
+use tlc_sidecar::sidecar::record::Recorder;
+use tlc_sidecar::sidecar::Sidecar;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use tracing_subscriber::layer::SubscriberExt;
@@ -36,12 +40,8 @@ use tracing_subscriber::{reload, EnvFilter};
 /// then TLC_* environment variables (TLC_POLICY__PUSH__SPARSITY=1.75),
 /// then these flags; `tlcctl config get` shows where each value came from.
 #[derive(Debug, Parser)]
-#[command(name = "tlcd", version, args_conflicts_with_subcommands = true)]
+#[command(name = "tlcd", version)]
 struct Args {
-    /// Something other than running the sidecar.
-    #[command(subcommand)]
-    command: Option<Command>,
-
     /// TOML configuration file; reloaded on SIGHUP and when it changes.
     #[arg(long, env = "TLC_CONFIG")]
     config: Option<PathBuf>,
@@ -78,7 +78,7 @@ struct Args {
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<String>,
 
-    /// Log filter (log.level), RUST_LOG syntax, e.g. info,tlc_daemon=debug.
+    /// Log filter (log.level), RUST_LOG syntax, e.g. info,tlc_sidecar=debug.
     #[arg(long, value_name = "FILTER")]
     log_level: Option<String>,
 
@@ -114,27 +114,9 @@ struct Args {
     threads: Option<usize>,
 }
 
-#[derive(Debug, clap::Subcommand)]
-enum Command {
-    /// Train an emulated TensorFlow job through sidecars over limited
-    /// links, uncompressed and with 3LC, and compare.
-    Demo(tlc_daemon::demo::cli::DemoArgs),
-}
-
 fn main() -> ExitCode {
     let args = Args::parse();
-    let result = match &args.command {
-        Some(Command::Demo(demo)) => {
-            // The demo starts dozens of listeners: only warnings unless RUST_LOG says more.
-            let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
-            match init_logging(&filter, args.log_format.unwrap_or(LogFormat::Human)) {
-                Ok(_) => tlc_daemon::demo::cli::run(demo),
-                Err(err) => Err(err),
-            }
-        }
-        None => run(args),
-    };
-    match result {
+    match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("tlcd: error: {err:#}");
@@ -248,7 +230,7 @@ fn run(args: Args) -> Result<()> {
     let options = config.sidecar_options()?;
     let total = match config.limits.memory_mib {
         Some(mib) => format!("{mib} MiB (limits.memory_mib)"),
-        None => tlc_daemon::limits::memory::detected().to_string(),
+        None => tlc_proxy::limits::memory::detected().to_string(),
     };
     tracing::info!(
         memory = %total,
@@ -337,7 +319,7 @@ fn run(args: Args) -> Result<()> {
             tokio::spawn(http_server::serve(listener, handler, endpoints.clone()));
             info!(%addr, "Prometheus metrics on /metrics, probes on /healthz and /readyz");
         }
-        let proxy = Proxy::start_with(&config, sidecar.clone(), |addr| {
+        let proxy = Proxy::start_with(&config.proxy_settings()?, sidecar.clone(), |addr| {
             inherit(Purpose::Route, addr)
         })
         .await?;

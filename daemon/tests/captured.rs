@@ -14,16 +14,17 @@ use std::sync::Arc;
 use bytes::Bytes;
 use support::tf::{start_raw_server, Bodies};
 use support::{teach, Client};
-use tlc_daemon::config::Role;
-use tlc_daemon::graph::build::PartitionBuilder;
-use tlc_daemon::policy::{Direction, Policy};
-use tlc_daemon::proxy::Proxy;
-use tlc_daemon::sidecar::request_key;
-use tlc_daemon::sidecar::Sidecar;
-use tlc_daemon::tf::proto::RecvTensorRequest;
-use tlc_daemon::tf::recv_tensor::{self, PassReason};
-use tlc_daemon::tf::rendezvous::RendezvousKey;
-use tlc_daemon::tf::{fast_parse, grpc, RECV_TENSOR_PATH};
+use tlc_core::Direction;
+use tlc_core::Role;
+use tlc_proxy::Proxy;
+use tlc_sidecar::policy::Policy;
+use tlc_sidecar::sidecar::request_key;
+use tlc_sidecar::Sidecar;
+use tlc_wire::graph::build::PartitionBuilder;
+use tlc_wire::tf::proto::RecvTensorRequest;
+use tlc_wire::tf::recv_tensor::{self, PassReason};
+use tlc_wire::tf::rendezvous::RendezvousKey;
+use tlc_wire::tf::{fast_parse, grpc, RECV_TENSOR_PATH};
 
 struct Capture {
     request: Bytes,
@@ -31,7 +32,7 @@ struct Capture {
 }
 
 fn capture(name: &str) -> Capture {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/captured");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../wire/tests/fixtures/captured");
     let read =
         |suffix: &str| Bytes::from(std::fs::read(dir.join(format!("{name}.{suffix}"))).unwrap());
     Capture {
@@ -64,7 +65,7 @@ fn requests_name_tensors_and_directions() {
         "gradients/MatMul_2_grad/tuple/control_dependency_1"
     );
     assert_eq!(push.holder_task, "/job:worker/replica:0/task:0");
-    assert_eq!(push.peer_task, "/job:ps/replica:0/task:0");
+    assert_eq!(push.requester_task, "/job:ps/replica:0/task:0");
     // Both workers pull the same variable under one context name.
     let (w0, w1) = (call("pull_w0_w2_read"), call("pull_w1_w2_read"));
     assert_eq!(
@@ -74,7 +75,7 @@ fn requests_name_tensors_and_directions() {
     assert_eq!(w0.tensor, "w2/read");
     assert_eq!(w1.tensor, "w2/read");
     assert_eq!(w0.holder_task, "/job:ps/replica:0/task:0");
-    assert_eq!(w1.peer_task, "/job:worker/replica:0/task:1");
+    assert_eq!(w1.requester_task, "/job:worker/replica:0/task:1");
 }
 
 #[test]
@@ -143,7 +144,7 @@ fn captured_partition() -> PartitionBuilder {
 
 /// A client → requester sidecar → holder sidecar → `server` chain; the
 /// holder has read the partition graph if `graph`.
-async fn through_sidecars(server: SocketAddr, graph: bool) -> (Client, Vec<Proxy>) {
+async fn through_sidecars(server: SocketAddr, graph: bool) -> (Client, Vec<Proxy<Sidecar>>) {
     let holder = Arc::new(Sidecar::default());
     if graph {
         teach(&holder, captured_partition());

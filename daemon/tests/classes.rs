@@ -12,11 +12,11 @@ use std::time::Instant;
 use support::metrics::{key, pair};
 use support::register_graph;
 use support::tf::{recv, start_tensor_server, Tensors};
-use tlc_daemon::graph::build::PartitionBuilder;
-use tlc_daemon::graph::TensorClass;
-use tlc_daemon::policy::{Policy, PolicySettings};
-use tlc_daemon::sidecar::stats::Stats;
-use tlc_daemon::sidecar::Sidecar;
+use tlc_core::TensorClass;
+use tlc_sidecar::policy::{Policy, PolicySettings};
+use tlc_sidecar::sidecar::stats::Stats;
+use tlc_sidecar::Sidecar;
+use tlc_wire::graph::build::PartitionBuilder;
 
 const PS: &str = "/job:ps/replica:0/task:0/device:CPU:0";
 const W0: &str = "/job:worker/replica:0/task:0/device:CPU:0";
@@ -158,7 +158,7 @@ async fn one_sidecar_carrying_two_requesters_keeps_their_replicas_apart() {
     assert_eq!(path.holder.pull.stats().contexts, 1);
     let now = Instant::now();
     for requester in [W0_TASK, W1_TASK] {
-        let key = tlc_daemon::context::ReplicaKey {
+        let key = tlc_context::ReplicaKey {
             holder: PS_TASK.into(),
             requester: requester.into(),
             tensor: "w/read".into(),

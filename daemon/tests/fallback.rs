@@ -12,14 +12,14 @@ use hyper::body::Incoming;
 use support::tf::{recv, response_body};
 use support::Client;
 use tlc_codec::{Codec, Feedback, Sparsity};
-use tlc_daemon::config::Role;
-use tlc_daemon::context::{PushContext, Refinement};
-use tlc_daemon::peer;
-use tlc_daemon::proxy::Proxy;
-use tlc_daemon::sidecar::stats::Stats;
-use tlc_daemon::sidecar::Sidecar;
-use tlc_daemon::tf::proto::DataType;
-use tlc_daemon::tf::recv_tensor::{self, ResponseMeta};
+use tlc_context::{PushContext, Refinement};
+use tlc_core::Role;
+use tlc_proxy::Proxy;
+use tlc_sidecar::sidecar::stats::Stats;
+use tlc_sidecar::Sidecar;
+use tlc_wire::peer;
+use tlc_wire::tf::proto::DataType;
+use tlc_wire::tf::recv_tensor::{self, ResponseMeta};
 
 const TOKEN: u64 = 0xfeed;
 const N: usize = 40_000;
@@ -85,7 +85,7 @@ async fn start_broken_holder(fallback_works: bool) -> SocketAddr {
                 // The original is gone: an empty body and NOT_FOUND.
                 let mut trailers = HeaderMap::new();
                 trailers.insert("grpc-status", "5".parse().unwrap());
-                *response.body_mut() = tlc_daemon::proxy::body::chunks(vec![], Some(trailers));
+                *response.body_mut() = tlc_proxy::body::chunks(vec![], Some(trailers));
             }
             response
         })
@@ -93,7 +93,7 @@ async fn start_broken_holder(fallback_works: bool) -> SocketAddr {
     .await
 }
 
-async fn requester_to(holder: SocketAddr) -> (Arc<Sidecar>, Proxy, Client) {
+async fn requester_to(holder: SocketAddr) -> (Arc<Sidecar>, Proxy<Sidecar>, Client) {
     let sidecar = Arc::new(Sidecar::default());
     let proxy = support::proxy(Role::Outbound, holder, sidecar.clone()).await;
     let client = Client::connect(proxy.local_addrs()[0]).await;
@@ -117,7 +117,7 @@ async fn without_the_original_the_call_fails_cleanly() {
     let (sidecar, _proxy, client) = requester_to(start_broken_holder(false).await).await;
     let request = support::tf::request_body(KEY, 1);
     let reply = client
-        .call(tlc_daemon::tf::RECV_TENSOR_PATH, &[], request)
+        .call(tlc_wire::tf::RECV_TENSOR_PATH, &[], request)
         .await;
     // A gRPC error status on this one call; no tensor, no envelope.
     assert_eq!(reply.headers["grpc-status"], "14");

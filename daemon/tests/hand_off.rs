@@ -14,13 +14,15 @@ mod support;
 use std::time::Duration;
 
 use support::slow::{large_answers, SlowClient};
-use tlc_daemon::config::{Config, Role, Route};
-use tlc_daemon::proxy::Proxy;
+use tlc_core::Role;
+use tlc_daemon::config::{Config, Route};
+use tlc_proxy::Proxy;
+use tlc_sidecar::Sidecar;
 
 /// Bytes of each answer.
 const SIZE: usize = 2 << 20;
 
-async fn proxy(upstream: std::net::SocketAddr) -> Proxy {
+async fn proxy(upstream: std::net::SocketAddr) -> Proxy<Sidecar> {
     let config = Config {
         routes: vec![Route {
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -30,7 +32,9 @@ async fn proxy(upstream: std::net::SocketAddr) -> Proxy {
         drain_seconds: 30,
         ..Default::default()
     };
-    Proxy::start(&config, Default::default()).await.unwrap()
+    Proxy::start(&config.proxy_settings().unwrap(), Default::default())
+        .await
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,19 +15,20 @@ use hyper::body::Incoming;
 use support::tf::{recv, response_body, start_tensor_server};
 use support::Client;
 use tlc_codec::{Codec, Sparsity};
-use tlc_daemon::config::limits::LimitSettings;
-use tlc_daemon::config::{Config, Role, Route};
-use tlc_daemon::context::encode_stateless;
-use tlc_daemon::context::envelope::EnvelopeHeader;
-use tlc_daemon::peer;
-use tlc_daemon::policy::Policy;
-use tlc_daemon::proxy::connection::Refusal;
-use tlc_daemon::proxy::Proxy;
-use tlc_daemon::sidecar::stats::Stats;
-use tlc_daemon::sidecar::{Options, Sidecar};
-use tlc_daemon::tf::proto::DataType;
-use tlc_daemon::tf::recv_tensor::{self, ResponseMeta};
-use tlc_daemon::tf::{grpc, RECV_TENSOR_PATH};
+use tlc_context::encode_stateless;
+use tlc_core::Role;
+use tlc_daemon::config::{Config, Route};
+use tlc_proxy::connection::Refusal;
+use tlc_proxy::limits::settings::LimitSettings;
+use tlc_proxy::Proxy;
+use tlc_sidecar::policy::Policy;
+use tlc_sidecar::sidecar::stats::Stats;
+use tlc_sidecar::sidecar::{Options, Sidecar};
+use tlc_wire::envelope::EnvelopeHeader;
+use tlc_wire::peer;
+use tlc_wire::tf::proto::DataType;
+use tlc_wire::tf::recv_tensor::{self, ResponseMeta};
+use tlc_wire::tf::{grpc, RECV_TENSOR_PATH};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -38,7 +39,7 @@ async fn proxy_with(
     upstream: SocketAddr,
     sidecar: Arc<Sidecar>,
     limits: LimitSettings,
-) -> Proxy {
+) -> Proxy<Sidecar> {
     let config = Config {
         routes: vec![Route {
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -48,7 +49,9 @@ async fn proxy_with(
         limits,
         ..Default::default()
     };
-    Proxy::start(&config, sidecar).await.unwrap()
+    Proxy::start(&config.proxy_settings().unwrap(), sidecar)
+        .await
+        .unwrap()
 }
 
 /// Tests that measure this process's memory run one at a time: the others

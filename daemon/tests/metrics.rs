@@ -12,11 +12,11 @@ use std::time::Instant;
 use support::metrics::{get, http, key, pair, Exposition};
 use support::teach;
 use support::tf::{recv, start_tensor_server, Tensors};
-use tlc_daemon::context::{PushKey, SourceKey};
-use tlc_daemon::graph::build::PartitionBuilder;
-use tlc_daemon::policy::{CodecSettings, Policy, PolicySettings};
-use tlc_daemon::sidecar::stats::Stats;
-use tlc_daemon::sidecar::Sidecar;
+use tlc_context::{PushKey, SourceKey};
+use tlc_sidecar::policy::{CodecSettings, Policy, PolicySettings};
+use tlc_sidecar::sidecar::stats::Stats;
+use tlc_sidecar::Sidecar;
+use tlc_wire::graph::build::PartitionBuilder;
 
 const WORKER: &str = "/job:worker/replica:0/task:0/device:CPU:0";
 const PS: &str = "/job:ps/replica:0/task:0/device:CPU:0";
@@ -280,7 +280,7 @@ async fn exposition_matches_the_sidecars_counters() {
         )
         .unwrap();
     let (counters, state) = {
-        let source = tlc_daemon::context::table::lock(&source);
+        let source = tlc_context::table::lock(&source);
         (source.counters(), source.state().unwrap())
     };
     assert_eq!(
@@ -320,7 +320,7 @@ async fn exposition_matches_the_sidecars_counters() {
                 Instant::now(),
             )
             .unwrap();
-        let counters = tlc_daemon::context::table::lock(&context).counters();
+        let counters = tlc_context::table::lock(&context).counters();
         let labels = [("direction", "push"), ("tensor", tensor.as_str())];
         assert_eq!(
             h.value("tlc_tensor_top_raw_bytes_total", &labels),
@@ -499,7 +499,7 @@ async fn calls_are_traced_with_tensor_sizes_and_outcome() {
     // The only test of this binary that installs a subscriber.
     tracing::subscriber::set_global_default(
         tracing_subscriber::fmt()
-            .with_env_filter("tlc_daemon::metrics=debug")
+            .with_env_filter("tlc_sidecar::sidecar::calls=debug")
             .with_ansi(false)
             .with_writer(move || writer.clone())
             .finish(),

@@ -5,10 +5,11 @@ mod support;
 
 use bytes::Bytes;
 use support::{start_echo_server, Client};
-use tlc_daemon::config::Role;
-use tlc_daemon::proxy::Proxy;
+use tlc_core::Role;
+use tlc_proxy::Proxy;
+use tlc_sidecar::Sidecar;
 
-async fn proxy_to(upstream: std::net::SocketAddr) -> Proxy {
+async fn proxy_to(upstream: std::net::SocketAddr) -> Proxy<Sidecar> {
     support::proxy(Role::Outbound, upstream, Default::default()).await
 }
 

@@ -19,9 +19,9 @@ use support::metrics::{get, key, pair};
 use support::process::{free_addr, KillOnDrop};
 use support::register_graph;
 use support::tf::{recv, start_tensor_server, Tensors};
-use tlc_daemon::graph::build::PartitionBuilder;
-use tlc_daemon::sidecar::stats::Stats;
-use tlc_daemon::sidecar::Sidecar;
+use tlc_sidecar::sidecar::stats::Stats;
+use tlc_sidecar::Sidecar;
+use tlc_wire::graph::build::PartitionBuilder;
 
 const PROMETHEUS: &str = "/usr/bin/prometheus";
 const WORKER: &str = "/job:worker/replica:0/task:0/device:CPU:0";

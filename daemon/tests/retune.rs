@@ -20,9 +20,9 @@ use support::process::{free_addr, KillOnDrop};
 use support::tf::{request_body, start_tensor_server, Tensors};
 use support::{register_graph, Client};
 use tlc_codec::{Limits, Params};
-use tlc_daemon::context::Envelope;
-use tlc_daemon::graph::build::PartitionBuilder;
-use tlc_daemon::tf::{grpc, recv_tensor, RECV_TENSOR_PATH};
+use tlc_wire::envelope::Envelope;
+use tlc_wire::graph::build::PartitionBuilder;
+use tlc_wire::tf::{grpc, recv_tensor, RECV_TENSOR_PATH};
 
 const WORKER0: &str = "/job:worker/replica:0/task:0/device:CPU:0";
 const PS: &str = "/job:ps/replica:0/task:0/device:CPU:0";

@@ -12,8 +12,10 @@ use bytes::Bytes;
 use http::Request;
 use hyper::body::Incoming;
 use support::{grpc_response, Client};
-use tlc_daemon::config::{Config, Role, Route};
-use tlc_daemon::proxy::Proxy;
+use tlc_core::Role;
+use tlc_daemon::config::{Config, Route};
+use tlc_proxy::Proxy;
+use tlc_sidecar::Sidecar;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
@@ -63,7 +65,7 @@ impl StoppableServer {
     }
 }
 
-async fn proxy(role: Role, upstream: SocketAddr, drain_seconds: u64) -> Proxy {
+async fn proxy(role: Role, upstream: SocketAddr, drain_seconds: u64) -> Proxy<Sidecar> {
     let config = Config {
         routes: vec![Route {
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -73,7 +75,9 @@ async fn proxy(role: Role, upstream: SocketAddr, drain_seconds: u64) -> Proxy {
         drain_seconds,
         ..Default::default()
     };
-    Proxy::start(&config, Default::default()).await.unwrap()
+    Proxy::start(&config.proxy_settings().unwrap(), Default::default())
+        .await
+        .unwrap()
 }
 
 async fn echo(client: &Client, text: &'static str) -> Bytes {

@@ -11,14 +11,14 @@ use std::time::Instant;
 
 use support::tf::{recv, response_body, start_tensor_server, Tensors};
 use support::{teach, Client};
-use tlc_daemon::config::Role;
-use tlc_daemon::context::{replica_hash, PushKey, ReplicaKey, SourceKey};
-use tlc_daemon::graph::build::PartitionBuilder;
-use tlc_daemon::policy::{Policy, PolicySettings};
-use tlc_daemon::proxy::Proxy;
-use tlc_daemon::sidecar::stats::Stats;
-use tlc_daemon::sidecar::Sidecar;
-use tlc_daemon::tf::rendezvous::TaskName;
+use tlc_context::{replica_hash, PushKey, ReplicaKey, SourceKey};
+use tlc_core::Role;
+use tlc_proxy::Proxy;
+use tlc_sidecar::policy::{Policy, PolicySettings};
+use tlc_sidecar::sidecar::stats::Stats;
+use tlc_sidecar::Sidecar;
+use tlc_wire::graph::build::PartitionBuilder;
+use tlc_wire::tf::rendezvous::TaskName;
 
 const WORKER0: &str = "/job:worker/replica:0/task:0/device:CPU:0";
 const WORKER1: &str = "/job:worker/replica:0/task:1/device:CPU:0";
@@ -44,7 +44,7 @@ struct Path {
     requester: Arc<Sidecar>,
     holder: Arc<Sidecar>,
     client: Client,
-    _proxies: (Proxy, Proxy),
+    _proxies: (Proxy<Sidecar>, Proxy<Sidecar>),
 }
 
 async fn path_to(server: SocketAddr, holder: Arc<Sidecar>) -> Path {
@@ -136,9 +136,7 @@ async fn gradients_cross_compressed_with_error_feedback() {
         Instant::now(),
     );
     let context = context.expect("a push context on the holder side");
-    let residual = tlc_daemon::context::table::lock(&context)
-        .residual()
-        .to_vec();
+    let residual = tlc_context::table::lock(&context).residual().to_vec();
     for i in 0..n {
         let diff = sent[i] - received[i] - f64::from(residual[i]);
         assert!(
@@ -195,7 +193,7 @@ async fn model_values_share_one_encode_and_replicas_agree() {
                 .replicas
                 .replica_hash(&replica_key, Instant::now());
             let source = holder.pull.get(&source_key(), Instant::now()).unwrap();
-            let holder_hash = tlc_daemon::context::table::lock(&source).replica_hash();
+            let holder_hash = tlc_context::table::lock(&source).replica_hash();
             assert_eq!(
                 requester_hash,
                 Some(holder_hash),
@@ -221,7 +219,7 @@ async fn model_values_share_one_encode_and_replicas_agree() {
         raw as f64 / wire as f64
     );
     let source = holder.pull.get(&source_key(), Instant::now()).unwrap();
-    let counters = tlc_daemon::context::table::lock(&source).counters();
+    let counters = tlc_context::table::lock(&source).counters();
     assert_eq!(
         counters.deltas, 14,
         "one encode per new value, shared by both workers"
@@ -274,7 +272,7 @@ async fn the_graph_picks_the_synchronous_or_asynchronous_pull_bound() {
         let mut drift = 0f64;
         for step in 0..12 {
             let got = recv(&path.client, &key, step).await;
-            drift = drift.max(tlc_daemon::context::pull::drift(&model(step), &got.values));
+            drift = drift.max(tlc_context::pull::drift(&model(step), &got.values));
         }
         passes.push(Stats::get(&holder.stats.pull.refinements));
         worst.push(drift);

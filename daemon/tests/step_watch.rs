@@ -16,14 +16,15 @@ use prost::Message;
 use support::metrics::pair;
 use support::tf::{request_body, start_raw_server};
 use support::{Client, Reply};
-use tlc_daemon::config::recovery::{OnModelReset, RecoverySettings};
-use tlc_daemon::config::Role;
-use tlc_daemon::sidecar::Sidecar;
-use tlc_daemon::tf::proto::RecvTensorRequest;
-use tlc_daemon::tf::{grpc, RECV_TENSOR_PATH};
+use tlc_core::Role;
+use tlc_sidecar::training::recovery::{OnModelReset, RecoverySettings};
+use tlc_sidecar::Sidecar;
+use tlc_wire::tf::proto::RecvTensorRequest;
+use tlc_wire::tf::{grpc, RECV_TENSOR_PATH};
 
 /// The captured response to `edge_17_global_step/read` (value 0).
-const CAPTURED: &[u8] = include_bytes!("fixtures/captured/int64_global_step.response.grpc");
+const CAPTURED: &[u8] =
+    include_bytes!("../../wire/tests/fixtures/captured/int64_global_step.response.grpc");
 
 /// The key of the capture: worker 0 reads the global step from ps 0.
 const KEY: &str = "/job:ps/replica:0/task:0/device:CPU:0;9535e5bbb9628c8e;\

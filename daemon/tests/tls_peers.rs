@@ -14,14 +14,15 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use support::tf::{recv, start_tensor_server};
 use support::Client;
-use tlc_daemon::config::{Config, Role, Route};
-use tlc_daemon::peer;
-use tlc_daemon::proxy::connection::Refusal;
-use tlc_daemon::proxy::Proxy;
-use tlc_daemon::sidecar::stats::Stats;
-use tlc_daemon::sidecar::Sidecar;
-use tlc_daemon::tf::RECV_TENSOR_PATH;
-use tlc_daemon::tls::{TlsMode, TlsSettings};
+use tlc_core::Role;
+use tlc_daemon::config::{Config, Route};
+use tlc_proxy::connection::Refusal;
+use tlc_proxy::tls::{TlsMode, TlsSettings};
+use tlc_proxy::Proxy;
+use tlc_sidecar::sidecar::stats::Stats;
+use tlc_sidecar::Sidecar;
+use tlc_wire::peer;
+use tlc_wire::tf::RECV_TENSOR_PATH;
 
 const KEY: &str = "/job:worker/replica:0/task:0/device:CPU:0;0000000000000001;/job:ps/replica:0/task:0/device:CPU:0;edge_3_g;0:0";
 const WORKER: &str = "spiffe://tlc.local/ns/default/sa/worker";
@@ -53,7 +54,12 @@ fn tls(dir: &Path, name: &str, peers: &[&str]) -> TlsSettings {
     }
 }
 
-async fn proxy(role: Role, upstream: SocketAddr, sidecar: Arc<Sidecar>, tls: TlsSettings) -> Proxy {
+async fn proxy(
+    role: Role,
+    upstream: SocketAddr,
+    sidecar: Arc<Sidecar>,
+    tls: TlsSettings,
+) -> Proxy<Sidecar> {
     let config = Config {
         routes: vec![Route {
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -63,7 +69,9 @@ async fn proxy(role: Role, upstream: SocketAddr, sidecar: Arc<Sidecar>, tls: Tls
         tls,
         ..Default::default()
     };
-    Proxy::start(&config, sidecar).await.unwrap()
+    Proxy::start(&config.proxy_settings().unwrap(), sidecar)
+        .await
+        .unwrap()
 }
 
 fn values() -> Vec<f32> {
@@ -74,7 +82,7 @@ struct Job {
     _certs: tempfile::TempDir,
     dir: PathBuf,
     holder: Arc<Sidecar>,
-    inbound: Proxy,
+    inbound: Proxy<Sidecar>,
 }
 
 /// A tensor server behind a holder sidecar that takes TLS from `worker`.

@@ -26,8 +26,8 @@ use tlc_daemon::config::Config;
 use tlc_daemon::control::log::LogControl;
 use tlc_daemon::control::policy_change::{self, PolicyChange};
 use tlc_daemon::control::{ApiChange, Control, ControlError};
-use tlc_daemon::policy::Policy;
-use tlc_daemon::sidecar::Sidecar;
+use tlc_sidecar::policy::Policy;
+use tlc_sidecar::Sidecar;
 
 /// The file the sidecar started with: a route, overrides, bounds.
 const FILE: &str = r#"

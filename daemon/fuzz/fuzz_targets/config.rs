@@ -19,7 +19,7 @@
 use libfuzzer_sys::fuzz_target;
 use tlc_daemon::config::layers::Layers;
 use tlc_daemon::config::Config;
-use tlc_daemon::policy::Policy;
+use tlc_sidecar::policy::Policy;
 
 fuzz_target!(|input: &[u8]| {
     let (file, env) = match input.iter().position(|&b| b == 0) {

@@ -30,9 +30,10 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use tlc_codec::{Codec, Limits};
-use tlc_daemon::config::limits::LimitSettings;
-use tlc_daemon::context::pull::{ApplyError, PullSource, Replica};
-use tlc_daemon::context::{decode_push, Envelope, Refinement};
+use tlc_proxy::limits::settings::LimitSettings;
+use tlc_context::pull::{ApplyError, PullSource, Replica};
+use tlc_context::{decode_push, Refinement};
+use tlc_wire::envelope::Envelope;
 
 /// Bytes allocated and not yet freed, and the most of them since the last
 /// [`measure`] began.

@@ -7,8 +7,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tlc_daemon::graph::tap::MessageSplitter;
-use tlc_daemon::graph::GraphIndex;
+use tlc_sidecar::graph::tap::MessageSplitter;
+use tlc_sidecar::graph::GraphIndex;
 
 const MAX_ENTRIES: usize = 64;
 

@@ -1,5 +1,5 @@
 //! Arbitrary bytes as each line of the listener hand-over
-//! (`tlc_daemon::handover::protocol`): the running tlcd's manifest (or
+//! (`tlc_proxy::handover::protocol`): the running tlcd's manifest (or
 //! refusal), read by the successor; the successor's hello and its ready
 //! line, read by the running tlcd. Each line comes from another process
 //! over a Unix socket, so a successor of another version, or a stranger on
@@ -15,8 +15,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tlc_daemon::handover::protocol::MAX_REASON;
-use tlc_daemon::handover::{HandoverError, Hello, Manifest, Ready, MAX_LINE, MAX_LISTENERS};
+use tlc_proxy::handover::protocol::MAX_REASON;
+use tlc_proxy::handover::{HandoverError, Hello, Manifest, Ready, MAX_LINE, MAX_LISTENERS};
 
 fuzz_target!(|line: &[u8]| {
     let too_long = line.len() > MAX_LINE;

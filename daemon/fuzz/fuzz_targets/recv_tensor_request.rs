@@ -20,14 +20,16 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use tlc_daemon::demo::wire;
-use tlc_daemon::policy::{Direction, Policy};
-use tlc_daemon::proxy::body::{self, Peeked};
-use tlc_daemon::sidecar::request_key::{self, TensorCall};
-use tlc_daemon::sidecar::MAX_REQUEST;
-use tlc_daemon::tf::grpc;
-use tlc_daemon::tf::proto::RecvTensorRequest;
-use tlc_daemon::tf::rendezvous::{context_name, RendezvousKey, TaskName};
+use tlc_demo::wire;
+use tlc_core::Direction;
+use tlc_sidecar::policy::Policy;
+use tlc_proxy::body::{self, Peeked};
+use tlc_core::TensorCall;
+use tlc_sidecar::sidecar::request_key;
+use tlc_sidecar::sidecar::MAX_REQUEST;
+use tlc_wire::tf::grpc;
+use tlc_wire::tf::proto::RecvTensorRequest;
+use tlc_wire::tf::rendezvous::{context_name, RendezvousKey, TaskName};
 
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
@@ -103,7 +105,7 @@ fn check_call(body: &Bytes, call: &TensorCall, policy: &Policy) {
     assert!(!call.tensor.is_empty());
     for (task, device) in [
         (&call.holder_task, &key.src_device),
-        (&call.peer_task, &key.dst_device),
+        (&call.requester_task, &key.dst_device),
     ] {
         assert!(task.len() <= device.len(), "{task} longer than {device}");
         let parsed = TaskName::of_device(task).expect("a task prefix is a device name");

@@ -23,13 +23,13 @@
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use tlc_codec::{Codec, EncodeError, Limits};
-use tlc_daemon::context::{decode_push, encode_stateless};
-use tlc_daemon::sidecar::tensor_bytes;
-use tlc_daemon::sidecar::MAX_RESPONSE;
-use tlc_daemon::tf::fast_parse::{self, NotFast};
-use tlc_daemon::tf::grpc;
-use tlc_daemon::tf::proto::DataType;
-use tlc_daemon::tf::recv_tensor::{
+use tlc_context::{decode_push, encode_stateless};
+use tlc_sidecar::sidecar::tensor_bytes;
+use tlc_sidecar::sidecar::MAX_RESPONSE;
+use tlc_wire::tf::fast_parse::{self, NotFast};
+use tlc_wire::tf::grpc;
+use tlc_wire::tf::proto::DataType;
+use tlc_wire::tf::recv_tensor::{
     self, build_response_with_content, build_standard_response, EncodedResponse, FloatTensor,
     ResponseMeta,
 };
@@ -59,7 +59,7 @@ fuzz_target!(|input: &[u8]| {
 
     let fast = fast_parse::check(&message);
     if let Ok(parsed) = &fast {
-        assert!(parsed.dims.len() <= tlc_daemon::tf::proto::MAX_DIMS);
+        assert!(parsed.dims.len() <= tlc_wire::tf::proto::MAX_DIMS);
         assert!(parsed.content_len.unwrap_or(0) <= message.len() as u64);
     }
     let Ok(response) = recv_tensor::decode_response(message.clone()) else {
@@ -84,7 +84,7 @@ fuzz_target!(|input: &[u8]| {
 
 /// A tensor `classify` accepted from `message`.
 fn check_classified(message: &Bytes, tensor: &FloatTensor) {
-    assert!(tensor.dims.len() <= tlc_daemon::tf::proto::MAX_DIMS);
+    assert!(tensor.dims.len() <= tlc_wire::tf::proto::MAX_DIMS);
     assert!(tensor.dims.iter().all(|&d| d <= i64::MAX as u64));
     assert_eq!(tensor.content.len() as u64, tensor.element_count() * 4);
     assert_eq!(tensor.values().len() as u64, tensor.element_count());

@@ -15,7 +15,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tlc_daemon::tf::rendezvous::{context_name, RendezvousKey, TaskName};
+use tlc_wire::tf::rendezvous::{context_name, RendezvousKey, TaskName};
 
 fuzz_target!(|input: &[u8]| {
     let text = String::from_utf8_lossy(input);

@@ -22,10 +22,10 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request};
 use libfuzzer_sys::fuzz_target;
-use tlc_daemon::peer::{self, ReplicaHeader};
-use tlc_daemon::proxy::body;
-use tlc_daemon::proxy::connection::ConnectionId;
-use tlc_daemon::sidecar::fallback::FallbackCache;
+use tlc_wire::peer::{self, ReplicaHeader};
+use tlc_proxy::body;
+use tlc_proxy::connection::ConnectionId;
+use tlc_sidecar::sidecar::fallback::FallbackCache;
 
 const NAMES: [&str; 6] = [
     peer::REPLICA,

@@ -16,14 +16,14 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use prost::Message;
 use tlc_codec::{Codec, Feedback, Sparsity};
-use tlc_daemon::context::pull::PullSource;
-use tlc_daemon::context::{encode_stateless, PassScale, PushContext, Refinement};
-use tlc_daemon::demo::wire;
-use tlc_daemon::handover::{Hello, Manifest, ManifestEntry, Purpose, Ready};
-use tlc_daemon::tf::grpc;
-use tlc_daemon::tf::proto::RecvTensorRequest;
-use tlc_daemon::tf::recv_tensor::ResponseMeta;
-use tlc_daemon::tf::recv_tensor::{build_response_with_content, build_standard_response};
+use tlc_context::pull::PullSource;
+use tlc_context::{encode_stateless, PassScale, PushContext, Refinement};
+use tlc_demo::wire;
+use tlc_proxy::handover::{Hello, Manifest, ManifestEntry, Purpose, Ready};
+use tlc_wire::tf::grpc;
+use tlc_wire::tf::proto::RecvTensorRequest;
+use tlc_wire::tf::recv_tensor::ResponseMeta;
+use tlc_wire::tf::recv_tensor::{build_response_with_content, build_standard_response};
 
 type Seeds = Vec<(String, Vec<u8>)>;
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -41,7 +41,7 @@ const KEYS: &[&str] = &[
 
 fn main() -> Result<()> {
     let dir = PathBuf::from(std::env::args().nth(1).ok_or("usage: seeds DIR")?);
-    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../wire/tests/fixtures");
     let targets: [(&str, Seeds); 10] = [
         ("envelope", envelope()?),
         ("graph_registration", graph_registration(&fixtures)?),
@@ -88,7 +88,7 @@ fn envelope() -> Result<Seeds> {
     source.serve(&value, None, Codec::None, Refinement::OFF, 1, &mut out)?;
     seeds.push(("keyframe".into(), 8, out));
     let state = |v: u64| {
-        Some(tlc_daemon::context::ReplicaState {
+        Some(tlc_context::ReplicaState {
             epoch: 1,
             version: v,
         })
@@ -254,7 +254,7 @@ fn admin_json() -> Seeds {
         ("policy-skip", 1, r#"{"tensor": "*batch_norm*", "skip": false, "codec": "int8"}"#),
         ("policy-min-bytes", 1, r#"{"min_bytes": 65536, "codec": "fp16"}"#),
         ("policy-topk", 1, r#"{"direction": "pull", "codec": "topk", "k": 10}"#),
-        ("log", 2, r#"{"filter": "info,tlc_daemon::sidecar=debug"}"#),
+        ("log", 2, r#"{"filter": "info,tlc_sidecar::sidecar=debug"}"#),
         ("log-bad", 2, r#"{"filter": "info,tlc_daemon=["}"#),
     ]
     .into_iter()

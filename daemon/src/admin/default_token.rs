@@ -18,10 +18,10 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use crate::runtime_dir::{self, PrivateDirError};
+use tlc_core::runtime_dir::{self, PrivateDirError};
 
 /// Kept here too: tlcd and its tests found them in this module first.
-pub use crate::runtime_dir::{directory, euid};
+pub use tlc_core::runtime_dir::{directory, euid};
 
 /// Random bytes in a token tlcd makes.
 const TOKEN_BYTES: usize = 32;

@@ -22,11 +22,11 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use tracing::debug;
 
-use crate::config::Listener;
 use crate::control::policy_change::PolicyChange;
 use crate::control::{ApiChange, Control, ControlError};
-use crate::http_server::{self, Handler};
 use guard::{Guard, Refusal};
+use tlc_proxy::http_server::{self, Handler};
+use tlc_proxy::Listener;
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 1 << 20;

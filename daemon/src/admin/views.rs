@@ -3,12 +3,13 @@
 use serde_json::{json, Value};
 
 use crate::config::layers::Resolved;
-use crate::config::{Listener, Target};
-use crate::context::table::TableStats;
-use crate::policy::{CodecView, Direction, Policy};
-use crate::sidecar::stats::{ratio, DirectionStats, Stats};
-use crate::sidecar::tensors::TensorRow;
-use crate::sidecar::Sidecar;
+use tlc_context::table::TableStats;
+use tlc_core::Direction;
+use tlc_proxy::{Listener, Target};
+use tlc_sidecar::policy::{CodecView, Policy};
+use tlc_sidecar::sidecar::stats::{ratio, DirectionStats, Stats};
+use tlc_sidecar::sidecar::tensors::TensorRow;
+use tlc_sidecar::sidecar::Sidecar;
 
 /// `GET /v1/config`: the configuration and the origin of each value.
 pub fn config(resolved: &Resolved) -> Value {

@@ -4,40 +4,23 @@
 //! variables, flags and run-time changes combine.
 
 pub mod admin;
-pub mod bounds;
 pub mod layers;
-pub mod limits;
-pub mod recovery;
+
+#[cfg(test)]
+mod bounds_tests;
+#[cfg(test)]
+mod recovery_tests;
+#[cfg(test)]
+mod tls_tests;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use thiserror::Error;
-
-/// Which side of a tensor's path a listener serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// Next to the task that asks for tensors: calls from the local
-    /// TensorFlow task go out through this listener to a remote peer. This
-    /// side announces that it can decode and restores compressed responses.
-    Outbound,
-    /// Next to the task that holds tensors: calls from remote peers come in
-    /// through this listener to the local TensorFlow task. This side
-    /// compresses responses for peers that announced a sidecar.
-    Inbound,
-}
-
-impl Role {
-    /// `outbound` or `inbound`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Outbound => "outbound",
-            Role::Inbound => "inbound",
-        }
-    }
-}
+use tlc_core::{bounds, ConfigError, Role};
+use tlc_proxy::limits::settings as limits;
+use tlc_proxy::{Listener, ProxySettings, Target};
+use tlc_sidecar::training::recovery;
 
 /// One explicit route: connections accepted on `listen` are proxied to `upstream`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -62,26 +45,6 @@ pub struct Transparent {
     pub inbound: SocketAddr,
 }
 
-/// Where a listener sends the connections it accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Target {
-    /// Always this address (explicit mode).
-    Fixed(SocketAddr),
-    /// Wherever the connection was going before iptables redirected it.
-    OriginalDestination,
-}
-
-/// One listening socket and what it does with connections.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Listener {
-    /// Address to accept on.
-    pub listen: SocketAddr,
-    /// Where to forward.
-    pub target: Target,
-    /// Which side of the path.
-    pub role: Role,
-}
-
 /// Everything `tlcd` is configured with.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -98,7 +61,7 @@ pub struct Config {
     /// port), `off`, or an absolute path.
     pub handover_socket: String,
     /// Which tensors are compressed and how.
-    pub policy: crate::policy::PolicySettings,
+    pub policy: tlc_sidecar::policy::PolicySettings,
     /// Bounds of the per-tensor state.
     pub contexts: ContextSettings,
     /// Bounds of memory, connections and time that peers and clients may use.
@@ -110,7 +73,7 @@ pub struct Config {
     /// Logging.
     pub log: LogSettings,
     /// Mutual TLS between sidecars.
-    pub tls: crate::tls::TlsSettings,
+    pub tls: tlc_proxy::tls::TlsSettings,
     /// What to do when TensorFlow's recovery harms the training run.
     pub recovery: recovery::RecoverySettings,
 }
@@ -174,7 +137,7 @@ fn listen_address(key: &str, listen: &str) -> Result<Option<SocketAddr>, ConfigE
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogSettings {
-    /// A `RUST_LOG`-style filter, e.g. `info,tlc_daemon::sidecar=debug`.
+    /// A `RUST_LOG`-style filter, e.g. `info,tlc_sidecar=debug`.
     pub level: String,
     /// `human` or `json`.
     pub format: LogFormat,
@@ -220,8 +183,8 @@ impl Default for ContextSettings {
     fn default() -> Self {
         ContextSettings {
             memory_mib: None,
-            idle_seconds: crate::sidecar::DEFAULT_IDLE.as_secs(),
-            pull_cache: crate::context::pull::DEFAULT_CACHE_LEN,
+            idle_seconds: tlc_sidecar::sidecar::DEFAULT_IDLE.as_secs(),
+            pull_cache: tlc_context::pull::DEFAULT_CACHE_LEN,
             fallback_mib: None,
         }
     }
@@ -230,13 +193,16 @@ impl Default for ContextSettings {
 impl ContextSettings {
     /// The sidecar's bounds within `limits`, or the key of a value that
     /// cannot be used.
-    pub fn options(&self, limits: &limits::Limits) -> Result<crate::sidecar::Options, ConfigError> {
+    pub fn options(
+        &self,
+        limits: &limits::Limits,
+    ) -> Result<tlc_sidecar::sidecar::Options, ConfigError> {
         bounds::IDLE_SECONDS.check("contexts.idle_seconds", self.idle_seconds)?;
         bounds::PULL_CACHE.check(
             "contexts.pull_cache",
             u64::try_from(self.pull_cache).unwrap_or(u64::MAX),
         )?;
-        let mut options = crate::sidecar::Options::within(limits);
+        let mut options = tlc_sidecar::sidecar::Options::within(limits);
         if let Some(mib) = self.memory_mib {
             bounds::MEMORY_MIB.check("contexts.memory_mib", mib)?;
             options.push_limits.max_bytes = mib_to_bytes(mib);
@@ -255,43 +221,6 @@ impl ContextSettings {
 
 fn mib_to_bytes(mib: u64) -> usize {
     usize::try_from(mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
-}
-
-/// A configuration that cannot be used, with the key at fault.
-#[derive(Debug, Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read config file {path}: {cause}")]
-    Read {
-        /// The file.
-        path: String,
-        /// The I/O error.
-        cause: std::io::Error,
-    },
-    /// The file is not valid TOML for this schema.
-    #[error("config file {path}: {message}")]
-    Parse {
-        /// The file.
-        path: String,
-        /// What the TOML parser said, with line and key.
-        message: String,
-    },
-    /// The layers do not merge into this schema (environment or flags).
-    #[error("configuration: {message}")]
-    Merge {
-        /// What the merge said, with the key.
-        message: String,
-    },
-    /// A value is out of its allowed range.
-    #[error("{key} = {value}: {allowed}")]
-    Invalid {
-        /// The key, as written in the file.
-        key: String,
-        /// The offending value.
-        value: String,
-        /// What is allowed.
-        allowed: String,
-    },
 }
 
 impl Config {
@@ -332,7 +261,7 @@ impl Config {
             "off" => Ok(None),
             "auto" => {
                 let port = self.listeners().first().map_or(0, |l| l.listen.port());
-                Ok(Some(crate::handover::default_socket_path(port)))
+                Ok(Some(tlc_proxy::handover::default_socket_path(port)))
             }
             path if path.starts_with('/') => Ok(Some(PathBuf::from(path))),
             other => Err(ConfigError::Invalid {
@@ -343,8 +272,19 @@ impl Config {
         }
     }
 
+    /// What the proxy runs with: every listener, `[limits]`, `[tls]` and
+    /// `drain_seconds`.
+    pub fn proxy_settings(&self) -> Result<ProxySettings, ConfigError> {
+        Ok(ProxySettings {
+            listeners: self.listeners(),
+            limits: self.limits.limits()?,
+            tls: self.tls.clone(),
+            drain: std::time::Duration::from_secs(self.drain_seconds),
+        })
+    }
+
     /// The sidecar's bounds: `[limits]`, and `[contexts]` within them.
-    pub fn sidecar_options(&self) -> Result<crate::sidecar::Options, ConfigError> {
+    pub fn sidecar_options(&self) -> Result<tlc_sidecar::sidecar::Options, ConfigError> {
         self.contexts.options(&self.limits.limits()?)
     }
 
@@ -352,7 +292,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         bounds::DRAIN_SECONDS.check("drain_seconds", self.drain_seconds)?;
         self.handover_path()?;
-        crate::policy::Policy::new(&self.policy)?;
+        tlc_sidecar::policy::Policy::new(&self.policy)?;
         self.sidecar_options()?;
         self.admin.validate()?;
         self.metrics.address("metrics")?;
@@ -362,7 +302,7 @@ impl Config {
             return Err(ConfigError::Invalid {
                 key: "log.level".into(),
                 value: self.log.level.clone(),
-                allowed: format!("a filter such as info or warn,tlc_daemon=debug ({err})"),
+                allowed: format!("a filter such as info or warn,tlc_sidecar=debug ({err})"),
             });
         }
         if let Some(t) = &self.transparent {

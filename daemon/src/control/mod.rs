@@ -15,11 +15,12 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::config::layers::{Layers, Resolved};
-use crate::config::{Config, ConfigError};
-use crate::policy::Policy;
-use crate::sidecar::Sidecar;
+use crate::config::Config;
 use log::LogControl;
 use policy_change::PolicyChange;
+use tlc_core::ConfigError;
+use tlc_sidecar::policy::Policy;
+use tlc_sidecar::sidecar::Sidecar;
 
 /// Why a change was refused. Nothing changed.
 #[derive(Debug, Error)]
@@ -369,7 +370,7 @@ mod tests {
         control
             .sidecar()
             .policy()
-            .codec_for(crate::policy::Direction::Push)
+            .codec_for(tlc_core::Direction::Push)
             .codec
     }
 
@@ -413,7 +414,7 @@ mod tests {
         let (control, f) = control_with_file("");
         let change = PolicyChange {
             sparsity: Some(1.9),
-            direction: Some(crate::policy::Directions::Push),
+            direction: Some(tlc_sidecar::policy::Directions::Push),
             ..PolicyChange::default()
         };
         let (keys, _) = control.change_policy(&change).unwrap();
@@ -431,7 +432,7 @@ mod tests {
 
     #[test]
     fn recovery_changes_apply_live() {
-        use crate::config::recovery::OnModelReset;
+        use tlc_sidecar::training::recovery::OnModelReset;
         let (control, _f) = control_with_file("[recovery]\nstall_warn_seconds = 60\n");
         let changes = BTreeMap::from([(
             "recovery.on_model_reset".to_string(),

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::ControlError;
 use crate::config::Config;
-use crate::policy::{Directions, OverrideSettings};
+use tlc_sidecar::policy::{Directions, OverrideSettings};
 
 /// One retuning request.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

@@ -20,10 +20,10 @@ use prometheus_client::registry::{Registry, Unit};
 use std::sync::atomic::AtomicU64;
 use tlc_codec::Codec;
 
-use super::families::{direction_codec, DirectionCodec, DirectionLabel, SideLabel};
-use crate::policy::Direction;
-use crate::sidecar::stats::Stats;
-use crate::sidecar::Sidecar;
+use tlc_core::Direction;
+use tlc_sidecar::counters::{direction_codec, DirectionCodec, DirectionLabel, SideLabel};
+use tlc_sidecar::sidecar::stats::Stats;
+use tlc_sidecar::sidecar::Sidecar;
 
 /// Per-tensor series kept: the tensors with the most raw bytes. Bounds
 /// the label set however many tensors a model has.

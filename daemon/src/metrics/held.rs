@@ -10,7 +10,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::sidecar::Sidecar;
+use tlc_sidecar::sidecar::Sidecar;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RefusalLabel {
@@ -119,10 +119,10 @@ pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::limits::LimitSettings;
-    use crate::limits::memory::{self, Origin};
-    use crate::policy::Policy;
-    use crate::sidecar::Options;
+    use tlc_proxy::limits::memory::{self, Origin};
+    use tlc_proxy::limits::settings::LimitSettings;
+    use tlc_sidecar::policy::Policy;
+    use tlc_sidecar::sidecar::Options;
 
     fn render(sidecar: &Sidecar) -> String {
         let mut registry = Registry::with_prefix("tlc");

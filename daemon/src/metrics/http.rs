@@ -10,8 +10,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::http_server::{self, Handler};
-use crate::sidecar::Sidecar;
+use tlc_proxy::http_server::{self, Handler};
+use tlc_sidecar::sidecar::Sidecar;
 
 /// The only path served.
 pub const PATH: &str = "/metrics";

@@ -2,10 +2,12 @@
 //! (`[metrics] listen`, default `0.0.0.0:15090`), and the per-call
 //! tracing of `RecvTensor`.
 //!
-//! - [`families`]: the labelled counters and histograms the data path
-//!   updates (kept in [`Stats`](crate::sidecar::stats::Stats));
+//! - [`tlc_sidecar::counters`]: the labelled counters and histograms the
+//!   data path updates (kept in the sidecar's
+//!   [`Stats`](tlc_sidecar::sidecar::stats::Stats));
 //! - [`collect`]: what a scrape reads from the sidecar's state;
-//! - [`calls`]: the span, outcome and latency of each `RecvTensor` call;
+//! - [`tlc_sidecar::sidecar::calls`]: the span, outcome and latency of each
+//!   `RecvTensor` call;
 //! - [`held`]: connections and in-flight memory against `[limits]`, and
 //!   the memory total those limits come from;
 //! - [`training`]: training progress and models that went back;
@@ -81,9 +83,7 @@
 //! gradient goes to): they restart from 0 when a context is evicted and
 //! made again, which Prometheus reads as a counter reset.
 
-pub mod calls;
 pub mod collect;
-pub mod families;
 pub mod held;
 pub mod http;
 pub mod process;
@@ -91,7 +91,7 @@ pub mod training;
 
 pub use http::{handle, handler, serve, CONTENT_TYPE, PATH};
 
-use crate::sidecar::Sidecar;
+use tlc_sidecar::sidecar::Sidecar;
 
 /// The OpenMetrics text of `sidecar` now, ending in `# EOF`.
 pub fn render(sidecar: &Sidecar) -> Result<String, std::fmt::Error> {

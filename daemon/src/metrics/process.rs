@@ -245,7 +245,7 @@ mod tests {
 
     #[test]
     fn rendered_without_the_prefix_before_the_one_eof() {
-        let text = crate::metrics::render(&crate::sidecar::Sidecar::default()).unwrap();
+        let text = crate::metrics::render(&tlc_sidecar::sidecar::Sidecar::default()).unwrap();
         assert!(text.contains("\nprocess_cpu_seconds_total "), "{text}");
         assert!(text.contains("\nprocess_open_fds "), "{text}");
         assert!(!text.contains("tlc_process"), "{text}");

@@ -1,4 +1,4 @@
-//! Training progress as the step watch saw it ([`crate::training`]):
+//! Training progress as the step watch saw it ([`tlc_sidecar::training`]):
 //! the global step, when it last advanced, and the times it went back.
 //! Read when scraped.
 
@@ -11,7 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 use std::sync::atomic::AtomicU64;
 
-use crate::sidecar::Sidecar;
+use tlc_sidecar::sidecar::Sidecar;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ActionLabel {
@@ -75,8 +75,8 @@ pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
 
 #[cfg(test)]
 mod tests {
-    use crate::sidecar::Sidecar;
-    use crate::training::{Moment, StepRead};
+    use tlc_sidecar::sidecar::Sidecar;
+    use tlc_sidecar::training::{Moment, StepRead};
 
     #[test]
     fn series_after_a_reset() {

@@ -7,9 +7,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tlc_daemon::config::Role;
-use tlc_daemon::proxy::Proxy;
-use tlc_daemon::sidecar::Sidecar;
+use tlc_core::Role;
+use tlc_proxy::Proxy;
+use tlc_sidecar::Sidecar;
 
 use super::Client;
 
@@ -411,7 +411,7 @@ pub struct Pair {
     pub requester: Arc<Sidecar>,
     pub holder: Arc<Sidecar>,
     pub client: Client,
-    _proxies: (Proxy, Proxy),
+    _proxies: (Proxy<Sidecar>, Proxy<Sidecar>),
 }
 
 /// A [`Pair`] in front of `server`, with `holder` on the holding side.

@@ -14,9 +14,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tlc_daemon::graph::build::PartitionBuilder;
-use tlc_daemon::proxy::body::{self, ProxyBody};
-use tlc_daemon::sidecar::Sidecar;
+use tlc_proxy::body::{self, ProxyBody};
+use tlc_sidecar::Sidecar;
+use tlc_wire::graph::build::PartitionBuilder;
 use tokio::net::{TcpListener, TcpStream};
 
 /// What a test server does with one call.
@@ -148,10 +148,10 @@ pub mod tf;
 
 /// A proxy with one route from a free loopback port to `upstream`.
 pub async fn proxy(
-    role: tlc_daemon::config::Role,
+    role: tlc_core::Role,
     upstream: SocketAddr,
-    sidecar: std::sync::Arc<tlc_daemon::sidecar::Sidecar>,
-) -> tlc_daemon::proxy::Proxy {
+    sidecar: std::sync::Arc<tlc_sidecar::Sidecar>,
+) -> tlc_proxy::Proxy<tlc_sidecar::Sidecar> {
     let config = tlc_daemon::config::Config {
         routes: vec![tlc_daemon::config::Route {
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -160,7 +160,7 @@ pub async fn proxy(
         }],
         ..Default::default()
     };
-    tlc_daemon::proxy::Proxy::start(&config, sidecar)
+    tlc_proxy::Proxy::start(&config.proxy_settings().unwrap(), sidecar)
         .await
         .unwrap()
 }
@@ -187,6 +187,6 @@ pub async fn register_graph(client: &Client, partition: PartitionBuilder) {
     body.extend_from_slice(&(message.len() as u32).to_be_bytes());
     body.extend_from_slice(&message);
     client
-        .call(tlc_daemon::graph::tap::REGISTER_GRAPH, &[], body.freeze())
+        .call(tlc_sidecar::graph::tap::REGISTER_GRAPH, &[], body.freeze())
         .await;
 }

@@ -10,9 +10,9 @@ use http::{HeaderMap, Request};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use prost::Message;
-use tlc_daemon::tf::proto::{RecvTensorRequest, RecvTensorResponse};
-use tlc_daemon::tf::recv_tensor::{self, ResponseMeta};
-use tlc_daemon::tf::{grpc, RECV_TENSOR_PATH};
+use tlc_wire::tf::proto::{RecvTensorRequest, RecvTensorResponse};
+use tlc_wire::tf::recv_tensor::{self, ResponseMeta};
+use tlc_wire::tf::{grpc, RECV_TENSOR_PATH};
 
 use super::Client;
 
@@ -59,7 +59,7 @@ pub async fn start_raw_server(bodies: Bodies) -> SocketAddr {
     super::serve(Arc::new(move |request: Request<Incoming>| {
         let bodies = bodies.clone();
         Box::pin(async move {
-            if request.uri().path() == tlc_daemon::graph::tap::REGISTER_GRAPH {
+            if request.uri().path() == tlc_sidecar::graph::tap::REGISTER_GRAPH {
                 // As TensorFlow answers a registration: after reading it,
                 // an empty message (a graph handle the tests never use).
                 let _ = request.into_body().collect().await;
@@ -84,7 +84,7 @@ pub async fn start_raw_server(bodies: Bodies) -> SocketAddr {
 }
 
 /// The gRPC body of a `RecvTensor` request (the emulated job's own).
-pub use tlc_daemon::demo::wire::request_body;
+pub use tlc_demo::wire::request_body;
 
 /// A finished `RecvTensor` call.
 pub struct Received {
@@ -110,7 +110,7 @@ pub async fn recv(client: &Client, key: &str, step: i64) -> Received {
         reply.headers
     );
     let message = grpc::parse_single(reply.body.clone(), usize::MAX).unwrap();
-    let fast = tlc_daemon::tf::fast_parse::check(&message);
+    let fast = tlc_wire::tf::fast_parse::check(&message);
     assert!(
         fast.is_ok(),
         "TF's fast parser would refuse this response: {fast:?}"

@@ -1,0 +1,26 @@
+//! Per-tensor contexts: the state two sidecars keep so that a tensor can
+//! cross the network compressed. The envelope it crosses in is
+//! `tlc_wire::envelope`.
+//!
+//! - [`push`]: gradients (error feedback on the worker side);
+//! - [`pull`]: model values (a shared replica per tensor on the parameter
+//!   side, one replica per holder and tensor on the worker side);
+//! - [`refine`]: how far a context's memory may lag (further 3LC passes);
+//! - [`table`]: keeps contexts bounded by age and memory.
+//!
+//! Pure logic: no sockets, no async, no global state; time is passed in.
+
+#![forbid(unsafe_code)]
+
+pub mod pull;
+pub mod push;
+pub mod refine;
+pub mod table;
+
+pub use pull::{
+    replica_hash, ApplyError, EpochGenerator, PullServed, PullSource, Replica, ReplicaKey,
+    ReplicaState, ReplicaStore, ServeError, SourceKey,
+};
+pub use push::{decode_push, encode_stateless, PushContext, PushError, PushKey};
+pub use refine::{PassScale, Refinement};
+pub use table::{ContextMemory, ContextTable, TableLimits};

@@ -1,0 +1,445 @@
+//! The holder side of pulls: a [`PullSource`] per tensor, shared by all
+//! workers, that encodes each new value's delta once and serves chains of
+//! cached deltas or keyframes.
+
+use std::collections::VecDeque;
+use std::num::NonZeroU64;
+
+use bytes::Bytes;
+use thiserror::Error;
+use tlc_codec::frame::{FIXED_HEADER_LEN, TRAILER_LEN};
+use tlc_codec::{Codec, DecodeError, EncodeError, Encoder, Feedback, Limits};
+
+use super::{add_delta, replica_hash, ReplicaState, DEFAULT_CACHE_LEN};
+use crate::refine::{relative_to, sum_of_squares, Refinement};
+use crate::table::ContextMemory;
+use tlc_wire::envelope::{write_envelope, EnvelopeError, EnvelopeHeader, HEADER_LEN};
+
+/// Why a keyframe was sent rather than deltas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KeyframeReason {
+    /// The requester has no replica.
+    NoReplica,
+    /// The requester's replica is from another epoch (a restart, or an
+    /// evicted and remade source).
+    OtherEpoch,
+    /// The requester is further behind than the cache reaches.
+    NotCached,
+    /// The requester claims a version this source has not made yet.
+    Ahead,
+    /// The chain would be at least as large as the keyframe.
+    ChainLarger,
+}
+
+/// The kind of answer [`PullSource::serve`] gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// The requester is at the current version: an empty chain.
+    UpToDate,
+    /// A chain of this many cached deltas.
+    Chain(u32),
+    /// The replica itself.
+    Keyframe(KeyframeReason),
+}
+
+/// How the last value changed the source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Update {
+    /// The value was the last one: nothing changed.
+    Unchanged,
+    /// A new version from one encoded delta.
+    Delta,
+    /// A new version with `R = V` and an empty cache: the first value, a
+    /// change of length, or a delta the codec could not encode.
+    Reset,
+}
+
+/// What one [`PullSource::serve`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PullServed {
+    /// How the value changed the source.
+    pub update: Update,
+    /// What was sent.
+    pub served: Served,
+    /// The requester's replica state once it has applied the envelope.
+    pub state: ReplicaState,
+    /// Size of the value as f32, in bytes.
+    pub raw_bytes: usize,
+    /// Size of the envelope appended, in bytes.
+    pub wire_bytes: usize,
+}
+
+/// Running totals of one pull source, for metrics and the admin API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PullCounters {
+    /// Deltas encoded (one per new version that was not a reset).
+    pub deltas: u64,
+    /// Of those, refinements: further passes over what an update's first
+    /// delta left (see [`crate::refine`]).
+    pub refinements: u64,
+    /// Resets (first value, length change, encode failure).
+    pub resets: u64,
+    /// Deltas the codec refused (counted in `resets` too).
+    pub encode_failures: u64,
+    /// Resets because the replica had drifted more than [`MAX_DRIFT`]
+    /// from the value (counted in `resets` too).
+    pub drift_resets: u64,
+    /// Answers: empty chains.
+    pub up_to_date: u64,
+    /// Answers: non-empty chains.
+    pub chains: u64,
+    /// Answers: keyframes.
+    pub keyframes: u64,
+    /// Bytes the values would have cost as f32.
+    pub raw_bytes: u64,
+    /// Bytes of envelopes sent.
+    pub wire_bytes: u64,
+}
+
+/// Largest relative distance `‖V − R‖₂ / ‖V‖₂` a replica may have from
+/// the value it stands for once an update's passes are sent; beyond it the
+/// source resets (a lossless keyframe). The backstop behind refinement:
+/// without refinement, asynchronous training with several workers was
+/// seen to let a 3LC replica drift past 15% and diverge; with it, this is
+/// reached only when the pass budget is too small for how fast the model
+/// moves.
+pub const MAX_DRIFT: f64 = 0.10;
+
+/// `‖value − replica‖₂ / ‖value‖₂`, 0 for a zero value equal to its replica.
+pub fn drift(value: &[f32], replica: &[f32]) -> f64 {
+    drift_against(value, replica, sum_of_squares(value.iter().copied()))
+}
+
+/// [`drift`] given `‖value‖₂²`.
+fn drift_against(value: &[f32], replica: &[f32], value_squares: f64) -> f64 {
+    let error = sum_of_squares(value.iter().zip(replica).map(|(v, r)| v - r));
+    relative_to(error, value_squares)
+}
+
+/// Why [`PullSource::serve`] produced nothing; the caller passes the
+/// value through uncompressed. The source itself stays consistent.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum ServeError {
+    /// The keyframe could not be written (a tensor too large for a frame).
+    #[error("cannot write keyframe: {0}")]
+    Keyframe(#[from] EncodeError),
+    /// An envelope header built from the source's own state was refused:
+    /// a bug, reported rather than sent.
+    #[error("internal error writing an envelope: {0}")]
+    Envelope(#[from] EnvelopeError),
+}
+
+/// The holder side of one tensor's pulls, shared by all workers.
+#[derive(Debug)]
+pub struct PullSource {
+    epoch: NonZeroU64,
+    /// `R`; meaningless while `version == 0`.
+    replica: Vec<f32>,
+    /// Version of `R`, from 1; 0 before the first value.
+    version: u64,
+    /// Hash of the last value seen.
+    value_hash: u64,
+    /// `deltas[i]` takes `R` from version `version - len + i` to the next.
+    deltas: VecDeque<Bytes>,
+    /// Updates whose deltas are kept; the cache holds this many times the
+    /// refinement's pass budget, so a requester `cache_updates` updates
+    /// behind still gets a chain.
+    cache_updates: usize,
+    /// Without feedback: the error of a lossy delta stays in `V - R`.
+    encoder: Encoder,
+    /// Set while `R` is being changed: if an update is cut short (a
+    /// panic), the next call sees it and resets instead of serving a
+    /// half-updated replica under an old version.
+    updating: bool,
+    counters: PullCounters,
+    /// The scale (M) of the last delta frame, for the admin API.
+    last_scale: Option<f32>,
+}
+
+impl PullSource {
+    /// An empty source: the first value becomes version 1, sent as a
+    /// keyframe. `epoch` must be unique to this source (see
+    /// [`EpochGenerator`](super::EpochGenerator)); the deltas of
+    /// `cache_updates` updates are kept for chains.
+    pub fn new(epoch: NonZeroU64, cache_updates: usize) -> PullSource {
+        PullSource {
+            epoch,
+            replica: Vec::new(),
+            version: 0,
+            value_hash: 0,
+            deltas: VecDeque::with_capacity(cache_updates.min(DEFAULT_CACHE_LEN)),
+            cache_updates,
+            encoder: Encoder::new(Codec::None, Feedback::Off),
+            updating: false,
+            counters: PullCounters::default(),
+            last_scale: None,
+        }
+    }
+
+    /// Brings the replica up to `value` (a new version if it changed) and
+    /// appends to `out` the envelope that takes `requester` to it: an
+    /// empty chain, a chain of cached deltas, or a keyframe.
+    ///
+    /// `codec` encodes the delta if there is a new version, with further
+    /// passes (versions) while `refine` asks for them; both may change
+    /// from call to call. On error `out` is as it was.
+    pub fn serve(
+        &mut self,
+        value: &[f32],
+        requester: Option<ReplicaState>,
+        codec: Codec,
+        refine: Refinement,
+        fallback_token: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<PullServed, ServeError> {
+        let update = self.update(value, codec, refine);
+        let start = out.len();
+        let served = self
+            .answer(requester, fallback_token, out)
+            .inspect_err(|_| {
+                out.truncate(start);
+            })?;
+        let result = PullServed {
+            update,
+            served,
+            state: ReplicaState {
+                epoch: self.epoch.get(),
+                version: self.version,
+            },
+            raw_bytes: std::mem::size_of_val(value),
+            wire_bytes: out.len() - start,
+        };
+        let c = &mut self.counters;
+        match served {
+            Served::UpToDate => c.up_to_date += 1,
+            Served::Chain(_) => c.chains += 1,
+            Served::Keyframe(_) => c.keyframes += 1,
+        }
+        c.raw_bytes += result.raw_bytes as u64;
+        c.wire_bytes += result.wire_bytes as u64;
+        Ok(result)
+    }
+
+    fn update(&mut self, value: &[f32], codec: Codec, refine: Refinement) -> Update {
+        let hash = replica_hash(value);
+        if self.version == 0 || self.updating || value.len() != self.replica.len() {
+            self.reset(value, hash);
+            return Update::Reset;
+        }
+        if hash == self.value_hash {
+            return Update::Unchanged;
+        }
+        self.value_hash = hash;
+        let cache_len = self
+            .cache_updates
+            .saturating_mul(refine.max_passes.max(1) as usize);
+        let mut result = self.encode_delta(value, codec, cache_len, None);
+        let mut passes = 1;
+        // ‖V‖² once: every drift and a refinement's goal are against it.
+        let value_squares = sum_of_squares(value.iter().copied());
+        let mut drifted = drift_against(value, &self.replica, value_squares);
+        let goal = refine.pass_goal(value_squares);
+        while result.is_ok() && refine.another_pass(passes, drifted) {
+            result = self.encode_delta(value, codec, cache_len, goal);
+            if result.is_ok() {
+                self.counters.refinements += 1;
+            }
+            passes += 1;
+            drifted = drift_against(value, &self.replica, value_squares);
+        }
+        match result {
+            Ok(()) if drifted > MAX_DRIFT => {
+                // The lossy deltas no longer keep up with the value (fast,
+                // asynchronous updates): what workers would train on is
+                // too far from the model. Start again from V, losslessly.
+                self.counters.drift_resets += 1;
+                self.reset(value, hash);
+                Update::Reset
+            }
+            Ok(()) => Update::Delta,
+            Err(_) => {
+                // NaN or infinity in V - R, say: send V losslessly instead,
+                // and count it.
+                self.counters.encode_failures += 1;
+                self.reset(value, hash);
+                Update::Reset
+            }
+        }
+    }
+
+    /// `R = V` exactly, a new version, no deltas to reach it: everyone
+    /// gets a keyframe.
+    fn reset(&mut self, value: &[f32], hash: u64) {
+        self.replica.clear();
+        self.replica.extend_from_slice(value);
+        self.value_hash = hash;
+        self.version += 1;
+        self.deltas.clear();
+        self.updating = false;
+        self.counters.resets += 1;
+    }
+
+    /// Encodes `D = V - R` once, adds the decoded delta to `R` and caches
+    /// the frame, keeping at most `cache_len` frames. A refinement may pass
+    /// the squared drift it may leave (see [`Encoder::encode_pass`]). On
+    /// error nothing has changed.
+    fn encode_delta(
+        &mut self,
+        value: &[f32],
+        codec: Codec,
+        cache_len: usize,
+        goal: Option<f64>,
+    ) -> Result<(), DeltaError> {
+        let mut delta: Vec<f32> = value
+            .iter()
+            .zip(&self.replica)
+            .map(|(v, r)| v - r)
+            .collect();
+        self.encoder.set_codec(codec);
+        let mut frame = Vec::new();
+        let header = self.encoder.encode_pass(&delta, goal, &mut frame)?;
+        self.last_scale = crate::push::scale_of(&header.params);
+        // Decode our own frame exactly as a requester will, into the
+        // same buffer.
+        let limits = Limits {
+            max_elements: delta.len() as u64,
+        };
+        tlc_codec::decode(&frame, &limits, &mut delta)?;
+        self.updating = true;
+        add_delta(&mut self.replica, &delta);
+        self.version += 1;
+        self.updating = false;
+        if cache_len > 0 {
+            while self.deltas.len() >= cache_len {
+                self.deltas.pop_front();
+            }
+            self.deltas.push_back(Bytes::from(frame));
+        }
+        self.counters.deltas += 1;
+        Ok(())
+    }
+
+    fn answer(
+        &mut self,
+        requester: Option<ReplicaState>,
+        fallback_token: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<Served, ServeError> {
+        let epoch = self.epoch.get();
+        let version = self.version;
+        let reason = match requester {
+            None => KeyframeReason::NoReplica,
+            Some(r) if r.epoch != epoch => KeyframeReason::OtherEpoch,
+            Some(r) if r.version > version => KeyframeReason::Ahead,
+            Some(r) if r.version == version => {
+                let header = EnvelopeHeader::chain(fallback_token, epoch, version, version)?;
+                write_envelope(&header, &[] as &[Bytes], out)?;
+                return Ok(Served::UpToDate);
+            }
+            Some(r) => {
+                let behind = version - r.version;
+                match usize::try_from(behind) {
+                    Ok(k) if r.version >= 1 && k <= self.deltas.len() => {
+                        let keyframe_len = self.keyframe_len();
+                        let deltas = self.deltas.make_contiguous();
+                        let frames = &deltas[deltas.len() - k..];
+                        let chain_len: usize = frames.iter().map(Bytes::len).sum();
+                        if chain_len >= keyframe_len - HEADER_LEN {
+                            KeyframeReason::ChainLarger
+                        } else {
+                            let header =
+                                EnvelopeHeader::chain(fallback_token, epoch, r.version, version)?;
+                            write_envelope(&header, frames, out)?;
+                            return Ok(Served::Chain(header.frame_count));
+                        }
+                    }
+                    _ => KeyframeReason::NotCached,
+                }
+            }
+        };
+        self.write_keyframe(fallback_token, out)?;
+        Ok(Served::Keyframe(reason))
+    }
+
+    fn write_keyframe(&self, fallback_token: u64, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        EnvelopeHeader::keyframe(fallback_token, self.epoch.get(), self.version).write(out);
+        // `none` is lossless and stateless: a fresh encoder costs nothing.
+        Encoder::new(Codec::None, Feedback::Off).encode(&self.replica, out)?;
+        Ok(())
+    }
+
+    /// Bytes of a keyframe envelope of the current replica.
+    fn keyframe_len(&self) -> usize {
+        HEADER_LEN + FIXED_HEADER_LEN + 4 * self.replica.len() + TRAILER_LEN
+    }
+
+    /// The current replica state, or `None` before the first value.
+    pub fn state(&self) -> Option<ReplicaState> {
+        (self.version > 0).then_some(ReplicaState {
+            epoch: self.epoch.get(),
+            version: self.version,
+        })
+    }
+
+    /// `R`, as every up-to-date requester has it.
+    pub fn replica(&self) -> &[f32] {
+        &self.replica
+    }
+
+    /// [`replica_hash`] of `R`.
+    pub fn replica_hash(&self) -> u64 {
+        replica_hash(&self.replica)
+    }
+
+    /// This source's epoch.
+    pub fn epoch(&self) -> NonZeroU64 {
+        self.epoch
+    }
+
+    /// Number of deltas cached (how far behind a chain can reach).
+    pub fn cached(&self) -> usize {
+        self.deltas.len()
+    }
+
+    /// Running totals.
+    pub fn counters(&self) -> PullCounters {
+        self.counters
+    }
+
+    /// The codec the last delta was encoded with.
+    pub fn codec(&self) -> Codec {
+        *self.encoder.codec()
+    }
+
+    /// The scale (M) of the last delta, if its codec has one.
+    pub fn last_scale(&self) -> Option<f32> {
+        self.last_scale
+    }
+}
+
+/// Why a delta could not be made; the source then resets.
+#[derive(Debug, Error)]
+enum DeltaError {
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+}
+
+impl ContextMemory for PullSource {
+    fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<PullSource>()
+            + self.replica.capacity() * 4
+            + self.deltas.iter().map(Bytes::len).sum::<usize>()
+    }
+}
+
+/// Which pull source a holder-side sidecar keeps: one per holding task and
+/// tensor, shared by every requester.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceKey {
+    /// The task holding the tensor.
+    pub holder: String,
+    /// The node name part of the rendezvous tensor name.
+    pub tensor: String,
+}

@@ -1,0 +1,31 @@
+//! The ground floor of tlc: the words every other crate shares.
+//!
+//! Nothing here does I/O or knows HTTP, TensorFlow or a codec. It names
+//! the two sidecars of a pair ([`Role`]), which way a tensor travels
+//! ([`Direction`]), what the graph says a tensor is ([`TensorClass`]), the
+//! identity of one `RecvTensor` call ([`TensorCall`]), how a call ended
+//! ([`Outcome`], [`PassReason`]), the error every setting reports
+//! ([`ConfigError`]) with the ranges of whole-number settings
+//! ([`bounds`]), and where tlcd keeps its private runtime files
+//! ([`runtime_dir`]).
+//!
+//! Every crate of the workspace may depend on this one; it depends on none
+//! of them.
+
+#![forbid(unsafe_code)]
+
+pub mod bounds;
+pub mod call;
+pub mod class;
+pub mod direction;
+pub mod outcome;
+pub mod role;
+pub mod runtime_dir;
+pub mod settings;
+
+pub use call::TensorCall;
+pub use class::TensorClass;
+pub use direction::Direction;
+pub use outcome::{Outcome, PassReason};
+pub use role::Role;
+pub use settings::ConfigError;

@@ -1,7 +1,0 @@
-//! What tlcd may hold: the memory it may use in all and how that is shared
-//! out ([`memory`]), and the budget that calls in flight charge ([`budget`]).
-//! Nothing here knows about calls or tensors; the proxy and the sidecar
-//! take charges where they hold bytes.
-
-pub mod budget;
-pub mod memory;

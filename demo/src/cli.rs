@@ -1,0 +1,144 @@
+//! The `tlc-demo` command: its flags, and a run that prints progress on
+//! stderr and the result (a table, or one JSON object) on stdout.
+
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+
+use super::{run_job, Compression, DemoOptions, DemoReport};
+
+/// Trains an emulated TensorFlow parameter-server job twice through tlc
+/// sidecars over rate-limited links — uncompressed, then with 3LC — and
+/// compares traffic, step time and accuracy.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    /// Each pod's link rate in Mbit/s, each way; 0 for unlimited [default: 10].
+    #[arg(long, value_name = "MBIT")]
+    pub rate_mbit: Option<f64>,
+    /// Latency added between pods, each way, in milliseconds [default: 0].
+    #[arg(long, value_name = "MS")]
+    pub latency_ms: Option<f64>,
+    /// Synchronous training steps [default: 20].
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Worker tasks [default: 2].
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// 3LC sparsity multiplier s, 1 <= s < 2 [default: 1.0].
+    #[arg(long)]
+    pub sparsity: Option<f32>,
+    /// Width of the first hidden layer; the second is half [default: 768, 349,066
+    /// parameters; 1024 is deploy/tf/train.py's 596,490].
+    #[arg(long)]
+    pub hidden: Option<usize>,
+    /// Examples per worker and step [default: 64].
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Learning rate (SGD with momentum 0.9) [default: 0.1].
+    #[arg(long)]
+    pub lr: Option<f32>,
+    /// Seed of data, weights and batches [default: 0].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Tensors below this many bytes pass uncompressed [default: 65536, the policy's default].
+    #[arg(long, value_name = "BYTES")]
+    pub min_bytes: Option<u64>,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl DemoArgs {
+    /// The options these flags select, over the defaults.
+    pub fn options(&self) -> Result<DemoOptions> {
+        let d = DemoOptions::default();
+        let rate = self.rate_mbit.or(d.rate_mbit).unwrap_or(0.0);
+        ensure!(
+            rate.is_finite() && rate >= 0.0,
+            "--rate-mbit {rate}: give a rate in Mbit/s, or 0 for unlimited"
+        );
+        let latency = self.latency_ms.unwrap_or(0.0);
+        ensure!(
+            latency.is_finite() && (0.0..=10_000.0).contains(&latency),
+            "--latency-ms {latency}: give 0 to 10000 milliseconds"
+        );
+        let options = DemoOptions {
+            workers: self.workers.unwrap_or(d.workers),
+            steps: self.steps.unwrap_or(d.steps),
+            rate_mbit: (rate > 0.0).then_some(rate),
+            latency: Duration::from_secs_f64(latency / 1e3),
+            sparsity: self.sparsity.unwrap_or(d.sparsity),
+            hidden: self.hidden.unwrap_or(d.hidden),
+            batch: self.batch.unwrap_or(d.batch),
+            lr: self.lr.unwrap_or(d.lr),
+            seed: self.seed.unwrap_or(d.seed),
+            min_bytes: self.min_bytes.unwrap_or(d.min_bytes),
+            ..d
+        };
+        ensure!(
+            (1..=64).contains(&options.workers),
+            "--workers {}: give 1 to 64",
+            options.workers
+        );
+        ensure!(options.steps >= 1, "--steps: give at least 1");
+        ensure!(options.hidden >= 2, "--hidden: give at least 2");
+        ensure!(options.batch >= 1, "--batch: give at least 1");
+        ensure!(
+            options.lr.is_finite() && options.lr > 0.0,
+            "--lr {}: give a positive learning rate",
+            options.lr
+        );
+        tlc_codec::Sparsity::new(options.sparsity)
+            .with_context(|| format!("--sparsity {}", options.sparsity))?;
+        Ok(options)
+    }
+}
+
+/// Runs `tlc-demo` and prints its result.
+pub fn run(args: &DemoArgs) -> Result<()> {
+    let options = args.options()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let report = runtime.block_on(async {
+        let runs = [
+            Compression::None,
+            Compression::ThreeLc {
+                sparsity: options.sparsity,
+            },
+        ];
+        let mut reports = Vec::new();
+        for (i, compression) in runs.into_iter().enumerate() {
+            eprintln!(
+                "tlc-demo: run {}/2, {}: {} steps, {} workers ...",
+                i + 1,
+                compression.label(),
+                options.steps,
+                options.workers
+            );
+            let report = run_job(&options, compression)
+                .await
+                .with_context(|| format!("the {} run failed", compression.label()))?;
+            eprintln!(
+                "tlc-demo: {:.3} s per step, worker 0 test accuracy {:.2}%",
+                report.mean_step_seconds(),
+                100.0 * report.chief_eval.accuracy
+            );
+            reports.push(report);
+        }
+        let tlc = reports.pop().context("no 3LC run")?;
+        let baseline = reports.pop().context("no baseline run")?;
+        anyhow::Ok(DemoReport {
+            options: options.clone(),
+            baseline,
+            tlc,
+        })
+    })?;
+    if args.json {
+        println!("{}", report.json());
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(())
+}

@@ -1,0 +1,44 @@
+//! Where a connection should go: a fixed upstream (explicit mode) or its
+//! original destination before iptables redirected it (transparent mode).
+
+pub mod original_dst;
+
+use std::net::SocketAddr;
+
+use thiserror::Error;
+use tokio::net::TcpStream;
+
+/// Where a listener sends the connections it accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Always this address (explicit mode).
+    Fixed(SocketAddr),
+    /// Wherever the connection was going before iptables redirected it.
+    OriginalDestination,
+}
+
+/// The upstream of a connection could not be determined.
+#[derive(Debug, Error)]
+pub enum TargetError {
+    /// The connection was not redirected (someone dialled the sidecar port
+    /// directly), so there is nowhere to send it.
+    #[error("connection was not redirected by iptables (no original destination): {0}")]
+    NotRedirected(std::io::Error),
+    /// The original destination is the sidecar itself: forwarding would loop.
+    #[error("original destination {0} is this listener; refusing to loop")]
+    Loop(SocketAddr),
+}
+
+/// The address to forward `stream`, accepted by a listener with `target`, to.
+pub fn upstream_of(stream: &TcpStream, target: Target) -> Result<SocketAddr, TargetError> {
+    match target {
+        Target::Fixed(addr) => Ok(addr),
+        Target::OriginalDestination => {
+            let dst = original_dst::original_dst(stream).map_err(TargetError::NotRedirected)?;
+            match stream.local_addr() {
+                Ok(local) if local == dst => Err(TargetError::Loop(dst)),
+                _ => Ok(dst),
+            }
+        }
+    }
+}

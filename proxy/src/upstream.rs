@@ -1,0 +1,206 @@
+//! The HTTP/2 connection to the upstream address of one accepted connection.
+//!
+//! Each connection TensorFlow opens to the sidecar gets its own upstream
+//! connection, made on first use and made again if it closes. Keeping the
+//! one-to-one mapping keeps TensorFlow's view of connections intact: a task
+//! that sees its peer's connection go away learns it the same way it would
+//! without a sidecar.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::client::conn::http2::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use thiserror::Error;
+use tokio::net::TcpStream;
+use tokio::sync::Mutex;
+use tokio_util::task::TaskTracker;
+use tracing::debug;
+
+use super::body::ProxyBody;
+use super::first_bytes::FirstBytes;
+use super::linger::{self, LINGER_BYTES, LINGER_TIME};
+use super::tasks::Tracked;
+use crate::io::Io;
+use crate::tls::{HandshakeError, TlsContext};
+use crate::tuning;
+use tlc_core::Role;
+
+/// The upstream could not be reached.
+#[derive(Debug, Error)]
+pub enum UpstreamError {
+    /// TCP connect failed.
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        /// The upstream address.
+        addr: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The HTTP/2 handshake failed.
+    #[error("HTTP/2 handshake with {addr} failed: {source}")]
+    Handshake {
+        /// The upstream address.
+        addr: SocketAddr,
+        /// hyper's error.
+        source: hyper::Error,
+    },
+    /// The connection was accepted but closed before the peer said anything
+    /// (a sidecar in front of a task that is not listening yet, say).
+    #[error("{addr} accepted the connection but closed it without answering")]
+    NoAnswer {
+        /// The upstream address.
+        addr: SocketAddr,
+    },
+    /// Connecting took too long.
+    #[error("connecting to {addr} timed out")]
+    Timeout {
+        /// The upstream address.
+        addr: SocketAddr,
+    },
+    /// Our side of the handshake finished, then the peer closed without a
+    /// word: in TLS 1.3 that is how a server refuses our certificate.
+    #[error("{addr} closed the connection after the TLS handshake: it refused our certificate or identity (see its log)")]
+    TlsRefused {
+        /// The upstream address.
+        addr: SocketAddr,
+    },
+    /// The mutual TLS handshake with the peer's sidecar failed.
+    #[error("TLS with {addr} failed: {source} (does the peer run tlcd with the same [tls] CA and an identity tls.peer_identities accepts?)")]
+    Tls {
+        /// The upstream address.
+        addr: SocketAddr,
+        /// What the handshake said.
+        source: HandshakeError,
+    },
+}
+
+impl UpstreamError {
+    /// Whether TLS was the reason: worth a warning, since the job cannot
+    /// talk to that peer until certificates or settings are fixed.
+    pub fn is_tls(&self) -> bool {
+        matches!(
+            self,
+            UpstreamError::Tls { .. } | UpstreamError::TlsRefused { .. }
+        )
+    }
+}
+
+/// A lazily made, self-healing HTTP/2 client connection.
+pub struct Upstream {
+    addr: SocketAddr,
+    role: Role,
+    tls: Option<Arc<TlsContext>>,
+    sender: Mutex<Option<SendRequest<ProxyBody>>>,
+    /// Where its connections' tasks run: the proxy's, so that shutdown
+    /// waits until they have closed.
+    tasks: TaskTracker,
+}
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Upstream {
+    /// An upstream at `addr` for a route of `role`, reached over mutual
+    /// TLS when `tls` is given; nothing is connected until the first
+    /// request. Its connections run as tasks of `tasks`.
+    pub fn new(
+        addr: SocketAddr,
+        role: Role,
+        tls: Option<Arc<TlsContext>>,
+        tasks: TaskTracker,
+    ) -> Upstream {
+        Upstream {
+            addr,
+            role,
+            tls,
+            sender: Mutex::new(None),
+            tasks,
+        }
+    }
+
+    /// The address requests go to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A handle to send one request on, connecting first if needed.
+    pub async fn sender(&self) -> Result<SendRequest<ProxyBody>, UpstreamError> {
+        let mut slot = self.sender.lock().await;
+        if let Some(sender) = slot.as_ref() {
+            if !sender.is_closed() {
+                return Ok(sender.clone());
+            }
+            debug!(upstream = %self.addr, "upstream connection closed; reconnecting");
+        }
+        let sender = tokio::time::timeout(CONNECT_TIMEOUT, self.connect())
+            .await
+            .map_err(|_| UpstreamError::Timeout { addr: self.addr })??;
+        *slot = Some(sender.clone());
+        Ok(sender)
+    }
+
+    /// Whether the task at the upstream address is gone: its connection
+    /// closed and a new one is refused. A task that is still there gets a
+    /// new connection, kept for the next call.
+    pub async fn is_gone(&self) -> bool {
+        let closed = match self.sender.lock().await.as_ref() {
+            Some(sender) => sender.is_closed(),
+            None => true,
+        };
+        closed && self.sender().await.is_err()
+    }
+
+    /// Forgets the current connection, so that the next
+    /// [`Upstream::sender`] connects anew. Calls in progress on it finish:
+    /// hyper keeps a connection until its last stream ends.
+    pub async fn discard(&self) {
+        *self.sender.lock().await = None;
+    }
+
+    async fn connect(&self) -> Result<SendRequest<ProxyBody>, UpstreamError> {
+        let addr = self.addr;
+        let tcp = TcpStream::connect(addr)
+            .await
+            .map_err(|source| UpstreamError::Connect { addr, source })?;
+        tuning::tcp(&tcp);
+        let io: Box<dyn Io> = match &self.tls {
+            Some(tls) => {
+                let (stream, identity) = tls
+                    .connect(addr, tcp)
+                    .await
+                    .map_err(|source| UpstreamError::Tls { addr, source })?;
+                debug!(upstream = %addr, peer = %identity, "peer authenticated");
+                Box::new(stream)
+            }
+            None => Box::new(tcp),
+        };
+        // The socket comes back once hyper is done with it, to be closed
+        // without a reset (see `linger`).
+        let (io, returned) = linger::lend(io);
+        let (io, answered) = FirstBytes::new(io);
+        let mut builder = http2::Builder::new(Tracked(self.tasks.clone()));
+        tuning::client(&mut builder, self.role);
+        let (sender, connection) = builder
+            .handshake(TokioIo::new(io))
+            .await
+            .map_err(|source| UpstreamError::Handshake { addr, source })?;
+        self.tasks.spawn(async move {
+            if let Err(err) = connection.await {
+                debug!(upstream = %addr, error = %err, "upstream connection ended with an error");
+            }
+            // hyper runs the HTTP/2 connection in a task of its own, which
+            // gives the socket back when it ends.
+            if let Ok(io) = returned.await {
+                let how = linger::linger(io, LINGER_TIME, LINGER_BYTES).await;
+                debug!(upstream = %addr, ?how, "upstream connection closed");
+            }
+        });
+        // Only a peer that sent its SETTINGS is there; see `first_bytes`.
+        match answered.await {
+            Ok(true) => Ok(sender),
+            _ if self.tls.is_some() => Err(UpstreamError::TlsRefused { addr }),
+            _ => Err(UpstreamError::NoAnswer { addr }),
+        }
+    }
+}

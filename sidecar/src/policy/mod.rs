@@ -1,0 +1,682 @@
+//! Which tensors are compressed, and how: the `[policy]` table of the
+//! config file.
+//!
+//! ```toml
+//! [policy]
+//! parameter_jobs = ["ps"]   # jobs whose tasks hold the model
+//! min_bytes = 4096          # smaller tensors pass as they are
+//!
+//! [policy.push]             # gradients, worker -> parameter task
+//! codec = "3lc"
+//! sparsity = 1.0
+//!
+//! [policy.pull]             # model values, parameter task -> worker
+//! codec = "3lc"
+//! sparsity = 1.0
+//!
+//! [policy.sparse]           # gathered rows, IndexedSlices: no memory
+//! codec = "fp16"
+//!
+//! [policy.unknown]          # never classified by a graph: no memory
+//! codec = "fp16"
+//!
+//! [policy.refine]           # bounded lag for 3LC's memory, see `refine`
+//! pull_max_drift = 0.01
+//!
+//! [[policy.overrides]]      # first match wins
+//! tensor = "*batch_norm*"   # glob over the tensor's node name
+//! direction = "both"        # push, pull or both
+//! skip = true               # or codec = ..., sparsity = ...
+//! ```
+//!
+//! Which table applies depends on the tensor's class, learned from the graph
+//! ([`crate::graph`]): only a dense variable read travelling as a pull gets
+//! `[policy.pull]` and a replica, only a dense gradient travelling as a push
+//! gets `[policy.push]` and error feedback. Everything else is encoded
+//! without memory, each tensor on its own.
+
+mod refine;
+
+pub use refine::{Refine, RefineSettings, SynchronousTargets};
+
+use globset::{Glob, GlobMatcher};
+use serde::{Deserialize, Serialize};
+use tlc_codec::{Codec, CodecId, Feedback, Sparsity, TopKPercent};
+
+use tlc_core::TensorClass;
+use tlc_core::{bounds, ConfigError, Direction, PassReason};
+
+/// Codec settings as written in the file.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CodecSettings {
+    /// Codec name: none, fp16, bf16, int8, terngrad, onebit, topk, 3lc.
+    pub codec: String,
+    /// 3LC sparsity multiplier, `1 <= s < 2`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sparsity: Option<f32>,
+    /// Top-k share in percent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub k: Option<f32>,
+    /// TernGrad seed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Error feedback (default: the codec's own default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<bool>,
+}
+
+impl Default for CodecSettings {
+    fn default() -> Self {
+        CodecSettings {
+            codec: "3lc".into(),
+            // 3LC's own default (1.0) applies when unset; leaving it unset
+            // lets a file or an operator switch to another codec without
+            // also having to remove a sparsity inherited from the defaults.
+            sparsity: None,
+            k: None,
+            seed: None,
+            feedback: None,
+        }
+    }
+}
+
+/// A codec ready to use, with its feedback mode.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CodecChoice {
+    /// The codec and its settings.
+    pub codec: Codec,
+    /// Whether push contexts keep an error buffer.
+    pub feedback: Feedback,
+}
+
+/// A codec as operators read it: its name and the parameters it has.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CodecView {
+    /// `3lc`, `topk`, `none`, ...
+    pub codec: &'static str,
+    /// 3LC's sparsity multiplier.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sparsity: Option<f32>,
+    /// Top-k's share in percent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub k: Option<f32>,
+}
+
+impl From<Codec> for CodecView {
+    fn from(codec: Codec) -> CodecView {
+        let (sparsity, k) = match codec {
+            Codec::ThreeLc { sparsity } => (Some(sparsity.get()), None),
+            Codec::TopK { percent } => (None, Some(percent.get())),
+            _ => (None, None),
+        };
+        CodecView {
+            codec: codec.id().name(),
+            sparsity,
+            k,
+        }
+    }
+}
+
+impl CodecSettings {
+    /// Validates the settings; `key` names the table in errors.
+    pub fn resolve(&self, key: &str) -> Result<CodecChoice, ConfigError> {
+        let invalid = |field: &str, value: String, allowed: String| ConfigError::Invalid {
+            key: format!("{key}.{field}"),
+            value,
+            allowed,
+        };
+        let id: CodecId = self.codec.parse().map_err(|e: tlc_codec::SpecError| {
+            invalid("codec", self.codec.clone(), e.to_string())
+        })?;
+        let only = |field: &str, set: bool, codec: CodecId| {
+            if set && id != codec {
+                Err(invalid(
+                    field,
+                    "set".into(),
+                    format!("applies only to codec \"{}\"", codec.name()),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        only("sparsity", self.sparsity.is_some(), CodecId::ThreeLc)?;
+        only("k", self.k.is_some(), CodecId::TopK)?;
+        only("seed", self.seed.is_some(), CodecId::TernGrad)?;
+        let codec = match id {
+            CodecId::ThreeLc => {
+                let s = self.sparsity.unwrap_or(1.0);
+                let sparsity = Sparsity::new(s)
+                    .map_err(|e| invalid("sparsity", s.to_string(), e.to_string()))?;
+                Codec::ThreeLc { sparsity }
+            }
+            CodecId::TopK => {
+                let k = self.k.unwrap_or(TopKPercent::P25.get());
+                let percent =
+                    TopKPercent::new(k).map_err(|e| invalid("k", k.to_string(), e.to_string()))?;
+                Codec::TopK { percent }
+            }
+            CodecId::TernGrad => Codec::TernGrad {
+                seed: self.seed.unwrap_or(0),
+            },
+            other => other.with_defaults(),
+        };
+        let feedback = match self.feedback {
+            Some(true) => Feedback::On,
+            Some(false) => Feedback::Off,
+            None => Feedback::default_for(&codec),
+        };
+        Ok(CodecChoice { codec, feedback })
+    }
+
+    /// Validates settings for a class encoded without memory: error
+    /// feedback cannot be asked for.
+    pub fn resolve_memoryless(&self, key: &str) -> Result<CodecChoice, ConfigError> {
+        if self.feedback == Some(true) {
+            return Err(ConfigError::Invalid {
+                key: format!("{key}.feedback"),
+                value: "true".into(),
+                allowed: "false: these tensors change rows from step to step, so they are encoded without memory".into(),
+            });
+        }
+        let choice = self.resolve(key)?;
+        Ok(CodecChoice {
+            feedback: Feedback::Off,
+            ..choice
+        })
+    }
+}
+
+/// Which directions an override applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Directions {
+    /// Gradients only.
+    Push,
+    /// Model values only.
+    Pull,
+    /// Both.
+    #[default]
+    Both,
+}
+
+/// One override as written in the file.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverrideSettings {
+    /// Glob over the tensor's node name (for example `*batch_norm*`).
+    pub tensor: String,
+    /// Directions it applies to.
+    #[serde(default)]
+    pub direction: Directions,
+    /// Leave matching tensors uncompressed.
+    #[serde(default)]
+    pub skip: bool,
+    /// Codec for matching tensors (default: the direction's codec).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub codec: Option<String>,
+    /// 3LC sparsity for matching tensors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sparsity: Option<f32>,
+    /// Top-k share for matching tensors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub k: Option<f32>,
+}
+
+/// The `[policy]` table as written in the file.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicySettings {
+    /// Jobs whose tasks hold parameters.
+    pub parameter_jobs: Vec<String>,
+    /// Tensors smaller than this many bytes pass uncompressed.
+    pub min_bytes: u64,
+    /// Codec for gradients.
+    pub push: CodecSettings,
+    /// Codec for model values.
+    pub pull: CodecSettings,
+    /// Codec for sparse tensors (gathered rows, sparse gradients), without memory.
+    pub sparse: CodecSettings,
+    /// Codec for tensors no graph classified, without memory.
+    pub unknown: CodecSettings,
+    /// Dense tensors cross uncompressed for their first this many steps
+    /// (per tensor and requesting task), while training moves fastest.
+    pub warmup_steps: u32,
+    /// How far 3LC's memory may lag (further passes).
+    pub refine: RefineSettings,
+    /// Per-tensor exceptions, first match wins.
+    pub overrides: Vec<OverrideSettings>,
+}
+
+/// The default codec of the classes without memory.
+fn memoryless_default() -> CodecSettings {
+    CodecSettings {
+        codec: "fp16".into(),
+        ..CodecSettings::default()
+    }
+}
+
+impl Default for PolicySettings {
+    fn default() -> Self {
+        PolicySettings {
+            parameter_jobs: vec!["ps".into()],
+            min_bytes: DEFAULT_MIN_BYTES,
+            push: CodecSettings::default(),
+            pull: CodecSettings::default(),
+            sparse: memoryless_default(),
+            unknown: memoryless_default(),
+            warmup_steps: 0,
+            refine: RefineSettings::default(),
+            overrides: Vec::new(),
+        }
+    }
+}
+
+/// Tensors smaller than this pass as they are by default.
+pub const DEFAULT_MIN_BYTES: u64 = 4 * 1024;
+
+/// What state a compressed tensor is encoded through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Treatment {
+    /// A dense gradient: the push context's error buffer.
+    ErrorFeedback,
+    /// A dense variable read: the pull replica and its deltas.
+    Replica,
+    /// Anything else: encoded on its own, nothing remembered.
+    Stateless,
+}
+
+impl Treatment {
+    /// The treatment a tensor of `class` travelling `direction` may get.
+    /// Memory only where the graph showed the elements keep their meaning.
+    pub fn of(direction: Direction, class: TensorClass) -> Treatment {
+        match (direction, class) {
+            (Direction::Pull, TensorClass::DenseRead) => Treatment::Replica,
+            (Direction::Push, TensorClass::DenseGradient) => Treatment::ErrorFeedback,
+            _ => Treatment::Stateless,
+        }
+    }
+}
+
+/// What to do with one tensor.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Decision {
+    /// Compress with this codec, through this state.
+    Compress(CodecChoice, Treatment),
+    /// Leave it as it is.
+    Pass(PassReason),
+}
+
+struct Override {
+    matcher: GlobMatcher,
+    direction: Directions,
+    choice: Option<CodecChoice>,
+}
+
+/// The validated policy, ready to answer per tensor.
+pub struct Policy {
+    settings: PolicySettings,
+    parameter_jobs: Vec<String>,
+    min_bytes: u64,
+    push: CodecChoice,
+    pull: CodecChoice,
+    sparse: CodecChoice,
+    unknown: CodecChoice,
+    refine: Refine,
+    overrides: Vec<Override>,
+}
+
+impl std::fmt::Debug for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policy")
+            .field("parameter_jobs", &self.parameter_jobs)
+            .field("min_bytes", &self.min_bytes)
+            .field("push", &self.push)
+            .field("pull", &self.pull)
+            .field("sparse", &self.sparse)
+            .field("unknown", &self.unknown)
+            .field("refine", &self.refine)
+            .field("overrides", &self.overrides.len())
+            .finish()
+    }
+}
+
+impl Default for Policy {
+    /// The built-in defaults: 3LC at s = 1.0 both ways above 4 KiB, `ps` holds parameters.
+    fn default() -> Self {
+        // The built-in settings are constants of this program, tested below.
+        Policy::new(&PolicySettings::default()).expect("built-in policy settings are valid")
+    }
+}
+
+impl Policy {
+    /// Validates settings, naming the key of the first bad value.
+    pub fn new(settings: &PolicySettings) -> Result<Policy, ConfigError> {
+        if settings.parameter_jobs.is_empty() {
+            return Err(ConfigError::Invalid {
+                key: "policy.parameter_jobs".into(),
+                value: "[]".into(),
+                allowed: "at least one job name (TensorFlow's default is \"ps\")".into(),
+            });
+        }
+        bounds::MIN_BYTES.check("policy.min_bytes", settings.min_bytes)?;
+        bounds::WARMUP_STEPS.check("policy.warmup_steps", u64::from(settings.warmup_steps))?;
+        bounds::OVERRIDES.check(
+            "policy.overrides",
+            u64::try_from(settings.overrides.len()).unwrap_or(u64::MAX),
+        )?;
+        let push = settings.push.resolve("policy.push")?;
+        let pull = settings.pull.resolve("policy.pull")?;
+        let sparse = settings.sparse.resolve_memoryless("policy.sparse")?;
+        let unknown = settings.unknown.resolve_memoryless("policy.unknown")?;
+        let refine = Refine::new(&settings.refine)?;
+        let mut overrides = Vec::new();
+        for (i, o) in settings.overrides.iter().enumerate() {
+            let key = format!("policy.overrides[{i}]");
+            let glob = Glob::new(&o.tensor).map_err(|e| ConfigError::Invalid {
+                key: format!("{key}.tensor"),
+                value: o.tensor.clone(),
+                allowed: format!("a glob pattern ({e})"),
+            })?;
+            let choice = if o.skip {
+                None
+            } else {
+                let base = match o.direction {
+                    Directions::Pull => &settings.pull,
+                    _ => &settings.push,
+                };
+                let codec = o.codec.clone().unwrap_or_else(|| base.codec.clone());
+                let same_codec = codec == base.codec;
+                let settings = CodecSettings {
+                    sparsity: o.sparsity.or(if same_codec { base.sparsity } else { None }),
+                    k: o.k.or(if same_codec { base.k } else { None }),
+                    seed: if same_codec { base.seed } else { None },
+                    feedback: base.feedback,
+                    codec,
+                };
+                Some(settings.resolve(&key)?)
+            };
+            overrides.push(Override {
+                matcher: glob.compile_matcher(),
+                direction: o.direction,
+                choice,
+            });
+        }
+        Ok(Policy {
+            settings: settings.clone(),
+            parameter_jobs: settings.parameter_jobs.clone(),
+            min_bytes: settings.min_bytes,
+            push,
+            pull,
+            sparse,
+            unknown,
+            refine,
+            overrides,
+        })
+    }
+
+    /// The settings this policy was made from.
+    pub fn settings(&self) -> &PolicySettings {
+        &self.settings
+    }
+
+    /// Tensors smaller than this pass uncompressed.
+    pub fn min_bytes(&self) -> u64 {
+        self.min_bytes
+    }
+
+    /// Steps a dense tensor crosses uncompressed before its context starts.
+    pub fn warmup_steps(&self) -> u32 {
+        self.settings.warmup_steps
+    }
+
+    /// How far 3LC's memory may lag before another pass is sent.
+    pub fn refine(&self) -> &Refine {
+        &self.refine
+    }
+
+    /// Number of per-tensor overrides.
+    pub fn overrides(&self) -> usize {
+        self.overrides.len()
+    }
+
+    /// Whether tasks of `job` hold parameters (their tensors are pulls).
+    pub fn is_parameter_job(&self, job: &str) -> bool {
+        self.parameter_jobs.iter().any(|j| j == job)
+    }
+
+    /// The codec for a direction before overrides.
+    pub fn codec_for(&self, direction: Direction) -> CodecChoice {
+        match direction {
+            Direction::Push => self.push,
+            Direction::Pull => self.pull,
+        }
+    }
+
+    /// The codec for a tensor of `class` travelling `direction`, before
+    /// overrides: the direction's for dense tensors, the class's otherwise.
+    pub fn codec_for_class(&self, direction: Direction, class: TensorClass) -> CodecChoice {
+        match (Treatment::of(direction, class), class) {
+            (Treatment::ErrorFeedback | Treatment::Replica, _) => self.codec_for(direction),
+            (Treatment::Stateless, TensorClass::Sparse) => self.sparse,
+            (Treatment::Stateless, _) => self.unknown,
+        }
+    }
+
+    /// Whether no tensor of this name, class and direction would be
+    /// compressed, whatever its size: then the response need not be read
+    /// before it is forwarded.
+    pub fn never_compresses(&self, direction: Direction, class: TensorClass, tensor: &str) -> bool {
+        self.decide(direction, class, tensor, u64::MAX) == Decision::Pass(PassReason::Skipped)
+    }
+
+    /// What to do with a tensor of `bytes` bytes named `tensor` of `class`
+    /// travelling `direction`.
+    pub fn decide(
+        &self,
+        direction: Direction,
+        class: TensorClass,
+        tensor: &str,
+        bytes: u64,
+    ) -> Decision {
+        if bytes < self.min_bytes {
+            return Decision::Pass(PassReason::Small);
+        }
+        let treatment = Treatment::of(direction, class);
+        let applies = |d: Directions| {
+            matches!(
+                (d, direction),
+                (Directions::Both, _)
+                    | (Directions::Push, Direction::Push)
+                    | (Directions::Pull, Direction::Pull)
+            )
+        };
+        let choice = match self
+            .overrides
+            .iter()
+            .find(|o| applies(o.direction) && o.matcher.is_match(tensor))
+        {
+            Some(o) => o.choice,
+            None => Some(self.codec_for_class(direction, class)),
+        };
+        match choice {
+            Some(choice) if choice.codec != Codec::None => {
+                let choice = match treatment {
+                    // Nothing is remembered between two stateless tensors.
+                    Treatment::Stateless => CodecChoice {
+                        feedback: Feedback::Off,
+                        ..choice
+                    },
+                    _ => choice,
+                };
+                Decision::Compress(choice, treatment)
+            }
+            _ => Decision::Pass(PassReason::Skipped),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(toml_text: &str) -> Result<Policy, ConfigError> {
+        #[derive(Deserialize)]
+        struct File {
+            #[serde(default)]
+            policy: PolicySettings,
+        }
+        let file: File = toml::from_str(toml_text).expect("test TOML parses");
+        Policy::new(&file.policy)
+    }
+
+    #[test]
+    fn defaults_compress_large_tensors_with_3lc() {
+        let p = policy("").unwrap();
+        assert!(p.is_parameter_job("ps"));
+        assert!(!p.is_parameter_job("worker"));
+        assert_eq!(
+            p.decide(Direction::Push, TensorClass::DenseGradient, "w1", 1000),
+            Decision::Pass(PassReason::Small)
+        );
+        let Decision::Compress(choice, Treatment::Replica) =
+            p.decide(Direction::Pull, TensorClass::DenseRead, "w1", 1 << 20)
+        else {
+            panic!("large tensor not compressed")
+        };
+        assert_eq!(
+            choice.codec,
+            Codec::ThreeLc {
+                sparsity: Sparsity::ONE
+            }
+        );
+        assert_eq!(choice.feedback, Feedback::On);
+    }
+
+    #[test]
+    fn overrides_first_match_wins() {
+        let p = policy(
+            r#"
+            [policy]
+            min_bytes = 0
+            [policy.push]
+            codec = "3lc"
+            sparsity = 1.5
+            [[policy.overrides]]
+            tensor = "*batch_norm*"
+            skip = true
+            [[policy.overrides]]
+            tensor = "dense_2/*"
+            direction = "push"
+            sparsity = 1.9
+            [[policy.overrides]]
+            tensor = "dense_2/*"
+            codec = "topk"
+            k = 5
+            "#,
+        )
+        .unwrap();
+        assert_eq!(
+            p.decide(
+                Direction::Pull,
+                TensorClass::DenseRead,
+                "bn/batch_norm/gamma",
+                10
+            ),
+            Decision::Pass(PassReason::Skipped)
+        );
+        let three = |s| Codec::ThreeLc {
+            sparsity: Sparsity::new(s).unwrap(),
+        };
+        assert!(
+            matches!(p.decide(Direction::Push, TensorClass::DenseGradient, "dense_2/kernel", 10), Decision::Compress(c, _) if c.codec == three(1.9))
+        );
+        assert!(
+            matches!(p.decide(Direction::Pull, TensorClass::DenseRead, "dense_2/kernel", 10), Decision::Compress(c, _) if c.codec == Codec::TopK { percent: TopKPercent::new(5.0).unwrap() })
+        );
+        assert!(
+            matches!(p.decide(Direction::Push, TensorClass::DenseGradient, "dense_1/kernel", 10), Decision::Compress(c, _) if c.codec == three(1.5))
+        );
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let err = policy("[policy.push]\ncodec = \"3lc\"\nsparsity = 2.5\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "policy.push.sparsity = 2.5: sparsity 2.5 is out of range [1.0, 2.0)"
+        );
+        let err = policy("[policy.pull]\ncodec = \"int8\"\nsparsity = 1.5\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("policy.pull.sparsity = set: applies only to codec \"3lc\""),
+            "{err}"
+        );
+        let err = policy("[policy.push]\ncodec = \"gzip\"\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("policy.push.codec = gzip: unknown codec"),
+            "{err}"
+        );
+        let err = policy("[[policy.overrides]]\ntensor = \"[\"\nskip = true\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("policy.overrides[0].tensor = ["),
+            "{err}"
+        );
+        let err = policy("[policy]\nparameter_jobs = []\n").unwrap_err();
+        assert!(
+            err.to_string().starts_with("policy.parameter_jobs"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn only_dense_tensors_get_memory() {
+        let p = policy("").unwrap();
+        let big = 1 << 20;
+        let fp16 = |d, c| match p.decide(d, c, "t", big) {
+            Decision::Compress(choice, Treatment::Stateless) => {
+                choice.codec == Codec::Fp16 && choice.feedback == Feedback::Off
+            }
+            _ => false,
+        };
+        // Gathered rows pulled, sparse gradient values pushed, never classified.
+        assert!(fp16(Direction::Pull, TensorClass::Sparse));
+        assert!(fp16(Direction::Push, TensorClass::Sparse));
+        assert!(fp16(Direction::Push, TensorClass::Unknown));
+        assert!(fp16(Direction::Pull, TensorClass::Unknown));
+        // A class that contradicts the direction is not trusted with memory.
+        assert!(fp16(Direction::Push, TensorClass::DenseRead));
+        assert!(fp16(Direction::Pull, TensorClass::DenseGradient));
+        assert!(matches!(
+            p.decide(Direction::Push, TensorClass::DenseGradient, "t", big),
+            Decision::Compress(c, Treatment::ErrorFeedback) if c.feedback == Feedback::On
+        ));
+    }
+
+    #[test]
+    fn memoryless_classes_refuse_feedback_and_take_3lc_without_it() {
+        let err = policy("[policy.sparse]\ncodec = \"3lc\"\nfeedback = true\n").unwrap_err();
+        assert!(
+            err.to_string().starts_with("policy.sparse.feedback = true"),
+            "{err}"
+        );
+        let p = policy("[policy.unknown]\ncodec = \"3lc\"\nsparsity = 1.5\n").unwrap();
+        let Decision::Compress(choice, Treatment::Stateless) =
+            p.decide(Direction::Push, TensorClass::Unknown, "t", 1 << 20)
+        else {
+            panic!("unknown tensor not compressed statelessly")
+        };
+        assert_eq!(choice.feedback, Feedback::Off);
+        assert_eq!(
+            choice.codec,
+            Codec::ThreeLc {
+                sparsity: Sparsity::new(1.5).unwrap()
+            }
+        );
+        let p = policy("[policy.sparse]\ncodec = \"none\"\n").unwrap();
+        assert!(p.never_compresses(Direction::Pull, TensorClass::Sparse, "t"));
+        assert!(!p.never_compresses(Direction::Pull, TensorClass::DenseRead, "t"));
+    }
+}

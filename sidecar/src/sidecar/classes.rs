@@ -1,0 +1,123 @@
+//! What the holder side decided for each tensor it was asked for: its
+//! class, why, and how it was encoded. Dense tensors also have a push
+//! context or a pull source; this table is what `tlcctl tensors` shows for
+//! every tensor, and the only record of the ones encoded without memory.
+
+use std::time::Instant;
+
+use tlc_codec::Codec;
+
+use super::Sidecar;
+use crate::graph::{Classified, TensorClass};
+use crate::policy::Treatment;
+use tlc_context::ContextMemory;
+use tlc_core::Direction;
+use tlc_core::TensorCall;
+use tlc_wire::peer;
+
+/// One tensor as the holder side sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClassKey {
+    /// Which way it travels.
+    pub direction: Direction,
+    /// The task asking for it.
+    pub requester: String,
+    /// Its context name.
+    pub tensor: String,
+}
+
+/// What was decided for one tensor, and what went through it without memory.
+#[derive(Debug, Clone)]
+pub struct ClassRecord {
+    /// The class and why.
+    pub classified: Classified,
+    /// How it was last encoded; `None` while it passed as it is.
+    pub treatment: Option<Treatment>,
+    /// The codec of the last encode.
+    pub codec: Codec,
+    /// Values per tensor.
+    pub elements: u64,
+    /// Tensors encoded without memory.
+    pub frames: u64,
+    /// Their size as f32.
+    pub raw_bytes: u64,
+    /// Their envelopes' size.
+    pub wire_bytes: u64,
+}
+
+impl ContextMemory for ClassRecord {
+    fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<ClassRecord>() + self.classified.reason.len()
+    }
+}
+
+impl Sidecar {
+    /// The class of the tensor a call asks for: from a graph this sidecar
+    /// read, else from the one the requesting sidecar read (`hint`), else
+    /// unknown.
+    pub fn classify(&self, call: &TensorCall, hint: Option<peer::ClassHint>) -> Classified {
+        if let Some(known) =
+            self.graphs
+                .lookup(&call.holder_task, &call.requester_task, &call.tensor_name)
+        {
+            return known;
+        }
+        match hint {
+            Some(hint) => Classified {
+                class: hint.class,
+                reason: "from the requesting sidecar's graph".into(),
+                output: 0,
+                function: hint.function.then(|| "(the requester's)".into()),
+                accumulated: hint.accumulated,
+            },
+            None => Classified {
+                class: TensorClass::Unknown,
+                reason: "no graph seen for this tensor".into(),
+                output: 0,
+                function: None,
+                accumulated: false,
+            },
+        }
+    }
+
+    /// Records what was done with a tensor of `elements` values: encoded
+    /// with `treatment` (`raw` bytes as `wire`), or passed (`None`).
+    pub(crate) fn record_class(
+        &self,
+        call: &TensorCall,
+        classified: &Classified,
+        encoded: Option<(Treatment, Codec, usize, usize)>,
+        elements: usize,
+    ) {
+        let key = ClassKey {
+            direction: call.direction,
+            requester: call.requester_task.clone(),
+            tensor: call.tensor.clone(),
+        };
+        let record = self
+            .classes
+            .get_or_insert_with(&key, Instant::now(), || ClassRecord {
+                classified: classified.clone(),
+                treatment: None,
+                codec: Codec::None,
+                elements: 0,
+                frames: 0,
+                raw_bytes: 0,
+                wire_bytes: 0,
+            });
+        let mut record = tlc_context::table::lock(&record);
+        if record.classified != *classified {
+            record.classified = classified.clone();
+        }
+        record.elements = elements as u64;
+        record.treatment = encoded.map(|(treatment, ..)| treatment);
+        if let Some((treatment, codec, raw, wire)) = encoded {
+            record.codec = codec;
+            if treatment == Treatment::Stateless {
+                record.frames += 1;
+                record.raw_bytes += raw as u64;
+                record.wire_bytes += wire as u64;
+            }
+        }
+    }
+}

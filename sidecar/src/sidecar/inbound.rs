@@ -1,0 +1,366 @@
+//! The holder's side of `RecvTensor`: a peer sidecar asks for a tensor the
+//! local TensorFlow task holds; the response is compressed on its way out.
+//!
+//! Only calls that announce a peer (`tlc-peer`) are touched. Everything
+//! that cannot be compressed safely (not a float tensor, too small, a
+//! codec refusal) leaves exactly as TensorFlow sent it.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response};
+use tracing::{debug, warn, Span};
+
+use super::request_key;
+use super::tensor_bytes;
+use super::AlreadyCharged;
+use super::{Sidecar, MAX_RESPONSE};
+use crate::graph::{Classified, Training};
+use crate::policy::{Decision, Policy, Treatment};
+use crate::sidecar::calls;
+use crate::training::step_reads::{self, Watched};
+use tlc_context::pull::Served;
+use tlc_context::{encode_stateless, PullSource, PushContext, PushKey, ReplicaState, SourceKey};
+use tlc_core::TensorCall;
+use tlc_core::{Direction, PassReason};
+use tlc_core::{Outcome, Role};
+use tlc_proxy::body::{self, Collected, Peeked, ProxyBody};
+use tlc_proxy::connection::ConnectionId;
+use tlc_proxy::forward::forward;
+use tlc_proxy::grpc_status;
+use tlc_proxy::upstream::Upstream;
+use tlc_wire::peer::{self, ReplicaHeader};
+use tlc_wire::tf::proto::DataType;
+use tlc_wire::tf::{grpc, recv_tensor};
+
+/// Handles one `RecvTensor` call arriving from a peer, inside its span
+/// (see [`calls::measured`]); returns the response and how the call ended.
+pub async fn recv_tensor(
+    sidecar: &Sidecar,
+    upstream: &Upstream,
+    request: Request<ProxyBody>,
+    span: &Span,
+) -> (Response<ProxyBody>, Outcome) {
+    if !peer::is_peer(request.headers()) {
+        return calls::unchanged(forward(upstream, request).await);
+    }
+    let replica = request
+        .headers()
+        .get(peer::REPLICA)
+        .and_then(ReplicaHeader::parse)
+        .map(|h| ReplicaState {
+            epoch: h.epoch,
+            version: h.version,
+        });
+    let hint = peer::class(request.headers());
+    let Some(connection) = ConnectionId::of(&request) else {
+        // Every listener stamps its calls; without a connection there is
+        // no way to keep a fallback for this one, so it is not compressed.
+        return calls::unchanged(forward(upstream, request).await);
+    };
+    // What the requester decodes, and what this side reads whole.
+    let max_tensor = peer::max_tensor(request.headers())
+        .unwrap_or(u64::MAX)
+        .min(sidecar.options().max_tensor_bytes);
+    let (mut parts, request_body) = request.into_parts();
+    peer::strip(&mut parts.headers);
+    // One policy for the whole call, even if an operator changes it meanwhile.
+    let policy = sidecar.policy();
+    let (peeked, call) = match request_key::peek_call(request_body, &policy).await {
+        Ok(read) => read,
+        Err(response) => return (response, Outcome::Error),
+    };
+    let request = Request::from_parts(parts, peeked.into_body());
+    let response = forward(upstream, request).await;
+    let Some(mut call) = call else {
+        sidecar.stats.passed("request_unreadable");
+        return calls::unchanged(response);
+    };
+    // Before anything that may pass the response on unread: the watch
+    // must see every step counter read (its response is a few bytes).
+    let response = if step_reads::is_step_read(&call) {
+        match step_reads::watch(&sidecar.steps, &call, response).await {
+            Watched::Pass(response) => response,
+            Watched::Fail(response) => return (response, Outcome::Error),
+        }
+    } else {
+        response
+    };
+    let classified = sidecar.classify(&call, hint);
+    call.tensor = classified.context_name(&call.tensor, &call.tensor_name);
+    calls::record_call(span, &call);
+    span.record("class", classified.class.name());
+    if policy.never_compresses(call.direction, classified.class, &call.tensor) {
+        // Nothing to decide from the response: stream it through.
+        sidecar.stats.passed("policy_skip");
+        return calls::unchanged(response);
+    }
+    // An error from TensorFlow (a trailers-only response) passes as it is.
+    if response.status() != http::StatusCode::OK || response.headers().contains_key("grpc-status") {
+        return calls::unchanged(response);
+    }
+    let (mut parts, response_body) = response.into_parts();
+    // Read whole only what may be compressed and what the in-flight budget
+    // holds; anything else streams through as TensorFlow sent it.
+    let mut charge = sidecar.budget.empty();
+    let limit = usize::try_from(max_tensor)
+        .unwrap_or(usize::MAX)
+        .saturating_add(RESPONSE_SLACK);
+    let collected = match body::peek_charged(response_body, limit, Some(&mut charge)).await {
+        Ok(Peeked::Whole(collected)) => collected,
+        Ok(partial @ Peeked::Partial(..)) => {
+            let read = match &partial {
+                Peeked::Partial(read, _) => read.len(),
+                Peeked::Whole(_) => 0,
+            };
+            let reason = if read > limit {
+                "too_large"
+            } else {
+                "memory_budget"
+            };
+            sidecar.stats.passed(reason);
+            let body = body::holding(partial.into_body(), charge);
+            parts.extensions.insert(AlreadyCharged);
+            return (Response::from_parts(parts, body), Outcome::Passed);
+        }
+        Err(err) => {
+            let response = grpc_status::response(
+                grpc_status::UNAVAILABLE,
+                &format!("tlcd: reading TensorFlow's response: {err}"),
+            );
+            return (response, Outcome::Error);
+        }
+    };
+    // The encoder's output and scratch: at most the tensor's size again.
+    if charge.try_grow(collected.len() as u64).is_err() {
+        sidecar
+            .stats
+            .passed_read("memory_budget", collected.len() as u64);
+        let body = body::holding(body::chunks(collected.chunks, collected.trailers), charge);
+        parts.extensions.insert(AlreadyCharged);
+        return (Response::from_parts(parts, body), Outcome::Passed);
+    }
+    let compressed = tokio::task::block_in_place(|| {
+        compress(
+            sidecar,
+            &policy,
+            &call,
+            &classified,
+            Asked {
+                replica,
+                max_tensor,
+                connection,
+            },
+            &collected,
+            span,
+        )
+    });
+    match compressed {
+        Ok(chunks) => {
+            parts
+                .headers
+                .insert(peer::ENVELOPE, HeaderValue::from_static(peer::PROTOCOL));
+            let body = body::holding(body::chunks(chunks, collected.trailers), charge);
+            parts.extensions.insert(AlreadyCharged);
+            (Response::from_parts(parts, body), Outcome::Compressed)
+        }
+        Err(reason) => {
+            debug!(tensor = %call.tensor, reason, "passing through");
+            sidecar.stats.passed_read(reason, collected.len() as u64);
+            let body = body::holding(body::chunks(collected.chunks, collected.trailers), charge);
+            parts.extensions.insert(AlreadyCharged);
+            (Response::from_parts(parts, body), Outcome::Passed)
+        }
+    }
+}
+
+/// What the request said beyond the tensor's name.
+struct Asked {
+    /// The requester's replica, for a pull.
+    replica: Option<ReplicaState>,
+    /// The largest tensor the requester decodes and this side reads whole.
+    max_tensor: u64,
+    /// The connection the call came on, which alone may claim the fallback.
+    connection: ConnectionId,
+}
+
+/// What a context holds beside its tensor-sized buffers (its fields, the
+/// table's entry), rounded up: an estimate made before the context exists
+/// must not be below what it will measure.
+const CONTEXT_OVERHEAD: usize = 1 << 10;
+
+/// What gRPC and protobuf framing add to a tensor's content in a response.
+const RESPONSE_SLACK: usize = 64 << 10;
+
+/// The compressed response as gRPC body chunks, or why it stays as it is.
+fn compress(
+    sidecar: &Sidecar,
+    policy: &Policy,
+    call: &TensorCall,
+    classified: &Classified,
+    asked: Asked,
+    collected: &Collected,
+    span: &Span,
+) -> Result<Vec<Bytes>, &'static str> {
+    let Asked {
+        replica,
+        max_tensor,
+        connection,
+    } = asked;
+    let message =
+        grpc::parse_single(collected.to_bytes(), MAX_RESPONSE).map_err(|_| "grpc_framing")?;
+    let response = recv_tensor::decode_response(message).map_err(|_| "unparsable_response")?;
+    let tensor = recv_tensor::classify(&response).map_err(|reason| reason.label())?;
+    let raw_bytes = tensor.content.len();
+    span.record("raw_bytes", raw_bytes);
+    if raw_bytes as u64 > max_tensor {
+        // Larger than the requester decodes (its `tlc-max`) or than this
+        // side reads whole: it would only come back as a fallback.
+        return Err("too_large");
+    }
+    let elements = raw_bytes / 4;
+    let (choice, treatment) = match policy.decide(
+        call.direction,
+        classified.class,
+        &call.tensor,
+        raw_bytes as u64,
+    ) {
+        Decision::Compress(choice, treatment) => (choice, treatment),
+        Decision::Pass(reason) => {
+            sidecar.record_class(call, classified, None, elements);
+            return Err(match reason {
+                PassReason::Small => "small",
+                PassReason::Skipped => "policy_skip",
+            });
+        }
+    };
+    if treatment != Treatment::Stateless && sidecar.warming_up(call, policy.warmup_steps()) {
+        sidecar.record_class(call, classified, None, elements);
+        return Err("warmup");
+    }
+    let mut scratch = Vec::new();
+    let values = tensor_bytes::as_f32(&tensor.content, &mut scratch);
+    let token = sidecar.fallbacks.token();
+    let mut envelope = Vec::with_capacity(raw_bytes / 8 + 256);
+    let now = Instant::now();
+    // Timed under the context's lock: the codec's work, not the wait for
+    // another call on the same tensor.
+    let (took, keyframe) = match treatment {
+        Treatment::ErrorFeedback => {
+            let key = PushKey {
+                requester_task: call.requester_task.clone(),
+                holder_task: call.holder_task.clone(),
+                tensor: call.tensor.clone(),
+            };
+            // An error buffer the size of the tensor, once used.
+            let context = sidecar
+                .push
+                .get_or_insert_within(&key, now, raw_bytes + CONTEXT_OVERHEAD, || {
+                    PushContext::new(choice.codec, choice.feedback)
+                })
+                .ok_or("context_budget")?;
+            let mut context = tlc_context::table::lock(&context);
+            let started = Instant::now();
+            let encoded = context
+                .encode(
+                    values,
+                    choice.codec,
+                    policy.refine().push(classified.accumulated),
+                    token,
+                    &mut envelope,
+                )
+                .map_err(|_| "codec_refused")?;
+            sidecar
+                .stats
+                .refined(Direction::Push, u64::from(encoded.frames - 1));
+            (started.elapsed(), false)
+        }
+        Treatment::Replica => {
+            let key = SourceKey {
+                holder: call.holder_task.clone(),
+                tensor: call.tensor.clone(),
+            };
+            // A replica the size of the tensor, and its cached deltas.
+            let source = sidecar
+                .pull
+                .get_or_insert_within(&key, now, 2 * raw_bytes + CONTEXT_OVERHEAD, || {
+                    PullSource::new(sidecar.epochs.next(), sidecar.options.pull_cache_len)
+                })
+                .ok_or("context_budget")?;
+            let mut source = tlc_context::table::lock(&source);
+            let started = Instant::now();
+            let before = source.counters();
+            let served = source
+                .serve(
+                    values,
+                    replica,
+                    choice.codec,
+                    policy
+                        .refine()
+                        .pull(sidecar.graphs.training(&call.holder_task) == Training::Synchronous),
+                    token,
+                    &mut envelope,
+                )
+                .map_err(|_| "codec_refused")?;
+            let after = source.counters();
+            sidecar
+                .stats
+                .refined(Direction::Pull, after.refinements - before.refinements);
+            if after.drift_resets > before.drift_resets {
+                sidecar.stats.drift_reset();
+                if before.drift_resets == 0 {
+                    warn!(
+                        tensor = %call.tensor,
+                        "pull replica drifted too far from the model (lossy deltas cannot keep up, \
+                         as in fast asynchronous training): sending keyframes when it does; \
+                         consider a lossless or 16-bit pull codec for this job"
+                    );
+                }
+            }
+            let keyframe = matches!(served.served, Served::Keyframe(_));
+            (started.elapsed(), keyframe)
+        }
+        Treatment::Stateless => {
+            let started = Instant::now();
+            encode_stateless(values, choice.codec, token, &mut envelope)
+                .map_err(|_| "codec_refused")?;
+            (started.elapsed(), false)
+        }
+    };
+    let wire_bytes = envelope.len();
+    let built = recv_tensor::build_response_with_content(
+        &tensor.meta,
+        &tensor.dims,
+        DataType::DtFloat as i32,
+        Bytes::from(envelope),
+    )
+    .map_err(|_| "rebuild_failed")?;
+    let chunks = built.into_grpc_chunks().map_err(|_| "rebuild_failed")?;
+    let codec = choice.codec.id();
+    span.record("codec", codec.name());
+    span.record("wire_bytes", wire_bytes);
+    sidecar.stats.compressed(
+        call.direction,
+        codec,
+        classified.class,
+        raw_bytes,
+        wire_bytes,
+        took,
+    );
+    sidecar.record_class(
+        call,
+        classified,
+        Some((treatment, choice.codec, raw_bytes, wire_bytes)),
+        elements,
+    );
+    if keyframe {
+        sidecar.stats.keyframe(Role::Inbound);
+    }
+    sidecar.fallbacks.keep(
+        token,
+        connection,
+        collected.chunks.clone(),
+        collected.trailers.clone(),
+    );
+    Ok(chunks.to_vec())
+}

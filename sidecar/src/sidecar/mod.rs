@@ -1,0 +1,417 @@
+//! What the sidecar does to a call beyond forwarding it. `RecvTensor` is
+//! where tensors travel, so it is the one method the sidecar looks inside:
+//! [`outbound`] next to the task that asks, [`inbound`] next to the task
+//! that holds the tensor. Every other call is forwarded untouched.
+
+pub mod calls;
+pub mod classes;
+pub mod fallback;
+pub mod inbound;
+pub mod outbound;
+pub mod record;
+pub mod request_key;
+pub mod stats;
+pub mod tensor_bytes;
+pub mod tensors;
+pub mod warmup;
+
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use http::{Request, Response};
+use tracing::debug;
+
+use crate::graph::tap::{self, Registration};
+use crate::graph::GraphIndex;
+use tlc_context::pull::random_seed;
+use tlc_context::{
+    ContextTable, EpochGenerator, PullSource, PushContext, PushKey, ReplicaStore, SourceKey,
+    TableLimits,
+};
+use tlc_core::Role;
+use tlc_proxy::limits::budget::MemoryBudget;
+
+use crate::policy::Policy;
+use classes::{ClassKey, ClassRecord};
+use fallback::FallbackCache;
+use record::Recorder;
+use stats::Stats;
+use tlc_proxy::body::{self, ProxyBody};
+use tlc_proxy::connection::ConnectionStats;
+use tlc_proxy::forward::forward;
+use tlc_proxy::grpc_status;
+use tlc_proxy::tls::TlsContext;
+use tlc_proxy::upstream::Upstream;
+use tlc_proxy::{Handler, Unauthenticated};
+use tlc_wire::peer;
+use warmup::{Steps, WarmupKey};
+
+/// The gRPC method TensorFlow moves tensors with.
+pub use tlc_wire::tf::RECV_TENSOR_PATH as RECV_TENSOR;
+
+/// Largest request body read (RecvTensor requests are a few hundred bytes).
+pub const MAX_REQUEST: usize = 1 << 20;
+/// Largest graph registration message read (a `RegisterGraphRequest` or
+/// one `EnqueueRequest`); a larger one passes unread and its tensors stay
+/// unknown.
+pub const MAX_GRAPH_MESSAGE: usize = 256 << 20;
+/// Largest response body read: TensorFlow's own 2 GiB message limit plus the gRPC prefix.
+pub const MAX_RESPONSE: usize = (2 << 30) + 5;
+
+/// Bytes of contexts an eviction must free before the allocator is asked
+/// to hand memory back (a trim walks the heap: not for every small one).
+const RELEASE_AFTER: usize = 64 << 20;
+
+/// The call a master makes on every task when it creates a session.
+const CREATE_WORKER_SESSION: &str = "/tensorflow.WorkerService/CreateWorkerSession";
+
+/// How long an unused context lives by default.
+pub const DEFAULT_IDLE: Duration = Duration::from_secs(600);
+
+/// Bounds and sizes of the sidecar's state.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Push contexts (error buffers), by memory and idle time.
+    pub push_limits: TableLimits,
+    /// Pull sources (the holder's replicas and delta caches).
+    pub pull_limits: TableLimits,
+    /// Replicas kept by the requester side.
+    pub replica_limits: TableLimits,
+    /// Deltas each pull source keeps for workers that fall behind.
+    pub pull_cache_len: usize,
+    /// Bytes of original responses kept for fallbacks.
+    pub fallback_bytes: usize,
+    /// Bytes calls in flight may hold (see [`tlc_proxy::limits::budget`]).
+    pub in_flight_bytes: u64,
+    /// Largest tensor content, in bytes, read whole or decoded.
+    pub max_tensor_bytes: u64,
+    /// How long a decode waits for in-flight memory.
+    pub memory_wait: Duration,
+    /// The memory total the defaults above are shares of (for
+    /// `tlc_memory_limit_bytes`; bounds set one by one do not change it).
+    pub memory: tlc_proxy::limits::memory::Total,
+}
+
+impl Options {
+    /// The default bounds within `limits`: each table, the fallback cache
+    /// and calls in flight get their share of the memory.
+    pub fn within(limits: &tlc_proxy::limits::settings::Limits) -> Options {
+        let table = TableLimits {
+            max_bytes: usize::try_from(limits.shares.table_bytes).unwrap_or(usize::MAX),
+            max_age: DEFAULT_IDLE,
+        };
+        Options {
+            push_limits: table,
+            pull_limits: table,
+            replica_limits: table,
+            pull_cache_len: tlc_context::pull::DEFAULT_CACHE_LEN,
+            fallback_bytes: usize::try_from(limits.shares.fallback_bytes).unwrap_or(usize::MAX),
+            in_flight_bytes: limits.shares.in_flight_bytes,
+            max_tensor_bytes: limits.max_tensor_bytes,
+            memory_wait: limits.memory_wait,
+            memory: limits.memory,
+        }
+    }
+}
+
+impl Default for Options {
+    /// The bounds of the default `[limits]` (the container's memory).
+    fn default() -> Self {
+        let limits = tlc_proxy::limits::settings::LimitSettings::default().limits();
+        // The default settings are within their ranges by construction.
+        let limits = limits.unwrap_or_else(|err| unreachable!("default limits: {err}"));
+        Options::within(&limits)
+    }
+}
+
+/// The bounds of the bookkeeping tables (classes, warm-up counts): the age
+/// of the contexts', and a sixteenth of their memory.
+fn small_table(limits: TableLimits) -> TableLimits {
+    TableLimits {
+        max_bytes: limits.max_bytes / 16,
+        ..limits
+    }
+}
+
+/// State shared by every call through this sidecar.
+pub struct Sidecar {
+    /// Swapped whole when an operator retunes; each call reads it once.
+    policy: RwLock<Arc<Policy>>,
+    options: Options,
+    /// Holder side: error-feedback contexts of gradients.
+    pub push: ContextTable<PushKey, PushContext>,
+    /// Holder side: replicas and delta caches of model values.
+    pub pull: ContextTable<SourceKey, PullSource>,
+    /// Requester side: replicas of model values.
+    pub replicas: ReplicaStore,
+    /// Holder side: original responses kept for fallbacks.
+    pub fallbacks: FallbackCache,
+    /// What the graphs that passed through said each tensor is.
+    pub graphs: Arc<GraphIndex>,
+    /// Holder side: each tensor's class and treatment.
+    pub classes: ContextTable<ClassKey, ClassRecord>,
+    /// Holder side: steps each dense tensor has crossed in warm-up.
+    pub warmup: ContextTable<WarmupKey, Steps>,
+    /// What happened so far.
+    pub stats: Stats,
+    /// Every read of the step counter seen: training progress, and a
+    /// model that went back (see [`crate::training`]).
+    pub steps: crate::training::StepWatch,
+    /// Set when the job is found stuck: every call waiting for an answer
+    /// fails with this message.
+    stuck: tokio::sync::watch::Sender<Option<Arc<str>>>,
+    /// Calls waiting for their response head.
+    waiting: std::sync::atomic::AtomicU64,
+    /// Bytes calls in flight hold: collected responses, envelopes, decoded
+    /// tensors.
+    pub budget: MemoryBudget,
+    /// Mutual TLS between sidecars, once the proxy has loaded it: for
+    /// metrics (certificate expiry, reloads).
+    pub tls: std::sync::OnceLock<Arc<tlc_proxy::tls::TlsContext>>,
+    epochs: EpochGenerator,
+    recorder: Option<Arc<Recorder>>,
+}
+
+impl Default for Sidecar {
+    /// The default policy and bounds, nothing recorded.
+    fn default() -> Self {
+        Sidecar::new(Policy::default(), Options::default(), None)
+    }
+}
+
+impl Sidecar {
+    /// A sidecar with empty contexts.
+    pub fn new(policy: Policy, options: Options, recorder: Option<Recorder>) -> Sidecar {
+        let seed = random_seed();
+        Sidecar {
+            policy: RwLock::new(Arc::new(policy)),
+            options,
+            push: ContextTable::new(options.push_limits),
+            pull: ContextTable::new(options.pull_limits),
+            replicas: ReplicaStore::new(options.replica_limits),
+            fallbacks: FallbackCache::new(options.fallback_bytes),
+            graphs: Arc::new(GraphIndex::default()),
+            classes: ContextTable::new(small_table(options.push_limits)),
+            warmup: ContextTable::new(small_table(options.push_limits)),
+            stats: Stats::default(),
+            steps: crate::training::StepWatch::default(),
+            stuck: tokio::sync::watch::Sender::new(None),
+            waiting: Default::default(),
+            budget: MemoryBudget::new(options.in_flight_bytes),
+            tls: std::sync::OnceLock::new(),
+            epochs: EpochGenerator::new(seed),
+            recorder: recorder.map(Arc::new),
+        }
+    }
+
+    /// The compression policy in force now. Callers hold on to the `Arc`
+    /// for one tensor, so a change applies from the next tensor on and
+    /// never halfway through one.
+    pub fn policy(&self) -> Arc<Policy> {
+        Arc::clone(&self.policy.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Puts `policy` in force for every tensor from now on.
+    pub fn set_policy(&self, policy: Policy) {
+        *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
+    }
+
+    /// Changes how long idle contexts live and how much memory each table
+    /// may use; applied at the next eviction.
+    pub fn set_table_limits(&self, limits: TableLimits) {
+        self.push.set_limits(limits);
+        self.pull.set_limits(limits);
+        self.replicas.table().set_limits(limits);
+        self.classes.set_limits(small_table(limits));
+        self.warmup.set_limits(small_table(limits));
+    }
+
+    /// Answers one call arriving on a route with `role`. RecvTensor calls
+    /// get a span and a latency measurement ([`calls::measured`]) around
+    /// the side that handles them.
+    ///
+    /// A call still waiting for its answer when the job is found stuck
+    /// after a rebuilt session ([`StepWatch::stuck_after_rebuild`]) is
+    /// answered with `FAILED_PRECONDITION` instead, which ends the job.
+    ///
+    /// [`StepWatch::stuck_after_rebuild`]: crate::training::StepWatch::stuck_after_rebuild
+    async fn answer(
+        self: Arc<Self>,
+        role: Role,
+        upstream: &Upstream,
+        request: Request<ProxyBody>,
+    ) -> Response<ProxyBody> {
+        if request.uri().path() == CREATE_WORKER_SESSION {
+            if let Some(step) = self.steps.session_created(Instant::now()) {
+                tracing::warn!(
+                    global_step = step,
+                    "TensorFlow made a new session after training had advanced (a session rebuilt \
+                     after a failure, or a script's extra session)"
+                );
+            }
+        }
+        let mut stuck = self.stuck.subscribe();
+        stuck.mark_unchanged();
+        let _waiting = Waiting::begin(&self.waiting);
+        tokio::select! {
+            response = Arc::clone(&self).handle_call(role, upstream, request) => response,
+            Ok(()) = stuck.changed() => {
+                let message = stuck.borrow().clone().unwrap_or_default();
+                grpc_status::response(grpc_status::FAILED_PRECONDITION, &message)
+            }
+        }
+    }
+
+    async fn handle_call(
+        self: Arc<Self>,
+        role: Role,
+        upstream: &Upstream,
+        request: Request<ProxyBody>,
+    ) -> Response<ProxyBody> {
+        let path = request.uri().path();
+        if role == Role::Inbound && path == peer::FALLBACK_PATH {
+            self.stats.fallback_served();
+            return self.fallbacks.serve(&request);
+        }
+        if let Some(registration) = Registration::of_path(path) {
+            // Read the graph on its way; the call goes on untouched.
+            let (parts, body) = request.into_parts();
+            let hook = self.recorder.clone().map(|recorder| {
+                Box::new(move |kind: Registration, message: &[u8]| {
+                    recorder.write_graph(kind.name(), message)
+                }) as tap::MessageHook
+            });
+            let body = tap::tap(
+                body,
+                registration,
+                self.graphs.clone(),
+                MAX_GRAPH_MESSAGE,
+                hook,
+            );
+            return forward(upstream, Request::from_parts(parts, body)).await;
+        }
+        if path != RECV_TENSOR {
+            return forward(upstream, request).await;
+        }
+        if let Some(recorder) = self.recorder.as_ref().filter(|_| role == Role::Outbound) {
+            if let Some(n) = recorder.claim() {
+                return record::record_call(recorder, n, upstream, request).await;
+            }
+        }
+        let sidecar = &*self;
+        calls::measured(&self.stats, role, |span| async move {
+            match role {
+                Role::Inbound => inbound::recv_tensor(sidecar, upstream, request, &span).await,
+                Role::Outbound => outbound::recv_tensor(sidecar, upstream, request, &span).await,
+            }
+        })
+        .await
+    }
+
+    /// The bounds this sidecar was made with.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// Drops contexts idle too long or beyond the memory budgets, and
+    /// warns if training stopped making progress. Called every few seconds.
+    pub fn evict(&self) {
+        let now = Instant::now();
+        // A job that ended closed its connections: no progress is expected.
+        if self.stats.connections.open_now() > 0 {
+            self.steps.check_stall(now);
+            // Stuck means calls waiting for answers that never come.
+            let waiting = self.waiting.load(std::sync::atomic::Ordering::Relaxed) > 0;
+            if let Some(message) = waiting
+                .then(|| self.steps.stuck_after_rebuild(now))
+                .flatten()
+            {
+                tracing::error!("{message}");
+                self.stuck.send_replace(Some(message.into()));
+            }
+        }
+        let push = self.push.evict(now);
+        let pull = self.pull.evict(now);
+        let replicas = self.replicas.table().evict(now);
+        let classes = self.classes.evict(now);
+        let warmup = self.warmup.evict(now);
+        debug!(
+            ?push,
+            ?pull,
+            ?replicas,
+            ?classes,
+            ?warmup,
+            "evicted contexts"
+        );
+        let freed = push.bytes + pull.bytes + replicas.bytes + classes.bytes + warmup.bytes;
+        if freed >= RELEASE_AFTER {
+            tlc_proxy::limits::memory::release_freed_memory();
+        }
+    }
+}
+
+impl Handler for Sidecar {
+    /// Every call the proxy accepts comes here. A call from a client that
+    /// is not authenticated where peers must use TLS is first stripped of
+    /// whatever it claims in `tlc-*` headers, so it is served as TensorFlow
+    /// would serve it, and a fallback request from it is refused outright.
+    /// What streams to a peer (inbound) is charged to the in-flight budget
+    /// until written, unless the holder side charged it already: a peer
+    /// may not read what it asked for.
+    async fn handle(
+        self: Arc<Self>,
+        role: Role,
+        upstream: &Upstream,
+        mut request: Request<ProxyBody>,
+    ) -> Response<ProxyBody> {
+        if request.extensions().get::<Unauthenticated>().is_some() {
+            if request.uri().path() == peer::FALLBACK_PATH {
+                return grpc_status::response(
+                    grpc_status::PERMISSION_DENIED,
+                    "tlcd: fallbacks are served to peers authenticated by TLS only",
+                );
+            }
+            peer::strip(request.headers_mut());
+        }
+        let response = Arc::clone(&self).answer(role, upstream, request).await;
+        let charge =
+            role == Role::Inbound && response.extensions().get::<AlreadyCharged>().is_none();
+        if charge {
+            response.map(|b| body::charged(b, &self.budget))
+        } else {
+            response
+        }
+    }
+
+    fn connections(&self) -> &ConnectionStats {
+        &self.stats.connections
+    }
+
+    fn tls_loaded(&self, tls: &Arc<TlsContext>) {
+        // A sidecar started by two proxies keeps the first one's.
+        let _ = self.tls.set(Arc::clone(tls));
+    }
+}
+
+/// Marks a response whose body already holds its charge to the in-flight
+/// budget (the holder side charges what it collected): it must not be
+/// charged a second time, or calls holding charges could wait on each
+/// other for more.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AlreadyCharged;
+
+/// One call waiting for its response head, counted while it lives.
+struct Waiting<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl<'a> Waiting<'a> {
+    fn begin(count: &'a std::sync::atomic::AtomicU64) -> Waiting<'a> {
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Waiting(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,435 @@
+//! The requester's side of `RecvTensor`: the local TensorFlow task asks a
+//! peer for a tensor. The request announces this sidecar (and, for a pull,
+//! the replica it holds); a compressed answer is restored into the standard
+//! response TensorFlow expects.
+//!
+//! If an envelope cannot be used, the original response is fetched from
+//! the peer sidecar; TensorFlow never sees an envelope or a tensor that
+//! failed a check.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use tracing::{warn, Span};
+
+use super::request_key;
+use super::{fallback, tensor_bytes, Sidecar, MAX_RESPONSE};
+use crate::sidecar::calls;
+use crate::training::step_reads::{self, Watched};
+use tlc_codec::{CodecId, Limits};
+use tlc_context::{decode_push, ReplicaKey};
+use tlc_core::Direction;
+use tlc_core::TensorCall;
+use tlc_core::{Outcome, Role};
+use tlc_proxy::body::{self, Collected, ProxyBody};
+use tlc_proxy::forward::forward;
+use tlc_proxy::grpc_status;
+use tlc_proxy::upstream::Upstream;
+use tlc_wire::envelope::{EnvelopeHeader, Kind, HEADER_LEN};
+use tlc_wire::peer::{self, ReplicaHeader};
+use tlc_wire::tf::proto::RecvTensorResponse;
+use tlc_wire::tf::{grpc, recv_tensor};
+
+/// Handles one `RecvTensor` call from the local TensorFlow task, inside its
+/// span (see [`calls::measured`]); returns the response and how the call
+/// ended.
+pub async fn recv_tensor(
+    sidecar: &Sidecar,
+    upstream: &Upstream,
+    request: Request<ProxyBody>,
+    span: &Span,
+) -> (Response<ProxyBody>, Outcome) {
+    let (mut parts, request_body) = request.into_parts();
+    let (peeked, call) = match request_key::peek_call(request_body, &sidecar.policy()).await {
+        Ok(read) => read,
+        Err(response) => return (response, Outcome::Error),
+    };
+    let Some(mut call) = call else {
+        // Not a request we understand: no peer announced, nothing changed.
+        sidecar.stats.passed("request_unreadable");
+        let request = Request::from_parts(parts, peeked.into_body());
+        return calls::unchanged(forward(upstream, request).await);
+    };
+    parts
+        .headers
+        .insert(peer::PEER, http::HeaderValue::from_static(peer::PROTOCOL));
+    let max_tensor = sidecar.options().max_tensor_bytes;
+    parts
+        .headers
+        .insert(peer::MAX_TENSOR, peer::max_tensor_header(max_tensor));
+    // What this side's graphs say the tensor is: the holder's sidecar may
+    // not have seen the graph (TF2's coordinator routes registrations past it).
+    if let Some(known) =
+        sidecar
+            .graphs
+            .lookup(&call.holder_task, &call.requester_task, &call.tensor_name)
+    {
+        let hint = peer::ClassHint {
+            class: known.class,
+            function: known.function.is_some(),
+            accumulated: known.accumulated,
+        };
+        parts.headers.insert(peer::CLASS, peer::class_header(hint));
+        call.tensor = known.context_name(&call.tensor, &call.tensor_name);
+    }
+    calls::record_call(span, &call);
+    let replica_key = replica_key(&call);
+    if let Some(state) = replica_key
+        .as_ref()
+        .and_then(|key| sidecar.replicas.state(key, Instant::now()))
+    {
+        let header = ReplicaHeader {
+            epoch: state.epoch,
+            version: state.version,
+        };
+        parts.headers.insert(peer::REPLICA, header.to_header());
+    }
+    let response = forward(upstream, Request::from_parts(parts, peeked.into_body())).await;
+    // A step counter is an integer, never compressed: TensorFlow's own bytes.
+    let response = if !peer::has_envelope(response.headers()) && step_reads::is_step_read(&call) {
+        match step_reads::watch(&sidecar.steps, &call, response).await {
+            Watched::Pass(response) => response,
+            Watched::Fail(response) => return (response, Outcome::Error),
+        }
+    } else {
+        response
+    };
+    if !peer::has_envelope(response.headers()) {
+        // Not compressed: stream it through untouched.
+        return calls::unchanged(response);
+    }
+    let (mut parts, response_body) = response.into_parts();
+    peer::strip(&mut parts.headers);
+    // Every byte of the envelope and of the tensor decoded from it is
+    // charged to the in-flight budget, and stays charged until the restored
+    // response has left.
+    let mut charge = sidecar.budget.empty();
+    let limit = usize::try_from(max_tensor)
+        .unwrap_or(usize::MAX)
+        .saturating_add(ENVELOPE_SLACK);
+    let wait = sidecar.options().memory_wait;
+    let collected = match body::collect_charged(response_body, limit, Some((&mut charge, wait)))
+        .await
+    {
+        Ok(collected) => collected,
+        Err(err) => {
+            sidecar.stats.decode_failed(call.direction);
+            warn!(tensor = %call.tensor, error = %err, "cannot read the peer's compressed response");
+            let response = grpc_status::response(
+                grpc_status::UNAVAILABLE,
+                &format!("tlcd: reading the peer's compressed response: {err}"),
+            );
+            return (response, Outcome::Error);
+        }
+    };
+    let restored = match prepare(&collected, max_tensor) {
+        Ok(prepared) => {
+            // A keyframe's or a push's values, then their copy as bytes.
+            let decoding = prepared.content_len.saturating_mul(2);
+            match charge.grow(decoding, sidecar.options().memory_wait).await {
+                Ok(()) => tokio::task::block_in_place(|| {
+                    restore(sidecar, replica_key.as_ref(), prepared, span)
+                }),
+                Err(err) => Err(fail(prepared.token, err)),
+            }
+        }
+        Err(failure) => Err(failure),
+    };
+    match restored {
+        Ok(restored) => {
+            sidecar
+                .stats
+                .decoded(call.direction, restored.codec, restored.took);
+            if restored.keyframe {
+                sidecar.stats.keyframe(Role::Outbound);
+            }
+            let body = body::chunks(restored.chunks, collected.trailers);
+            let body = body::holding(body, charge);
+            (Response::from_parts(parts, body), Outcome::Restored)
+        }
+        Err(failure) => {
+            drop(charge);
+            sidecar.stats.decode_failed(call.direction);
+            warn!(tensor = %call.tensor, error = %failure.reason, "cannot restore a compressed response; asking for the original");
+            if let Some(key) = &replica_key {
+                sidecar.replicas.table().remove(key);
+            }
+            recover(sidecar, upstream, failure.token).await
+        }
+    }
+}
+
+/// What an envelope's framing may add to the tensor it carries (gRPC and
+/// protobuf headers, the envelope header, frame headers): a raw frame is
+/// 4 bytes per element plus these.
+const ENVELOPE_SLACK: usize = 64 << 10;
+
+/// The replica a pull from a parameter task goes into.
+fn replica_key(call: &TensorCall) -> Option<ReplicaKey> {
+    (call.direction == Direction::Pull).then(|| ReplicaKey {
+        holder: call.holder_task.clone(),
+        requester: call.requester_task.clone(),
+        tensor: call.tensor.clone(),
+    })
+}
+
+/// Why a response could not be restored, and the token to recover with.
+struct Failure {
+    token: Option<u64>,
+    reason: String,
+}
+
+fn fail(token: Option<u64>, reason: impl ToString) -> Failure {
+    Failure {
+        token,
+        reason: reason.to_string(),
+    }
+}
+
+/// A restored response and what it took.
+struct Restored {
+    /// The standard response, as gRPC chunks.
+    chunks: Vec<Bytes>,
+    /// The envelope's first frame's codec.
+    codec: CodecId,
+    /// Whether the envelope was a keyframe.
+    keyframe: bool,
+    /// Time spent decoding the envelope into the tensor's content.
+    took: Duration,
+}
+
+/// The codec of a pull envelope's first frame, read from the frame header
+/// (4 magic bytes and the version, then the codec byte: codec/FORMAT.md);
+/// `none` for an empty chain. Called only on an envelope just applied, so
+/// the byte has been checked; reading it costs no second parse.
+fn first_frame_codec(envelope: &[u8]) -> CodecId {
+    envelope
+        .get(HEADER_LEN + 5)
+        .and_then(|&byte| CodecId::from_byte(byte))
+        .unwrap_or(CodecId::None)
+}
+
+/// An envelope response whose framing and shape have been checked, before
+/// anything is allocated for its values.
+struct Prepared {
+    response: RecvTensorResponse,
+    dims: Vec<u64>,
+    content_len: u64,
+    token: Option<u64>,
+}
+
+/// Reads the response around an envelope and checks the shape it declares
+/// against `max_tensor` bytes.
+fn prepare(collected: &Collected, max_tensor: u64) -> Result<Prepared, Failure> {
+    let message =
+        grpc::parse_single(collected.to_bytes(), MAX_RESPONSE).map_err(|e| fail(None, e))?;
+    let response: RecvTensorResponse =
+        recv_tensor::decode_response(message).map_err(|e| fail(None, e))?;
+    let Some(tensor) = &response.tensor else {
+        return Err(fail(None, "response without a tensor"));
+    };
+    let token = EnvelopeHeader::parse(&tensor.tensor_content)
+        .ok()
+        .map(|h| h.fallback_token);
+    let dims = dims_of(tensor).ok_or_else(|| fail(token, "bad tensor shape"))?;
+    let content_len = content_bytes(&dims, max_tensor).map_err(|e| fail(token, e))?;
+    Ok(Prepared {
+        response,
+        dims,
+        content_len,
+        token,
+    })
+}
+
+/// The standard response TensorFlow gets for a prepared envelope.
+fn restore(
+    sidecar: &Sidecar,
+    replica_key: Option<&ReplicaKey>,
+    prepared: Prepared,
+    span: &Span,
+) -> Result<Restored, Failure> {
+    let Prepared {
+        response,
+        dims,
+        content_len,
+        token,
+    } = prepared;
+    let Some(tensor) = &response.tensor else {
+        return Err(fail(None, "response without a tensor"));
+    };
+    let envelope = &tensor.tensor_content;
+    let limits = Limits {
+        max_elements: content_len / 4,
+    };
+    let header = EnvelopeHeader::parse(envelope).map_err(|e| fail(token, e))?;
+    let started = Instant::now();
+    let (content, codec) = match (header.kind, replica_key) {
+        // A push envelope is a whole tensor without memory: what gradients
+        // get, and pulls too when the holder keeps no replica for them
+        // (gathered rows, tensors no graph classified).
+        (Kind::Push, _) => {
+            let mut values = Vec::new();
+            let decoded =
+                decode_push(envelope, &limits, &mut values).map_err(|e| fail(token, e))?;
+            (tensor_bytes::into_bytes(values), decoded.frame.codec())
+        }
+        (Kind::Chain | Kind::Keyframe, Some(key)) => {
+            let content = sidecar
+                .replicas
+                .apply(
+                    key,
+                    envelope,
+                    &limits,
+                    Instant::now(),
+                    tensor_bytes::copy_to_bytes,
+                )
+                .map_err(|e| fail(token, e))?;
+            (content, first_frame_codec(envelope))
+        }
+        (Kind::Chain | Kind::Keyframe, None) => {
+            return Err(fail(token, "pull envelope for a call that is not a pull"));
+        }
+    };
+    let took = started.elapsed();
+    if content.len() as u64 != content_len {
+        return Err(fail(token, "decoded tensor has the wrong size"));
+    }
+    calls::record_sizes(span, codec.name(), content.len(), envelope.len());
+    let meta = recv_tensor::ResponseMeta::of(&response);
+    let built =
+        recv_tensor::build_standard_response(&meta, &dims, content).map_err(|e| fail(token, e))?;
+    let chunks = built.into_grpc_chunks().map_err(|e| fail(token, e))?;
+    Ok(Restored {
+        chunks: chunks.to_vec(),
+        codec,
+        keyframe: header.kind == Kind::Keyframe,
+        took,
+    })
+}
+
+/// The bytes of f32 content a tensor of `dims` decodes to, checked before
+/// anything is allocated. The shape is the peer's word, and decoding
+/// allocates what it declares: a shape beyond `max_tensor` bytes (this
+/// sidecar's `limits.max_tensor_mib`, which the request announced in
+/// `tlc-max`) is refused, so a small zero-run envelope that declares 7·10⁹
+/// elements (28 GB) falls back instead of aborting tlcd.
+fn content_bytes(dims: &[u64], max_tensor: u64) -> Result<u64, &'static str> {
+    let elements = dims
+        .iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(d))
+        .ok_or("tensor shape overflows")?;
+    elements
+        .checked_mul(4)
+        .filter(|&bytes| bytes <= max_tensor)
+        .ok_or("tensor shape larger than this sidecar decodes (limits.max_tensor_mib)")
+}
+
+/// Dimension sizes of a tensor, if all are non-negative.
+fn dims_of(tensor: &tlc_wire::tf::proto::TensorProto) -> Option<Vec<u64>> {
+    let shape = tensor.tensor_shape.as_ref()?;
+    shape
+        .dim
+        .iter()
+        .map(|d| u64::try_from(d.size).ok())
+        .collect()
+}
+
+/// Fetches the original response for `token` from the peer sidecar.
+async fn recover(
+    sidecar: &Sidecar,
+    upstream: &Upstream,
+    token: Option<u64>,
+) -> (Response<ProxyBody>, Outcome) {
+    let Some(token) = token else {
+        let response = grpc_status::response(
+            grpc_status::INTERNAL,
+            "tlcd: compressed response unreadable and without a fallback token",
+        );
+        return (response, Outcome::Error);
+    };
+    match fallback::fetch(upstream, token).await {
+        Ok(response) => {
+            sidecar.stats.fallback_fetched();
+            (response, Outcome::Fallback)
+        }
+        Err(err) => {
+            let response = grpc_status::response(
+                grpc_status::UNAVAILABLE,
+                &format!(
+                    "tlcd: compressed response unreadable and the original is unavailable: {err}"
+                ),
+            );
+            (response, Outcome::Error)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::num::NonZeroU64;
+    use tlc_codec::{Codec, Sparsity};
+    use tlc_context::{PullSource, Refinement};
+
+    #[test]
+    fn a_shape_no_response_can_carry_is_refused_before_decoding() {
+        let max = MAX_RESPONSE as u64;
+        assert_eq!(content_bytes(&[1000, 10], max), Ok(40_000));
+        assert_eq!(content_bytes(&[], max), Ok(4), "a scalar");
+        assert_eq!(content_bytes(&[0, 7], max), Ok(0));
+        let most = max / 4;
+        assert_eq!(content_bytes(&[most], max), Ok(most * 4));
+        assert!(content_bytes(&[most + 1], max).is_err());
+        assert_eq!(content_bytes(&[250, 4], 4000), Ok(4000));
+        assert!(
+            content_bytes(&[251, 4], 4000).is_err(),
+            "this sidecar's bound"
+        );
+        // The envelope bomb that aborted tlcd: 7e9 elements, 28 GB.
+        assert!(content_bytes(&[7_000_000_000], max).is_err());
+        // Products and byte counts that overflow u64.
+        assert!(content_bytes(&[u64::MAX, 2], max).is_err());
+        assert!(content_bytes(&[1 << 62], max).is_err());
+    }
+
+    #[test]
+    fn first_frame_codec_reads_the_frame_header() {
+        let codec = Codec::ThreeLc {
+            sparsity: Sparsity::ONE,
+        };
+        let mut source = PullSource::new(NonZeroU64::new(7).unwrap(), 4);
+        let v1: Vec<f32> = (0..1000).map(|i| i as f32 * 0.01).collect();
+        let v2: Vec<f32> = v1.iter().map(|v| v + 0.5).collect();
+        let mut keyframe = Vec::new();
+        let first = source
+            .serve(&v1, None, codec, Refinement::OFF, 1, &mut keyframe)
+            .unwrap();
+        assert_eq!(first_frame_codec(&keyframe), CodecId::None);
+        let mut up_to_date = Vec::new();
+        source
+            .serve(
+                &v1,
+                Some(first.state),
+                codec,
+                Refinement::OFF,
+                2,
+                &mut up_to_date,
+            )
+            .unwrap();
+        assert_eq!(first_frame_codec(&up_to_date), CodecId::None);
+        let mut chain = Vec::new();
+        source
+            .serve(
+                &v2,
+                Some(first.state),
+                codec,
+                Refinement::OFF,
+                3,
+                &mut chain,
+            )
+            .unwrap();
+        assert_eq!(EnvelopeHeader::parse(&chain).unwrap().kind, Kind::Chain);
+        assert_eq!(first_frame_codec(&chain), CodecId::ThreeLc);
+    }
+}

@@ -1,0 +1,230 @@
+//! The per-tensor view of a sidecar's contexts, for the admin API
+//! (`/v1/tensors`), `tlcctl tensors` and the per-tensor metrics.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::classes::ClassRecord;
+use super::stats::ratio;
+use super::Sidecar;
+use tlc_codec::{Codec, Params};
+
+use crate::policy::{CodecView, Treatment};
+use tlc_context::push::{l2, scale_of};
+
+/// One tensor context and what went through it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TensorRow {
+    /// `push` (gradients) or `pull` (model values).
+    pub direction: &'static str,
+    /// `holder`: this sidecar encodes (push contexts, pull sources);
+    /// `requester`: it decodes pulls and keeps a replica.
+    pub side: &'static str,
+    /// The tensor's node name.
+    pub tensor: String,
+    /// What the graph says it is (`dense_read`, `dense_gradient`, `sparse`,
+    /// `unknown`); holder side only.
+    pub class: Option<&'static str>,
+    /// Why: the op that decided the class.
+    pub reason: Option<String>,
+    /// `error_feedback`, `replica`, `stateless`, or `passed` (sent as
+    /// TensorFlow wrote it: small, warm-up, skipped).
+    pub treatment: Option<&'static str>,
+    /// Push contexts: the task the gradients go to.
+    pub peer: Option<String>,
+    /// Codec of the last frame.
+    #[serde(flatten)]
+    pub codec: CodecView,
+    /// Values per tensor (0 before the first).
+    pub elements: u64,
+    /// Frames encoded (holder) or envelopes applied (requester).
+    pub frames: u64,
+    /// The tensors' size as f32.
+    pub raw_bytes: u64,
+    /// Their size on the wire.
+    pub wire_bytes: u64,
+    /// `raw_bytes / wire_bytes`, 0 before the first frame.
+    pub ratio: f64,
+    /// M of the last frame, where the codec has one.
+    pub last_scale: Option<f32>,
+    /// L2 norm of the error buffer (push contexts).
+    pub error_norm: Option<f64>,
+    /// Version of the replica (pull sources and replicas).
+    pub replica_version: Option<u64>,
+    /// Seconds since the context was last used.
+    pub idle_seconds: f64,
+    /// Memory the context holds.
+    pub memory_bytes: usize,
+}
+
+/// The codec a requester saw in a frame (it has no codec settings of its own).
+fn view_of_params(params: Params) -> CodecView {
+    let (sparsity, k) = match params {
+        Params::ThreeLc { sparsity, .. } => (Some(sparsity), None),
+        Params::TopK { percent, .. } => (None, Some(percent)),
+        _ => (None, None),
+    };
+    CodecView {
+        codec: params.codec().name(),
+        sparsity,
+        k,
+    }
+}
+
+impl Sidecar {
+    /// Every tensor context of this sidecar, in no particular order. Each
+    /// context is locked briefly in turn; the error-buffer norm is one pass
+    /// over the buffer, so this is for operators, not for the data path.
+    pub fn tensors(&self) -> Vec<TensorRow> {
+        let now = Instant::now();
+        let mut rows = Vec::new();
+        for listing in self.push.snapshot(now, |context| {
+            (
+                context.codec(),
+                context.counters(),
+                l2(context.residual()),
+                context.residual().len(),
+            )
+        }) {
+            let (codec, counters, norm, elements) = listing.summary;
+            rows.push(TensorRow {
+                direction: "push",
+                side: "holder",
+                class: None,
+                reason: None,
+                treatment: Some("error_feedback"),
+                tensor: listing.key.tensor,
+                peer: Some(listing.key.requester_task),
+                codec: codec.into(),
+                elements: elements as u64,
+                frames: counters.frames,
+                raw_bytes: counters.raw_bytes,
+                wire_bytes: counters.wire_bytes,
+                ratio: ratio(counters.raw_bytes, counters.wire_bytes),
+                last_scale: counters.last_scale,
+                error_norm: Some(norm),
+                replica_version: None,
+                idle_seconds: listing.idle.as_secs_f64(),
+                memory_bytes: listing.memory_bytes,
+            });
+        }
+        for listing in self.pull.snapshot(now, |source| {
+            (
+                source.codec(),
+                source.counters(),
+                source.last_scale(),
+                source.replica().len(),
+                source.state(),
+            )
+        }) {
+            let (codec, counters, last_scale, elements, state) = listing.summary;
+            rows.push(TensorRow {
+                direction: "pull",
+                side: "holder",
+                class: None,
+                reason: None,
+                treatment: Some("replica"),
+                tensor: listing.key.tensor,
+                peer: None,
+                codec: codec.into(),
+                elements: elements as u64,
+                frames: counters.keyframes + counters.chains + counters.up_to_date,
+                raw_bytes: counters.raw_bytes,
+                wire_bytes: counters.wire_bytes,
+                ratio: ratio(counters.raw_bytes, counters.wire_bytes),
+                last_scale,
+                error_norm: None,
+                replica_version: state.map(|s| s.version),
+                idle_seconds: listing.idle.as_secs_f64(),
+                memory_bytes: listing.memory_bytes,
+            });
+        }
+        for listing in self.replicas.table().snapshot(now, |replica| {
+            (
+                replica.counters(),
+                replica.values().map_or(0, <[f32]>::len),
+                replica.state(),
+                replica.last_params(),
+            )
+        }) {
+            let (counters, elements, state, params) = listing.summary;
+            rows.push(TensorRow {
+                direction: "pull",
+                side: "requester",
+                class: None,
+                reason: None,
+                treatment: Some("replica"),
+                tensor: listing.key.tensor,
+                peer: Some(listing.key.holder),
+                codec: params.map_or(CodecView::from(Codec::None), view_of_params),
+                elements: elements as u64,
+                frames: counters.keyframes + counters.chains + counters.up_to_date,
+                raw_bytes: counters.raw_bytes,
+                wire_bytes: counters.wire_bytes,
+                ratio: ratio(counters.raw_bytes, counters.wire_bytes),
+                last_scale: params.as_ref().and_then(scale_of),
+                error_norm: None,
+                replica_version: state.map(|s| s.version),
+                idle_seconds: listing.idle.as_secs_f64(),
+                memory_bytes: listing.memory_bytes,
+            });
+        }
+        self.add_classes(now, &mut rows);
+        rows
+    }
+
+    /// Puts the holder side's class and reason on its context rows, and
+    /// adds a row for every tensor without a context (encoded without
+    /// memory, or passed as it is).
+    fn add_classes(&self, now: Instant, rows: &mut Vec<TensorRow>) {
+        let records = self.classes.snapshot(now, ClassRecord::clone);
+        let mut by_tensor: HashMap<(&'static str, String), (&'static str, String)> = HashMap::new();
+        for listing in &records {
+            let record = &listing.summary;
+            by_tensor.insert(
+                (listing.key.direction.name(), listing.key.tensor.clone()),
+                (
+                    record.classified.class.name(),
+                    record.classified.reason.clone(),
+                ),
+            );
+        }
+        for row in rows.iter_mut().filter(|r| r.side == "holder") {
+            if let Some((class, reason)) = by_tensor.get(&(row.direction, row.tensor.clone())) {
+                row.class = Some(class);
+                row.reason = Some(reason.clone());
+            }
+        }
+        for listing in records {
+            let record = listing.summary;
+            let treatment = match record.treatment {
+                Some(Treatment::Stateless) => "stateless",
+                None => "passed",
+                // Listed with their context above.
+                Some(Treatment::ErrorFeedback | Treatment::Replica) => continue,
+            };
+            rows.push(TensorRow {
+                direction: listing.key.direction.name(),
+                side: "holder",
+                tensor: listing.key.tensor,
+                class: Some(record.classified.class.name()),
+                reason: Some(record.classified.reason),
+                treatment: Some(treatment),
+                peer: Some(listing.key.requester),
+                codec: record.codec.into(),
+                elements: record.elements,
+                frames: record.frames,
+                raw_bytes: record.raw_bytes,
+                wire_bytes: record.wire_bytes,
+                ratio: ratio(record.raw_bytes, record.wire_bytes),
+                last_scale: None,
+                error_norm: None,
+                replica_version: None,
+                idle_seconds: listing.idle.as_secs_f64(),
+                memory_bytes: listing.memory_bytes,
+            });
+        }
+    }
+}

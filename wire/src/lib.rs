@@ -1,0 +1,23 @@
+//! Every byte format tlc reads from or writes to a peer, as pure parsing
+//! and building: no sockets, no async, no state.
+//!
+//! - [`tf`]: TensorFlow's wire format: gRPC framing, the `RecvTensor`
+//!   messages, rendezvous keys and the exact layout TensorFlow's fast path
+//!   reads;
+//! - [`graph`]: the graph registrations (`RegisterGraph`, TF2 `Enqueue`)
+//!   as protobufs;
+//! - [`envelope`]: what one sidecar sends the other in place of a tensor
+//!   (`ENVELOPE.md` beside this crate says it byte by byte);
+//! - [`peer`]: the `tlc-*` headers two sidecars exchange.
+//!
+//! Each parser here reads a peer's bytes, so each has a fuzz target in
+//! `daemon/fuzz` and hostile-input tests.
+
+#![forbid(unsafe_code)]
+
+pub mod envelope;
+pub mod graph;
+pub mod peer;
+pub mod tf;
+
+pub use envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind};

@@ -1,0 +1,218 @@
+//! What two sidecars tell each other, in HTTP/2 headers of the calls they
+//! carry. TensorFlow never sees these: the sidecar next to it adds them on
+//! the way out and removes them on the way in.
+//!
+//! | header | on | meaning |
+//! |---|---|---|
+//! | `tlc-peer: 1` | request | a sidecar sent this call and decodes envelopes of version 1 |
+//! | `tlc-replica: EPOCH-VERSION` | request | for pulls: the requester's replica of this tensor (epoch in hex) |
+//! | `tlc-class: CLASS[;fn][;accumulated]` | request | what the requester's sidecar learned of the tensor from a graph (`dense_read`, `dense_gradient`, `sparse`, `unknown`); `;fn` if from a TF2 function, whose contexts are named by the whole tensor name; `;accumulated` for a gradient collected by an accumulator (synchronous training: no refinement) |
+//! | `tlc-max: BYTES` | request | the largest tensor content (decimal bytes) the requester decodes; a larger one must come uncompressed |
+//! | `tlc-envelope: 1` | response | the response's `tensor_content` is an envelope, not the tensor |
+//! | `tlc-fallback: TOKEN` | request to [`FALLBACK_PATH`] | asks for the original response of an envelope |
+
+use http::{HeaderMap, HeaderValue};
+
+use tlc_core::TensorClass;
+
+/// Request header: the caller is a sidecar.
+pub const PEER: &str = "tlc-peer";
+/// Request header: the caller's replica state for the tensor.
+pub const REPLICA: &str = "tlc-replica";
+/// Request header: the tensor's class, as the requester's graph says.
+pub const CLASS: &str = "tlc-class";
+/// Request header: the largest tensor content the requester decodes.
+pub const MAX_TENSOR: &str = "tlc-max";
+/// Response header: tensor bytes are an envelope.
+pub const ENVELOPE: &str = "tlc-envelope";
+/// Request header of a fallback call: which response is wanted.
+pub const FALLBACK: &str = "tlc-fallback";
+/// The envelope version this build speaks.
+pub const PROTOCOL: &str = "1";
+/// gRPC path of the sidecar-to-sidecar fallback call; answered by the
+/// sidecar itself, never forwarded to TensorFlow.
+pub const FALLBACK_PATH: &str = "/tlc.Sidecar/Fallback";
+
+/// A requester's replica of one tensor, as far as the holder needs to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaHeader {
+    /// Epoch of the holder sidecar the replica was built from.
+    pub epoch: u64,
+    /// Version of the replica.
+    pub version: u64,
+}
+
+impl ReplicaHeader {
+    /// `EPOCH-VERSION`, epoch in hex.
+    pub fn to_header(self) -> HeaderValue {
+        // Hex digits, a dash and decimal digits: always a valid header value.
+        HeaderValue::try_from(format!("{:x}-{}", self.epoch, self.version))
+            .unwrap_or_else(|_| HeaderValue::from_static("0-0"))
+    }
+
+    /// Parses `EPOCH-VERSION`; anything else is `None` (treated as no replica).
+    pub fn parse(value: &HeaderValue) -> Option<ReplicaHeader> {
+        let text = value.to_str().ok()?;
+        let (epoch, version) = text.split_once('-')?;
+        Some(ReplicaHeader {
+            epoch: u64::from_str_radix(epoch, 16).ok()?,
+            version: version.parse().ok()?,
+        })
+    }
+}
+
+/// What a requester announced of a tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassHint {
+    /// The class its graph gave the tensor.
+    pub class: TensorClass,
+    /// Whether the graph was a TF2 function body.
+    pub function: bool,
+    /// Whether the graph collects the gradient in an accumulator
+    /// (synchronous training).
+    pub accumulated: bool,
+}
+
+/// The class a requester announced, if it is one this build knows.
+pub fn class(headers: &HeaderMap) -> Option<ClassHint> {
+    let value = headers.get(CLASS)?.to_str().ok()?;
+    let (value, accumulated) = match value.strip_suffix(";accumulated") {
+        Some(rest) => (rest, true),
+        None => (value, false),
+    };
+    let (name, function) = match value.strip_suffix(";fn") {
+        Some(name) => (name, true),
+        None => (value, false),
+    };
+    let class = TensorClass::ALL.into_iter().find(|c| c.name() == name)?;
+    Some(ClassHint {
+        class,
+        function,
+        accumulated,
+    })
+}
+
+/// The header value announcing `hint`.
+pub fn class_header(hint: ClassHint) -> HeaderValue {
+    let function = if hint.function { ";fn" } else { "" };
+    let accumulated = if hint.accumulated { ";accumulated" } else { "" };
+    HeaderValue::try_from(format!("{}{function}{accumulated}", hint.class.name()))
+        .unwrap_or_else(|_| HeaderValue::from_static("unknown"))
+}
+
+/// The largest tensor content the requester decodes, if it said. A
+/// requester that said nothing (an older sidecar) gets the holder's own
+/// bound; a malformed value is treated as 0: nothing is compressed for it.
+pub fn max_tensor(headers: &HeaderMap) -> Option<u64> {
+    let value = headers.get(MAX_TENSOR)?;
+    let text = value
+        .to_str()
+        .ok()
+        .filter(|t| !t.is_empty() && t.len() <= 20);
+    Some(
+        text.filter(|t| t.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0),
+    )
+}
+
+/// The `tlc-max` value for `bytes`.
+pub fn max_tensor_header(bytes: u64) -> HeaderValue {
+    HeaderValue::from(bytes)
+}
+
+/// Whether a request came from a sidecar that speaks our envelope version.
+pub fn is_peer(headers: &HeaderMap) -> bool {
+    headers.get(PEER).is_some_and(|v| v == PROTOCOL)
+}
+
+/// Whether a response carries an envelope of our version.
+pub fn has_envelope(headers: &HeaderMap) -> bool {
+    headers.get(ENVELOPE).is_some_and(|v| v == PROTOCOL)
+}
+
+/// Removes every `tlc-*` header, so TensorFlow sees exactly what it sent.
+pub fn strip(headers: &mut HeaderMap) {
+    for name in [PEER, REPLICA, CLASS, MAX_TENSOR, ENVELOPE, FALLBACK] {
+        headers.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_header_round_trips_and_rejects_junk() {
+        for class in TensorClass::ALL {
+            for (function, accumulated) in
+                [(false, false), (true, false), (false, true), (true, true)]
+            {
+                let hint = ClassHint {
+                    class,
+                    function,
+                    accumulated,
+                };
+                let mut headers = HeaderMap::new();
+                headers.insert(CLASS, class_header(hint));
+                assert_eq!(super::class(&headers), Some(hint));
+            }
+        }
+        for junk in [
+            "",
+            "dense",
+            "sparse;",
+            "sparse;fn;fn",
+            "DENSE_READ",
+            "dense_gradient;accumulated;fn",
+            "dense_gradient;accumulated;accumulated",
+        ] {
+            let mut headers = HeaderMap::new();
+            headers.insert(CLASS, HeaderValue::from_static(junk));
+            assert_eq!(super::class(&headers), None, "{junk}");
+        }
+    }
+
+    #[test]
+    fn replica_header_round_trips_and_rejects_junk() {
+        let header = ReplicaHeader {
+            epoch: 0xdead_beef_0123_4567,
+            version: 42,
+        };
+        let value = header.to_header();
+        assert_eq!(value, "deadbeef01234567-42");
+        assert_eq!(ReplicaHeader::parse(&value), Some(header));
+        for junk in ["", "12", "x-1", "1-y", "1-2-3", "-5"] {
+            assert_eq!(
+                ReplicaHeader::parse(&HeaderValue::from_static(junk)),
+                None,
+                "{junk}"
+            );
+        }
+    }
+
+    #[test]
+    fn max_tensor_header_round_trips_and_junk_means_nothing() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(max_tensor(&headers), None);
+        headers.insert(MAX_TENSOR, max_tensor_header(2 << 30));
+        assert_eq!(max_tensor(&headers), Some(2 << 30));
+        for junk in ["", "-1", "1e9", "0x10", " 5", "99999999999999999999999"] {
+            headers.insert(MAX_TENSOR, HeaderValue::from_static(junk));
+            assert_eq!(max_tensor(&headers), Some(0), "{junk}");
+        }
+    }
+
+    #[test]
+    fn strip_removes_only_tlc_headers() {
+        let mut headers = HeaderMap::new();
+        headers.insert(PEER, HeaderValue::from_static(PROTOCOL));
+        headers.insert(REPLICA, HeaderValue::from_static("1-2"));
+        headers.insert(MAX_TENSOR, HeaderValue::from_static("5"));
+        headers.insert("grpc-timeout", HeaderValue::from_static("5S"));
+        assert!(is_peer(&headers));
+        strip(&mut headers);
+        assert!(!is_peer(&headers));
+        assert_eq!(headers.len(), 1);
+    }
+}
