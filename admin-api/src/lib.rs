@@ -21,6 +21,7 @@
 //! sends a fraction, whatever precision tlcd computes it in.
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 pub mod config;
 pub mod default_token;
