@@ -1,20 +1,17 @@
 //! The admin API's answers, made from the sidecar and the running
 //! configuration: the types of `tlc_admin_api`, filled in.
 
-use tlc_admin_api::status::{
-    Contexts, DirectionTotals, Listener as ListenerView, Role as RoleView, StepEvent, TableSize,
-    Totals, Training,
-};
+use tlc_admin_api as api;
+use tlc_admin_api::status::{Contexts, DirectionTotals, StepEvent, TableSize, Totals, Training};
 use tlc_admin_api::tensors::QueryError;
-use tlc_admin_api::{CodecView as CodecAnswer, ConfigView, PolicyView, TensorRow, Tensors};
-use tlc_admin_api::{SortField, TensorsQuery};
+use tlc_admin_api::{ConfigView, PolicyView, SortField, Tensors, TensorsQuery};
 
 use crate::config::layers::Resolved;
 use crate::config::{Listener, LogFormat, Role, Target};
 use crate::context::table::TableStats;
 use crate::policy::{CodecView, Direction, Policy};
 use crate::sidecar::stats::{ratio, DirectionStats, Stats};
-use crate::sidecar::tensors::TensorRow as Row;
+use crate::sidecar::tensors::TensorRow;
 use crate::sidecar::Sidecar;
 use crate::training::watch::Event;
 
@@ -31,8 +28,8 @@ pub fn config(resolved: &Resolved) -> Result<ConfigView, serde_json::Error> {
 }
 
 /// A codec as operators read it.
-fn codec(view: CodecView) -> CodecAnswer {
-    CodecAnswer {
+fn codec(view: CodecView) -> api::CodecView {
+    api::CodecView {
         codec: view.codec.to_string(),
         sparsity: view.sparsity.map(f64::from),
         k: view.k.map(f64::from),
@@ -50,16 +47,16 @@ pub fn policy(policy: &Policy) -> PolicyView {
 }
 
 /// One listener.
-pub fn listener(listener: &Listener) -> ListenerView {
+pub fn listener(listener: &Listener) -> api::status::Listener {
     let target = match listener.target {
         Target::Fixed(addr) => addr.to_string(),
         Target::OriginalDestination => "original-destination".into(),
     };
-    ListenerView {
+    api::status::Listener {
         listen: listener.listen.to_string(),
         role: match listener.role {
-            Role::Outbound => RoleView::Outbound,
-            Role::Inbound => RoleView::Inbound,
+            Role::Outbound => api::status::Role::Outbound,
+            Role::Inbound => api::status::Role::Inbound,
         },
         target,
     }
@@ -143,8 +140,8 @@ pub fn training(sidecar: &Sidecar) -> Training {
 }
 
 /// One row of `/v1/tensors`.
-fn row(row: Row) -> TensorRow {
-    TensorRow {
+fn row(row: TensorRow) -> api::TensorRow {
+    api::TensorRow {
         direction: row.direction.to_string(),
         side: row.side.to_string(),
         tensor: row.tensor,
@@ -171,7 +168,7 @@ fn row(row: Row) -> TensorRow {
 pub fn tensors(sidecar: &Sidecar, query: &str) -> Result<Tensors, QueryError> {
     let query = TensorsQuery::parse(query)?;
     let sort = query.sort.unwrap_or(SortField::WireBytes);
-    let mut rows: Vec<TensorRow> = sidecar.tensors().into_iter().map(row).collect();
+    let mut rows: Vec<api::TensorRow> = sidecar.tensors().into_iter().map(row).collect();
     rows.sort_by(|a, b| sort.compare(a, b));
     if let Some(limit) = query.limit {
         rows.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
