@@ -5,6 +5,8 @@
 //! Usage errors are clap's own (exit 2). Admin commands report failures
 //! target by target themselves and only ask for exit 1.
 
+#![forbid(unsafe_code)]
+
 use std::io::Write;
 use std::process::ExitCode;
 

@@ -10,6 +10,7 @@ use std::thread;
 use std::time::Duration;
 
 use serde_json::Value;
+use tlc_admin_api::ErrorBody;
 use ureq::http::StatusCode;
 
 use super::target::Target;
@@ -206,9 +207,8 @@ fn authorize<B>(
 
 /// Turns a complete answer into JSON or an error line.
 fn interpret(target: &Target, status: StatusCode, text: &str) -> Answer {
-    let parsed = serde_json::from_str::<Value>(text);
     if status.is_success() {
-        return parsed.map_err(|_| {
+        return serde_json::from_str::<Value>(text).map_err(|_| {
             format!(
                 "tlcd admin at {target} answered {} with something that is not JSON: {}",
                 status_text(status),
@@ -218,13 +218,8 @@ fn interpret(target: &Target, status: StatusCode, text: &str) -> Answer {
     }
     // The daemon's `error` field is the whole message: it already names the
     // key and the rule, and operators grep for it as written.
-    if let Some(message) = parsed
-        .as_ref()
-        .ok()
-        .and_then(|v| v.get("error"))
-        .and_then(Value::as_str)
-    {
-        return Err(message.replace('\n', " "));
+    if let Ok(refusal) = serde_json::from_str::<ErrorBody>(text) {
+        return Err(refusal.error.replace('\n', " "));
     }
     Err(format!(
         "tlcd admin at {target} answered {} without an error message: {}",

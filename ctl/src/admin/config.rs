@@ -4,7 +4,9 @@
 
 use anyhow::{bail, Result};
 use clap::Subcommand;
+use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
+use tlc_admin_api::{paths, ConfigPatch, ConfigView};
 
 use super::client::Method;
 use super::format::NONE;
@@ -50,24 +52,33 @@ pub fn run(ctx: &Ctx, command: ConfigCommand) -> Result<()> {
 
 /// Runs `reload`.
 pub fn reload(ctx: &Ctx) -> Result<()> {
-    let outcomes = ctx.call_all(Method::Post, "/v1/reload", None);
-    output::report_change(&outcomes, ctx.format, |_| "reloaded".to_string())
+    let outcomes = ctx.call_all(Method::Post, paths::RELOAD, None);
+    // The answer is the configuration reloaded; only that it came counts.
+    output::report_change::<IgnoredAny>(&outcomes, ctx.format, |_| "reloaded".to_string())
 }
 
 fn get(ctx: &Ctx, key: Option<&str>) -> Result<()> {
-    let mut outcomes = ctx.call_all(Method::Get, "/v1/config", None);
+    let mut outcomes = ctx.call_all(Method::Get, paths::CONFIG, None);
     if let Some(key) = key {
         for outcome in &mut outcomes {
             if let Ok(body) = &outcome.answer {
-                outcome.answer = only(body, key);
+                outcome.answer = output::read::<ConfigView>(body)
+                    .map_err(|why| {
+                        format!("the answer is not in the shape this tlcctl reads ({why})")
+                    })
+                    .and_then(|view| only(&view, key))
+                    .and_then(|cut| {
+                        serde_json::to_value(cut).map_err(|e| format!("configuration: {e}"))
+                    });
             }
         }
     }
-    output::show(&outcomes, ctx.format, |outcomes| {
-        let rows = output::answers(outcomes)
-            .flat_map(|(target, body)| {
-                let leaves = leaves(body).into_iter();
-                leaves.map(move |(key, value, source)| (target, vec![key, value, source]))
+    output::show(&outcomes, ctx.format, |answers| {
+        let rows = answers
+            .iter()
+            .flat_map(|(target, view)| {
+                let leaves = view.iter().flat_map(leaves);
+                leaves.map(move |(key, value, source)| (*target, vec![key, value, source]))
             })
             .collect();
         let columns = table::columns(&["KEY", "VALUE", "SOURCE"], &[]);
@@ -76,29 +87,32 @@ fn get(ctx: &Ctx, key: Option<&str>) -> Result<()> {
 }
 
 fn set(ctx: &Ctx, assignments: &[(String, Value)]) -> Result<()> {
-    let mut body = Map::new();
+    let mut patch = ConfigPatch::new();
     for (key, value) in assignments {
-        if body.insert(key.clone(), value.clone()).is_some() {
+        if patch.insert(key.clone(), value.clone()).is_some() {
             bail!("{key} is given twice");
         }
     }
-    let body = Value::Object(body);
-    let outcomes = ctx.call_all(Method::Patch, "/v1/config", Some(&body));
+    let body = serde_json::to_value(&patch)?;
+    let outcomes = ctx.call_all(Method::Patch, paths::CONFIG, Some(&body));
     // The answer is the new configuration: show what each key is now and
     // where that comes from, which for a removed key is the layer below.
-    output::report_change(&outcomes, ctx.format, |response| {
+    output::report_change::<ConfigView>(&outcomes, ctx.format, |view| {
+        let Some(view) = view else {
+            return String::new();
+        };
         assignments
             .iter()
-            .map(|(key, _)| now(response, key))
+            .map(|(key, _)| now(view, key))
             .collect::<Vec<_>>()
             .join(", ")
     })
 }
 
 /// `KEY = VALUE from SOURCE` after a change.
-fn now(body: &Value, key: &str) -> String {
-    match lookup(body, key) {
-        Some(value) => format!("{key} = {} from {}", show(value), source(body, key)),
+fn now(view: &ConfigView, key: &str) -> String {
+    match lookup(view, key) {
+        Some(value) => format!("{key} = {} from {}", show(value), source(view, key)),
         None => format!("{key} unset"),
     }
 }
@@ -118,20 +132,19 @@ fn parse_assignment(text: &str) -> Result<(String, Value), String> {
     Ok((key.to_string(), value))
 }
 
-/// The value at a dotted key of a `/v1/config` body.
-fn lookup<'a>(body: &'a Value, key: &str) -> Option<&'a Value> {
+/// The value at a dotted key of a `/v1/config` answer.
+fn lookup<'a>(view: &'a ConfigView, key: &str) -> Option<&'a Value> {
     key.split('.')
-        .try_fold(body.get("config")?, |node, part| node.get(part))
+        .try_fold(&view.config, |node, part| node.get(part))
 }
 
 /// Where `key`'s value came from: its own entry in `sources`, else the
 /// nearest enclosing key's (an array counts as one value).
-fn source(body: &Value, key: &str) -> String {
-    let sources = body.get("sources");
+fn source(view: &ConfigView, key: &str) -> String {
     let mut key = key;
     loop {
-        if let Some(source) = sources.and_then(|s| s.get(key)).and_then(Value::as_str) {
-            return source.to_string();
+        if let Some(source) = view.sources.get(key) {
+            return source.clone();
         }
         match key.rsplit_once('.') {
             Some((parent, _)) => key = parent,
@@ -140,36 +153,32 @@ fn source(body: &Value, key: &str) -> String {
     }
 }
 
-/// A `/v1/config` body cut down to `key` and what is under it (sources
-/// also of the keys enclosing it), in the same
-/// shape so `.config.policy.push.sparsity` reads the same either way.
-fn only(body: &Value, key: &str) -> Result<Value, String> {
-    let value = lookup(body, key)
+/// A `/v1/config` answer cut down to `key` and what is under it (sources
+/// also of the keys enclosing it), in the same shape so
+/// `.config.policy.push.sparsity` reads the same either way.
+fn only(view: &ConfigView, key: &str) -> Result<ConfigView, String> {
+    let value = lookup(view, key)
         .ok_or_else(|| format!("tlcd's configuration has no key {key}"))?
         .clone();
     let config = key.rsplit('.').fold(value, |inner, part| {
         Value::Object(Map::from_iter([(part.to_string(), inner)]))
     });
     let prefix = format!("{key}.");
-    let sources: Map<String, Value> = body
-        .get("sources")
-        .and_then(Value::as_object)
-        .map(|all| {
-            all.iter()
-                .filter(|(k, _)| {
-                    // Enclosing keys too: their source is the one of what
-                    // is under them when nothing more precise is given.
-                    *k == key || k.starts_with(&prefix) || key.starts_with(&format!("{k}."))
-                })
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect()
+    let sources = view
+        .sources
+        .iter()
+        .filter(|(k, _)| {
+            // Enclosing keys too: their source is the one of what is under
+            // them when nothing more precise is given.
+            *k == key || k.starts_with(&prefix) || key.starts_with(&format!("{k}."))
         })
-        .unwrap_or_default();
-    Ok(serde_json::json!({"config": config, "sources": sources}))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    Ok(ConfigView { config, sources })
 }
 
-/// Every leaf of the body's `config` as (dotted key, shown value, source).
-fn leaves(body: &Value) -> Vec<(String, String, String)> {
+/// Every leaf of the answer's `config` as (dotted key, shown value, source).
+fn leaves(view: &ConfigView) -> Vec<(String, String, String)> {
     fn walk(prefix: &str, node: &Value, out: &mut Vec<(String, Value)>) {
         match node {
             Value::Object(map) if !map.is_empty() => {
@@ -186,12 +195,10 @@ fn leaves(body: &Value) -> Vec<(String, String, String)> {
         }
     }
     let mut flat = Vec::new();
-    if let Some(config) = body.get("config") {
-        walk("", config, &mut flat);
-    }
+    walk("", &view.config, &mut flat);
     flat.into_iter()
         .map(|(key, value)| {
-            let source = source(body, &key);
+            let source = source(view, &key);
             (key, show(&value), source)
         })
         .collect()
@@ -211,14 +218,15 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn body() -> Value {
-        json!({
+    fn body() -> ConfigView {
+        output::read(&json!({
             "config": {"drain_seconds": 30, "routes": [{"listen": "a"}],
                        "policy": {"min_bytes": 65536, "overrides": [],
                                   "push": {"codec": "3lc", "sparsity": 1.75}}},
             "sources": {"drain_seconds": "default", "policy.push.sparsity": "api",
                         "policy": "file /etc/tlc/tlcd.toml", "policy.pushy": "default"}
-        })
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]
@@ -245,11 +253,11 @@ mod tests {
     fn filters_to_a_subtree() {
         let cut = only(&body(), "policy.push").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
-            cut["config"],
+            cut.config,
             json!({"policy": {"push": {"codec": "3lc", "sparsity": 1.75}}})
         );
         assert_eq!(
-            cut["sources"],
+            serde_json::to_value(&cut.sources).unwrap_or_default(),
             json!({"policy.push.sparsity": "api", "policy": "file /etc/tlc/tlcd.toml"})
         );
         assert!(only(&body(), "policy.pus").is_err());

@@ -1,40 +1,17 @@
-//! Table cells from JSON values: sizes, durations, ratios, names.
-//!
-//! Every reader here takes a `serde_json::Value` and a JSON pointer and
-//! shows `-` for what is missing or of the wrong type, so a field the
-//! daemon does not send (an older or newer tlcd) blanks one cell instead of
-//! failing the command.
+//! Table cells from the admin API's values: sizes, durations, ratios,
+//! names. What is absent (`null`, or an answer tlcctl could not read)
+//! shows as `-`.
 
-use serde_json::Value;
+use std::fmt::Display;
+
+use tlc_admin_api::CodecView;
 
 /// What a cell shows when there is nothing to show.
 pub const NONE: &str = "-";
 
-/// The number at `pointer`, if it is one.
-pub fn number(value: &Value, pointer: &str) -> Option<f64> {
-    value.pointer(pointer).and_then(Value::as_f64)
-}
-
-/// The text at `pointer`, if it is a string.
-pub fn text<'a>(value: &'a Value, pointer: &str) -> Option<&'a str> {
-    value.pointer(pointer).and_then(Value::as_str)
-}
-
-/// A string as is, anything else as compact JSON, `-` for missing/null.
-pub fn cell(value: &Value, pointer: &str) -> String {
-    match value.pointer(pointer) {
-        None | Some(Value::Null) => NONE.to_string(),
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
-    }
-}
-
-/// A count, `-` if missing.
-pub fn count(value: &Value, pointer: &str) -> String {
-    match value.pointer(pointer) {
-        Some(Value::Number(n)) => n.to_string(),
-        _ => NONE.to_string(),
-    }
+/// The value as it prints, `-` for none.
+pub fn optional<T: Display>(value: Option<T>) -> String {
+    value.map_or_else(|| NONE.to_string(), |v| v.to_string())
 }
 
 /// Bytes with binary units: `512 B`, `1.5 KiB`, `240.0 MiB`.
@@ -55,9 +32,9 @@ pub fn bytes(n: f64) -> String {
     format!("{scaled:.1} {}", UNITS[unit])
 }
 
-/// The byte count at `pointer` in binary units, `-` if missing.
-pub fn bytes_at(value: &Value, pointer: &str) -> String {
-    number(value, pointer).map_or_else(|| NONE.to_string(), bytes)
+/// A byte count in binary units.
+pub fn byte_count(n: u64) -> String {
+    bytes(n as f64)
 }
 
 /// A rate in bytes per second.
@@ -79,32 +56,12 @@ pub fn duration(seconds: f64) -> String {
     }
 }
 
-/// The duration at `pointer` via [`duration`], `-` if missing.
-pub fn duration_at(value: &Value, pointer: &str) -> String {
-    number(value, pointer).map_or_else(|| NONE.to_string(), duration)
-}
-
-/// `yes` or `no` for the boolean at `pointer`, `-` if it is not one.
-pub fn boolean<'a>(value: &Value, pointer: &str, yes: &'a str, no: &'a str) -> &'a str {
-    match value.pointer(pointer).and_then(Value::as_bool) {
-        Some(true) => yes,
-        Some(false) => no,
-        None => NONE,
-    }
-}
-
-/// A compression ratio, `87.0x`: the daemon's `ratio` at `pointer`/ratio,
-/// else raw over wire bytes; `-` when nothing was sent yet.
-pub fn ratio(value: &Value, pointer: &str) -> String {
-    let given = number(value, &format!("{pointer}/ratio"));
-    let computed = || {
-        let raw = number(value, &format!("{pointer}/raw_bytes"))?;
-        let wire = number(value, &format!("{pointer}/wire_bytes"))?;
-        (wire > 0.0).then(|| raw / wire)
-    };
-    match given.or_else(computed) {
-        Some(r) if r.is_finite() && r > 0.0 => format!("{r:.1}x"),
-        _ => NONE.to_string(),
+/// A compression ratio, `87.0x`; `-` when nothing was sent yet (0).
+pub fn ratio(ratio: f64) -> String {
+    if ratio.is_finite() && ratio > 0.0 {
+        format!("{ratio:.1}x")
+    } else {
+        NONE.to_string()
     }
 }
 
@@ -125,26 +82,18 @@ pub fn significant(x: f64) -> String {
     format!("{x:.decimals$}")
 }
 
-/// The float at `pointer` via [`significant`], `-` if missing or null.
-pub fn significant_at(value: &Value, pointer: &str) -> String {
-    number(value, pointer).map_or_else(|| NONE.to_string(), significant)
+/// [`significant`], `-` for none.
+pub fn significant_or_none(x: Option<f64>) -> String {
+    x.map_or_else(|| NONE.to_string(), significant)
 }
 
 /// A codec with its parameter, as `tlcctl codec` labels them: `3lc
 /// s=1.75`, `topk k=5`, `fp16`.
-pub fn codec(value: &Value, pointer: &str) -> String {
-    let Some(name) = text(value, &format!("{pointer}/codec")) else {
-        return NONE.to_string();
-    };
-    if let Some(s) = number(value, &format!("{pointer}/sparsity")) {
-        format!("{name} s={s:.2}")
-    } else if let Some(k) = value
-        .pointer(&format!("{pointer}/k"))
-        .filter(|k| k.is_number())
-    {
-        format!("{name} k={k}")
-    } else {
-        name.to_string()
+pub fn codec(view: &CodecView) -> String {
+    match (view.sparsity, view.k) {
+        (Some(s), _) => format!("{} s={s:.2}", view.codec),
+        (None, Some(k)) => format!("{} k={k}", view.codec),
+        (None, None) => view.codec.clone(),
     }
 }
 
@@ -165,14 +114,13 @@ pub fn truncate_middle(name: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn sizes() {
         assert_eq!(bytes(0.0), "0 B");
         assert_eq!(bytes(1023.0), "1023 B");
         assert_eq!(bytes(1536.0), "1.5 KiB");
-        assert_eq!(bytes(251_658_240.0), "240.0 MiB");
+        assert_eq!(byte_count(251_658_240), "240.0 MiB");
         assert_eq!(rate(2_893_212.0), "2.8 MiB/s");
     }
 
@@ -182,28 +130,23 @@ mod tests {
         assert_eq!(duration(7380.0), "2h03m");
         assert_eq!(duration(3.0 * 86400.0 + 4.0 * 3600.0), "3d04h");
         assert_eq!(duration(-1.0), "-");
-        assert_eq!(duration_at(&json!({"up": 81.5}), "/up"), "1m21s");
-        assert_eq!(duration_at(&json!({"up": "long"}), "/up"), "-");
-    }
-
-    #[test]
-    fn booleans() {
-        let v = json!({"t": true, "f": false, "s": "yes"});
-        assert_eq!(boolean(&v, "/t", "yes", "no"), "yes");
-        assert_eq!(boolean(&v, "/f", "yes", "no"), "no");
-        assert_eq!(boolean(&v, "/s", "yes", "no"), "-");
     }
 
     #[test]
     fn ratios_and_codecs() {
-        let v = json!({"push": {"raw_bytes": 100, "wire_bytes": 8}, "pull": {"ratio": 58.52},
-                       "p": {"codec": "3lc", "sparsity": 1.0}, "q": {"codec": "topk", "k": 5}});
-        assert_eq!(ratio(&v, "/push"), "12.5x");
-        assert_eq!(ratio(&v, "/pull"), "58.5x");
-        assert_eq!(ratio(&v, "/none"), "-");
-        assert_eq!(codec(&v, "/p"), "3lc s=1.00");
-        assert_eq!(codec(&v, "/q"), "topk k=5");
-        assert_eq!(codec(&v, "/none"), "-");
+        assert_eq!(ratio(12.5), "12.5x");
+        assert_eq!(ratio(58.52), "58.5x");
+        assert_eq!(ratio(0.0), "-");
+        let view = |codec: &str, sparsity, k| CodecView {
+            codec: codec.into(),
+            sparsity,
+            k,
+        };
+        assert_eq!(codec(&view("3lc", Some(1.0), None)), "3lc s=1.00");
+        // tlcd sends k as a float (5.0): shown as typed.
+        assert_eq!(codec(&view("topk", None, Some(5.0))), "topk k=5");
+        assert_eq!(codec(&view("topk", None, Some(2.5))), "topk k=2.5");
+        assert_eq!(codec(&view("fp16", None, None)), "fp16");
     }
 
     #[test]
@@ -212,6 +155,9 @@ mod tests {
         assert_eq!(significant(0.0123), "0.0123");
         assert_eq!(significant(1.23e-5), "1.23e-5");
         assert_eq!(significant(4567.0), "4567");
+        assert_eq!(significant_or_none(None), "-");
+        assert_eq!(optional(Some(3)), "3");
+        assert_eq!(optional(None::<u64>), "-");
     }
 
     #[test]

@@ -2,11 +2,11 @@
 
 use anyhow::Result;
 use clap::Args;
-use serde_json::json;
+use tlc_admin_api::{paths, LogLevel, SetLogLevel};
 
 use super::client::Method;
 use super::format;
-use super::output;
+use super::output::{self, Read};
 use super::Ctx;
 use crate::table;
 
@@ -22,17 +22,25 @@ pub struct LogLevelArgs {
 /// Runs `log-level`.
 pub fn run(ctx: &Ctx, args: &LogLevelArgs) -> Result<()> {
     if let Some(filter) = &args.filter {
-        let body = json!({ "filter": filter });
-        let outcomes = ctx.call_all(Method::Put, "/v1/log-level", Some(&body));
-        return output::report_change(&outcomes, ctx.format, |response| {
-            format!("filter {}", format::cell(response, "/filter"))
+        let body = serde_json::to_value(SetLogLevel {
+            filter: filter.clone(),
+        })?;
+        let outcomes = ctx.call_all(Method::Put, paths::LOG_LEVEL, Some(&body));
+        return output::report_change(&outcomes, ctx.format, |answer: Option<&LogLevel>| {
+            format!("filter {}", filter_of(answer))
         });
     }
-    let outcomes = ctx.call_all(Method::Get, "/v1/log-level", None);
-    output::show(&outcomes, ctx.format, |outcomes| {
-        let rows: Vec<Vec<String>> = output::answers(outcomes)
-            .map(|(target, body)| vec![target.to_string(), format::cell(body, "/filter")])
+    let outcomes = ctx.call_all(Method::Get, paths::LOG_LEVEL, None);
+    output::show(&outcomes, ctx.format, |answers: &[Read<'_, LogLevel>]| {
+        let rows: Vec<Vec<String>> = answers
+            .iter()
+            .map(|(target, level)| vec![target.to_string(), filter_of(level.as_ref())])
             .collect();
         table::render(&table::columns(&["TARGET", "FILTER"], &[]), &rows)
     })
+}
+
+/// The filter a target answered, `-` if its answer could not be read.
+fn filter_of(level: Option<&LogLevel>) -> String {
+    format::optional(level.map(|l| &l.filter))
 }

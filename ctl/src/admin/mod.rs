@@ -4,7 +4,8 @@
 //!
 //! Every command runs against every `--admin` target, the way one would
 //! look at or change all sidecars of a job at once, and tries all of them
-//! before exiting 1 if any failed.
+//! before exiting 1 if any failed. Paths, request bodies and answers are
+//! `tlc_admin_api`'s types, the ones tlcd serves.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,11 +1,17 @@
 //! The shapes every admin command prints in: the JSON envelope, one line
 //! per target for changes, and per-target failure lines.
+//!
+//! `-o json` passes every answer on as tlcd sent it. Tables and change
+//! lines read the answers as the `tlc_admin_api` types; an answer that is
+//! not in that shape (a tlcd of another version) blanks its cells with a
+//! warning on stderr instead of failing the command.
 
 use std::fmt;
 use std::io::{self, Write};
 
 use anyhow::Result;
 use clap::ValueEnum;
+use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -96,29 +102,60 @@ pub fn print_failures(outcomes: &[Outcome]) {
     }
 }
 
+/// One target's answer read as `T`, or why it is not in `T`'s shape.
+pub fn read<T: DeserializeOwned>(body: &Value) -> Result<T, String> {
+    T::deserialize(body).map_err(|e| e.to_string())
+}
+
+/// The line that says `target`'s answer could not be read: `why`.
+pub fn unreadable(target: &str, why: &str) -> String {
+    format!(
+        "{target}: warning: the answer is not in the shape this tlcctl reads ({why}); shown as -"
+    )
+}
+
+/// A target that answered, and its answer read as `T` (`None` where it is
+/// not in that shape).
+pub type Read<'a, T> = (&'a str, Option<T>);
+
+/// The targets that answered, each with its answer read as `T`, and a
+/// warning line for each answer that could not be.
+fn read_all<T: DeserializeOwned>(outcomes: &[Outcome]) -> (Vec<Read<'_, T>>, Vec<String>) {
+    let mut warnings = Vec::new();
+    let read = outcomes
+        .iter()
+        .filter_map(|o| Some((o.target.label(), o.answer.as_ref().ok()?)))
+        .map(|(target, body)| match read(body) {
+            Ok(typed) => (target, Some(typed)),
+            Err(why) => {
+                warnings.push(unreadable(target, &why));
+                (target, None)
+            }
+        })
+        .collect();
+    (read, warnings)
+}
+
 /// Shows what every target answered to a read: the envelope, or the table
-/// `render` makes of the answers (nothing when none answered) and a line
-/// per failure.
-pub fn show(
+/// `render` makes of the answers read as `T` (nothing when none answered),
+/// a line per failure and a warning per answer not in `T`'s shape.
+pub fn show<T: DeserializeOwned>(
     outcomes: &[Outcome],
     format: Format,
-    render: impl FnOnce(&[Outcome]) -> String,
+    render: impl FnOnce(&[Read<'_, T>]) -> String,
 ) -> Result<()> {
     if format == Format::Json {
         return print_json(outcomes);
     }
-    if outcomes.iter().any(|o| o.answer.is_ok()) {
-        print(&render(outcomes))?;
+    let (read, warnings) = read_all::<T>(outcomes);
+    if !read.is_empty() {
+        print(&render(&read))?;
     }
     print_failures(outcomes);
+    for warning in warnings {
+        eprintln!("{warning}");
+    }
     finish(outcomes)
-}
-
-/// The targets that answered, each with its answer.
-pub fn answers(outcomes: &[Outcome]) -> impl Iterator<Item = (&str, &Value)> {
-    outcomes
-        .iter()
-        .filter_map(|o| Some((o.target.label(), o.answer.as_ref().ok()?)))
 }
 
 /// A table of rows from the targets, each row with its target: in a TARGET
@@ -152,11 +189,13 @@ pub fn finish(outcomes: &[Outcome]) -> Result<()> {
 
 /// Reports a change made on every target: the envelope, or one line per
 /// target (`HOST:PORT: ok (what changed)` on stdout, `HOST:PORT: error:
-/// why` on stderr), in the targets' order.
-pub fn report_change(
+/// why` on stderr), in the targets' order. `describe` says what changed
+/// from the answer read as `T` (`None` if it is not in that shape: then a
+/// warning follows the line).
+pub fn report_change<T: DeserializeOwned>(
     outcomes: &[Outcome],
     format: Format,
-    describe: impl Fn(&Value) -> String,
+    describe: impl Fn(Option<&T>) -> String,
 ) -> Result<()> {
     if format == Format::Json {
         return print_json(outcomes);
@@ -165,11 +204,16 @@ pub fn report_change(
     for outcome in outcomes {
         match &outcome.answer {
             Ok(response) => {
-                let what = describe(response);
+                let read = read::<T>(response);
+                let what = describe(read.as_ref().ok());
                 if what.is_empty() {
                     writeln!(out, "{}: ok", outcome.target)?;
                 } else {
                     writeln!(out, "{}: ok ({what})", outcome.target)?;
+                }
+                if let Err(why) = &read {
+                    out.flush()?;
+                    eprintln!("{}", unreadable(outcome.target.label(), why));
                 }
             }
             Err(message) => {

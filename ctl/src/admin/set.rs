@@ -6,7 +6,8 @@
 
 use anyhow::Result;
 use clap::{Args, Subcommand, ValueEnum};
-use serde_json::{Map, Number, Value};
+use serde_json::Number;
+use tlc_admin_api::{paths, Directions, PolicyChanged, PolicyRequest};
 
 use super::client::Method;
 use super::output;
@@ -83,80 +84,64 @@ pub enum Direction {
     Both,
 }
 
-impl Direction {
-    fn name(self) -> &'static str {
-        match self {
-            Direction::Push => "push",
-            Direction::Pull => "pull",
-            Direction::Both => "both",
+impl From<Direction> for Directions {
+    fn from(direction: Direction) -> Directions {
+        match direction {
+            Direction::Push => Directions::Push,
+            Direction::Pull => Directions::Pull,
+            Direction::Both => Directions::Both,
         }
     }
 }
 
 /// Runs a `set` subcommand.
 pub fn run(ctx: &Ctx, command: SetCommand) -> Result<()> {
-    let body = body(command);
-    let outcomes = ctx.call_all(Method::Post, "/v1/policy", Some(&body));
+    let body = serde_json::to_value(request(command))?;
+    let outcomes = ctx.call_all(Method::Post, paths::POLICY, Some(&body));
     output::report_change(&outcomes, ctx.format, changed)
 }
 
 /// The `/v1/policy` body; a field the operator left out is left out, so
 /// the daemon's default applies.
-fn body(command: SetCommand) -> Value {
-    let mut body = Map::new();
-    let scope =
-        |body: &mut Map<String, Value>, tensor: Option<String>, direction: Option<Direction>| {
-            if let Some(tensor) = tensor {
-                body.insert("tensor".into(), Value::String(tensor));
-            }
-            if let Some(direction) = direction {
-                body.insert("direction".into(), Value::String(direction.name().into()));
-            }
-        };
+fn request(command: SetCommand) -> PolicyRequest {
+    let scoped = |tensor: Option<String>, direction: Option<Direction>| PolicyRequest {
+        tensor,
+        direction: direction.map(Directions::from),
+        ..PolicyRequest::default()
+    };
     match command {
-        SetCommand::Sparsity { sparsity, scope: s } => {
-            body.insert("sparsity".into(), Value::Number(sparsity));
-            scope(&mut body, s.tensor, s.direction);
-        }
+        SetCommand::Sparsity { sparsity, scope } => PolicyRequest {
+            sparsity: Some(sparsity),
+            ..scoped(scope.tensor, scope.direction)
+        },
         SetCommand::Codec {
             name,
             sparsity,
             k,
-            scope: s,
-        } => {
-            body.insert("codec".into(), Value::String(name));
-            if let Some(sparsity) = sparsity {
-                body.insert("sparsity".into(), Value::Number(sparsity));
-            }
-            if let Some(k) = k {
-                body.insert("k".into(), Value::Number(k));
-            }
-            scope(&mut body, s.tensor, s.direction);
-        }
-        SetCommand::Threshold { bytes } => {
-            body.insert("min_bytes".into(), Value::from(bytes));
-        }
-        SetCommand::Skip { tensor, direction } => {
-            body.insert("skip".into(), Value::Bool(true));
-            scope(&mut body, Some(tensor), direction);
-        }
+            scope,
+        } => PolicyRequest {
+            codec: Some(name),
+            sparsity,
+            k,
+            ..scoped(scope.tensor, scope.direction)
+        },
+        SetCommand::Threshold { bytes } => PolicyRequest {
+            min_bytes: Some(bytes),
+            ..PolicyRequest::default()
+        },
+        SetCommand::Skip { tensor, direction } => PolicyRequest {
+            skip: Some(true),
+            ..scoped(Some(tensor), direction)
+        },
     }
-    Value::Object(body)
 }
 
 /// `changed a, b` from the daemon's answer.
-fn changed(response: &Value) -> String {
-    let Some(keys) = response.get("changed").and_then(Value::as_array) else {
-        return String::new();
-    };
-    let keys: Vec<String> = keys
-        .iter()
-        .map(|k| k.as_str().map_or_else(|| k.to_string(), str::to_string))
-        .collect();
-    if keys.is_empty() {
-        "nothing changed".to_string()
-    } else {
-        format!("changed {}", keys.join(", "))
+fn changed(answer: Option<&PolicyChanged>) -> String {
+    match answer {
+        None => String::new(),
+        Some(answer) if answer.changed.is_empty() => "nothing changed".to_string(),
+        Some(answer) => format!("changed {}", answer.changed.join(", ")),
     }
 }
 
@@ -217,7 +202,12 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    /// The body as sent: through a `Value`, keys sorted.
+    fn body(command: SetCommand) -> Value {
+        serde_json::to_value(request(command)).unwrap_or_default()
+    }
 
     #[test]
     fn bodies() {

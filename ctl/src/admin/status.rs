@@ -1,23 +1,24 @@
 //! `tlcctl status`: one row per sidecar from `GET /v1/status`.
 
 use anyhow::Result;
-use serde_json::Value;
+use tlc_admin_api::status::Training;
+use tlc_admin_api::{paths, Status};
 
-use super::client::{Method, Outcome};
-use super::format::{self as fmt, number, NONE};
-use super::output;
+use super::client::Method;
+use super::format::{self as fmt, NONE};
+use super::output::{self, Read};
 use super::Ctx;
 use crate::table;
 
 /// Runs `status`.
 pub fn run(ctx: &Ctx) -> Result<()> {
-    let outcomes = ctx.call_all(Method::Get, "/v1/status", None);
+    let outcomes = ctx.call_all(Method::Get, paths::STATUS, None);
     output::show(&outcomes, ctx.format, render)
 }
 
 /// The table of the targets that answered, then a line per target about
 /// its training run, and a prominent one for each model reset it saw.
-fn render(outcomes: &[Outcome]) -> String {
+fn render(answers: &[Read<'_, Status>]) -> String {
     let columns = table::columns(
         &["TARGET", "READY", "PUSH CODEC", "PULL CODEC"],
         &[
@@ -29,12 +30,14 @@ fn render(outcomes: &[Outcome]) -> String {
             "UPTIME",
         ],
     );
-    let rows: Vec<Vec<String>> = output::answers(outcomes)
-        .map(|(target, status)| row(target, status))
+    let rows: Vec<Vec<String>> = answers
+        .iter()
+        .map(|(target, status)| row(target, status.as_ref()))
         .collect();
     let mut text = table::render(&columns, &rows);
-    for (target, status) in output::answers(outcomes) {
-        for line in training(target, status) {
+    for (target, status) in answers {
+        let Some(status) = status else { continue };
+        for line in training(target, &status.training) {
             text.push_str(&line);
             text.push('\n');
         }
@@ -42,39 +45,35 @@ fn render(outcomes: &[Outcome]) -> String {
     text
 }
 
-/// What a sidecar saw of the training run (`/training`): the global step
-/// and, after a reset, the line an operator must not miss. Nothing for a
-/// sidecar that saw no read of the step (or an older tlcd).
-fn training(target: &str, status: &Value) -> Vec<String> {
+/// What a sidecar saw of the training run: the global step and, after a
+/// reset, the line an operator must not miss. Nothing for a sidecar that
+/// saw no read of the step.
+fn training(target: &str, training: &Training) -> Vec<String> {
     let mut lines = Vec::new();
-    if let Some(step) = number(status, "/training/global_step") {
-        let advanced = match number(status, "/training/seconds_since_advanced") {
+    if let Some(step) = training.global_step {
+        let advanced = match training.seconds_since_advanced {
             Some(seconds) => format!("advanced {} ago", fmt::duration(seconds)),
             None => "not advanced yet".to_string(),
         };
         let mut line = format!("{target}: training: global step {step}, {advanced}");
-        match number(status, "/training/rewinds") {
-            Some(n) if n >= 1.0 => line.push_str(&format!(", {n} checkpoint restore(s)")),
-            _ => {}
+        if training.rewinds >= 1 {
+            line.push_str(&format!(", {} checkpoint restore(s)", training.rewinds));
         }
         lines.push(line);
     }
-    if let Some(reset) = status
-        .pointer("/training/last_reset")
-        .filter(|v| v.is_object())
-    {
-        let outcome = match fmt::text(reset, "/action") {
+    if let Some(reset) = &training.last_reset {
+        let outcome = match reset.action.as_deref() {
             Some("failed") => "job failed by tlcd",
             Some("warned") => "job let go on: recovery.on_model_reset = warn",
             _ => "seen by tlcd",
         };
         lines.push(format!(
             "{target}: MODEL RESET: {} on {} went back from {} to {} at {} ({outcome})",
-            fmt::text(reset, "/counter").unwrap_or("global_step"),
-            short_task(fmt::text(reset, "/holder").unwrap_or(NONE)),
-            fmt::count(reset, "/from"),
-            fmt::count(reset, "/to"),
-            number(reset, "/unix_time").map_or_else(|| NONE.to_string(), utc_time),
+            reset.counter,
+            short_task(&reset.holder),
+            reset.from,
+            reset.to,
+            utc_time(reset.unix_time),
         ));
     }
     lines
@@ -103,27 +102,27 @@ fn utc_time(unix: f64) -> String {
     )
 }
 
-fn row(target: &str, status: &Value) -> Vec<String> {
-    // Tensors compressed either way; a sidecar that only relays pulls
-    // still shows how much it handles.
-    let tensors = match (
-        number(status, "/totals/push/tensors"),
-        number(status, "/totals/pull/tensors"),
-    ) {
-        (None, None) => NONE.to_string(),
-        (push, pull) => format!("{}", push.unwrap_or(0.0) + pull.unwrap_or(0.0)),
+/// One target's row; `-` in every cell of an answer tlcctl could not read.
+fn row(target: &str, status: Option<&Status>) -> Vec<String> {
+    let Some(status) = status else {
+        let mut row = vec![target.to_string()];
+        row.resize(10, NONE.to_string());
+        return row;
     };
+    let totals = &status.totals;
     vec![
         target.to_string(),
-        fmt::boolean(status, "/ready", "yes", "no").to_string(),
-        fmt::codec(status, "/policy/push"),
-        fmt::codec(status, "/policy/pull"),
-        fmt::ratio(status, "/totals/push"),
-        fmt::ratio(status, "/totals/pull"),
-        tensors,
-        fmt::count(status, "/totals/decode_failures"),
-        fmt::count(status, "/totals/fallbacks"),
-        fmt::duration_at(status, "/uptime_seconds"),
+        if status.ready { "yes" } else { "no" }.to_string(),
+        fmt::codec(&status.policy.push),
+        fmt::codec(&status.policy.pull),
+        fmt::ratio(totals.push.ratio),
+        fmt::ratio(totals.pull.ratio),
+        // Tensors compressed either way; a sidecar that only relays pulls
+        // still shows how much it handles.
+        (totals.push.tensors + totals.pull.tensors).to_string(),
+        totals.decode_failures.to_string(),
+        totals.fallbacks.to_string(),
+        fmt::duration(status.uptime_seconds),
     ]
 }
 
@@ -131,18 +130,35 @@ fn row(target: &str, status: &Value) -> Vec<String> {
 mod tests {
     use super::*;
     use serde_json::json;
+    use tlc_admin_api::status::StepEvent;
+
+    /// The example of ADMIN-API.md as tlcd sends it, with a topk pull codec
+    /// and two fallbacks.
+    fn example() -> Result<Status, String> {
+        output::read(&json!({
+            "version": "0.1.0", "pid": 4242, "uptime_seconds": 81.5, "ready": true,
+            "config_file": null, "listeners": [],
+            "policy": {"push": {"codec": "3lc", "sparsity": 1.0}, "pull": {"codec": "topk", "k": 5.0},
+                       "min_bytes": 65536, "overrides": 0},
+            "totals": {"push": {"tensors": 120, "raw_bytes": 251658240, "wire_bytes": 2893212, "ratio": 86.98},
+                       "pull": {"tensors": 120, "raw_bytes": 251658240, "wire_bytes": 4300312, "ratio": 58.52},
+                       "restored": 240, "decode_failures": 0, "fallbacks": 2, "fallbacks_served": 0,
+                       "passed": {}},
+            "training": {"global_step": null, "seconds_since_advanced": null, "advanced_unix_time": null,
+                         "resets": 0, "resets_failed": 0, "resets_warned": 0, "rewinds": 0,
+                         "last_reset": null, "last_rewind": null, "on_model_reset": "fail"},
+            "contexts": {"push": {"contexts": 0, "memory_bytes": 0}, "pull": {"contexts": 0, "memory_bytes": 0},
+                         "replicas": {"contexts": 0, "memory_bytes": 0}},
+            "log_filter": "info", "log_format": "human",
+            "reloads": {"ok": 0, "failed": 0, "last_error": null, "pending_restart": []}
+        }))
+    }
 
     #[test]
     fn row_from_the_documented_example() {
-        let status = json!({
-            "uptime_seconds": 81.5, "ready": true,
-            "policy": {"push": {"codec": "3lc", "sparsity": 1.0}, "pull": {"codec": "topk", "k": 5}},
-            "totals": {"push": {"tensors": 120, "raw_bytes": 251658240, "wire_bytes": 2893212, "ratio": 86.98},
-                       "pull": {"tensors": 120, "raw_bytes": 251658240, "wire_bytes": 4300312, "ratio": 58.52},
-                       "decode_failures": 0, "fallbacks": 2}
-        });
+        let status = example().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
-            row("a:1", &status),
+            row("a:1", Some(&status)),
             [
                 "a:1",
                 "yes",
@@ -156,27 +172,33 @@ mod tests {
                 "1m21s"
             ]
         );
-        let empty = row("a:1", &json!({}));
-        assert_eq!(empty[1..], ["-"; 9]);
+        let unreadable = row("a:1", None);
+        assert_eq!(unreadable[1..], ["-"; 9]);
     }
 
     #[test]
     fn training_lines() {
-        assert!(training("a:1", &json!({})).is_empty());
-        let quiet = json!({"training": {"global_step": null, "last_reset": null}});
-        assert!(training("a:1", &quiet).is_empty());
-        let running = json!({"training": {"global_step": 99, "seconds_since_advanced": 2.5,
-                                          "rewinds": 0, "last_reset": null}});
+        let mut training = example().unwrap_or_else(|e| panic!("{e}")).training;
+        assert!(super::training("a:1", &training).is_empty());
+        training.global_step = Some(99);
+        training.seconds_since_advanced = Some(2.5);
         assert_eq!(
-            training("a:1", &running),
+            super::training("a:1", &training),
             ["a:1: training: global step 99, advanced 2s ago"]
         );
-        let reset = json!({"training": {
-            "global_step": 0, "seconds_since_advanced": null, "rewinds": 1,
-            "last_reset": {"holder": "/job:ps/replica:0/task:0", "counter": "global_step",
-                           "from": 99, "to": 0, "unix_time": 1790078584.9, "action": "failed"}}});
+        training.global_step = Some(0);
+        training.seconds_since_advanced = None;
+        training.rewinds = 1;
+        training.last_reset = Some(StepEvent {
+            holder: "/job:ps/replica:0/task:0".into(),
+            counter: "global_step".into(),
+            from: 99,
+            to: 0,
+            unix_time: 1790078584.9,
+            action: Some("failed".into()),
+        });
         assert_eq!(
-            training("a:1", &reset),
+            super::training("a:1", &training),
             [
                 "a:1: training: global step 0, not advanced yet, 1 checkpoint restore(s)",
                 "a:1: MODEL RESET: global_step on ps/0 went back from 99 to 0 at 12:03:04 UTC \

@@ -1,15 +1,13 @@
 //! `tlcctl tensors`: the tensor contexts of every sidecar, from
 //! `GET /v1/tensors`, merged into one table.
 
-use std::cmp::Ordering;
-
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use serde_json::Value;
+use tlc_admin_api::{TensorRow, Tensors, TensorsQuery};
 
-use super::client::{Method, Outcome};
+use super::client::Method;
 use super::format::{self as fmt, NONE};
-use super::output;
+use super::output::{self, Read};
 use super::Ctx;
 use crate::table;
 
@@ -28,7 +26,8 @@ pub struct TensorsArgs {
     pub limit: Option<u64>,
 }
 
-/// The fields `/v1/tensors` sorts by.
+/// The fields `/v1/tensors` sorts by (`tlc_admin_api::SortField`, with
+/// help for the command line).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SortField {
     /// The tensor's name.
@@ -54,59 +53,54 @@ pub enum SortField {
     IdleSeconds,
 }
 
-impl SortField {
-    /// The name in the API, which is also the row's field.
-    pub fn name(self) -> &'static str {
-        match self {
-            SortField::Tensor => "tensor",
-            SortField::RawBytes => "raw_bytes",
-            SortField::WireBytes => "wire_bytes",
-            SortField::Ratio => "ratio",
-            SortField::Frames => "frames",
-            SortField::Elements => "elements",
-            SortField::IdleSeconds => "idle_seconds",
+impl From<SortField> for tlc_admin_api::SortField {
+    fn from(field: SortField) -> Self {
+        use tlc_admin_api::SortField as Api;
+        match field {
+            SortField::Tensor => Api::Tensor,
+            SortField::RawBytes => Api::RawBytes,
+            SortField::WireBytes => Api::WireBytes,
+            SortField::Ratio => Api::Ratio,
+            SortField::Frames => Api::Frames,
+            SortField::Elements => Api::Elements,
+            SortField::IdleSeconds => Api::IdleSeconds,
+        }
+    }
+}
+
+impl TensorsArgs {
+    /// The query these arguments ask for.
+    pub fn query(&self) -> TensorsQuery {
+        TensorsQuery {
+            sort: self.sort.map(Into::into),
+            limit: self.limit,
         }
     }
 }
 
 /// Runs `tensors`.
 pub fn run(ctx: &Ctx, args: &TensorsArgs) -> Result<()> {
-    let outcomes = ctx.call_all(Method::Get, &path(args), None);
-    output::show(&outcomes, ctx.format, |outcomes| {
-        render(outcomes, args, ctx.targets.len() > 1)
+    let outcomes = ctx.call_all(Method::Get, &args.query().path(), None);
+    output::show(&outcomes, ctx.format, |answers| {
+        render(answers, args, ctx.targets.len() > 1)
     })
-}
-
-/// `/v1/tensors` with the query `args` ask for.
-pub fn path(args: &TensorsArgs) -> String {
-    let mut query = Vec::new();
-    if let Some(sort) = args.sort {
-        query.push(format!("sort={}", sort.name()));
-    }
-    if let Some(limit) = args.limit {
-        query.push(format!("limit={limit}"));
-    }
-    if query.is_empty() {
-        "/v1/tensors".to_string()
-    } else {
-        format!("/v1/tensors?{}", query.join("&"))
-    }
 }
 
 /// The rows of every target that answered, as one table; with a TARGET
 /// column when there are several.
-pub fn render(outcomes: &[Outcome], args: &TensorsArgs, several: bool) -> String {
-    let mut rows: Vec<(&str, &Value)> = output::answers(outcomes)
+pub fn render(answers: &[Read<'_, Tensors>], args: &TensorsArgs, several: bool) -> String {
+    let mut rows: Vec<(&str, &TensorRow)> = answers
+        .iter()
         .flat_map(|(target, body)| {
-            let tensors = body.get("tensors").and_then(Value::as_array);
-            tensors.into_iter().flatten().map(move |row| (target, row))
+            let rows = body.iter().flat_map(|body| &body.tensors);
+            rows.map(move |row| (*target, row))
         })
         .collect();
     // Each target sorted and limited its own rows; merged, they need the
     // same order again, and the first N of the union are the global first N.
     if several {
-        let field = args.sort.unwrap_or(SortField::WireBytes);
-        rows.sort_by(|a, b| compare(field, a.1, b.1));
+        let field = args.query().sort.unwrap_or_default();
+        rows.sort_by(|a, b| field.compare(a.1, b.1));
         if let Some(limit) = args.limit {
             rows.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
         }
@@ -133,76 +127,54 @@ pub fn render(outcomes: &[Outcome], args: &TensorsArgs, several: bool) -> String
     output::target_table(&columns, rows, several)
 }
 
-fn row_cells(row: &Value) -> Vec<String> {
+fn row_cells(row: &TensorRow) -> Vec<String> {
     vec![
-        fmt::cell(row, "/direction"),
-        fmt::cell(row, "/side"),
-        fmt::truncate_middle(&fmt::cell(row, "/tensor"), TENSOR_WIDTH),
-        fmt::cell(row, "/class"),
-        fmt::cell(row, "/treatment"),
-        fmt::cell(row, "/peer"),
-        fmt::cell(row, "/codec"),
-        fmt::number(row, "/sparsity").map_or_else(|| NONE.to_string(), |s| format!("{s:.2}")),
-        fmt::count(row, "/elements"),
-        fmt::count(row, "/frames"),
-        fmt::bytes_at(row, "/raw_bytes"),
-        fmt::bytes_at(row, "/wire_bytes"),
-        fmt::ratio(row, ""),
-        fmt::significant_at(row, "/last_scale"),
-        fmt::significant_at(row, "/error_norm"),
-        fmt::cell(row, "/replica_version"),
-        fmt::cell(row, "/reason"),
+        row.direction.clone(),
+        row.side.clone(),
+        fmt::truncate_middle(&row.tensor, TENSOR_WIDTH),
+        fmt::optional(row.class.as_deref()),
+        fmt::optional(row.treatment.as_deref()),
+        fmt::optional(row.peer.as_deref()),
+        row.codec.codec.clone(),
+        row.codec
+            .sparsity
+            .map_or_else(|| NONE.to_string(), |s| format!("{s:.2}")),
+        row.elements.to_string(),
+        row.frames.to_string(),
+        fmt::byte_count(row.raw_bytes),
+        fmt::byte_count(row.wire_bytes),
+        fmt::ratio(row.ratio),
+        fmt::significant_or_none(row.last_scale),
+        fmt::significant_or_none(row.error_norm),
+        fmt::optional(row.replica_version),
+        fmt::optional(row.reason.as_deref()),
     ]
-}
-
-/// The daemon's order: names ascending, numbers descending, rows missing
-/// the field last.
-fn compare(field: SortField, a: &Value, b: &Value) -> Ordering {
-    let key = field.name();
-    if field == SortField::Tensor {
-        let name = |row: &Value| row.get(key).and_then(Value::as_str).map(str::to_string);
-        return match (name(a), name(b)) {
-            (Some(x), Some(y)) => x.cmp(&y),
-            (x, y) => x.is_none().cmp(&y.is_none()),
-        };
-    }
-    let number = |row: &Value| row.get(key).and_then(Value::as_f64);
-    match (number(a), number(b)) {
-        (Some(x), Some(y)) => y.total_cmp(&x),
-        (x, y) => x.is_none().cmp(&y.is_none()),
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use clap::ValueEnum;
 
     #[test]
-    fn order() {
-        let rows = [
-            json!({"tensor": "b", "wire_bytes": 10}),
-            json!({"tensor": "a"}),
-            json!({"wire_bytes": 20}),
-            json!({"tensor": "c", "wire_bytes": 30}),
-        ];
-        let sorted = |field| {
-            let mut r: Vec<&Value> = rows.iter().collect();
-            r.sort_by(|a, b| compare(field, a, b));
-            r.iter()
-                .map(|v| v["tensor"].as_str().unwrap_or("?"))
-                .collect::<String>()
-        };
-        assert_eq!(sorted(SortField::WireBytes), "c?ba");
-        assert_eq!(sorted(SortField::Tensor), "abc?");
+    fn sort_names_are_the_apis() {
+        for field in SortField::value_variants() {
+            let name = field.to_possible_value().map(|v| v.get_name().to_string());
+            let api = tlc_admin_api::SortField::from(*field);
+            assert_eq!(name.as_deref(), Some(api.name()));
+        }
+        assert_eq!(
+            SortField::value_variants().len(),
+            tlc_admin_api::SortField::ALL.len()
+        );
     }
 
     #[test]
     fn query() {
         let args = |sort, limit| TensorsArgs { sort, limit };
-        assert_eq!(path(&args(None, None)), "/v1/tensors");
+        assert_eq!(args(None, None).query().path(), "/v1/tensors");
         assert_eq!(
-            path(&args(Some(SortField::RawBytes), Some(5))),
+            args(Some(SortField::RawBytes), Some(5)).query().path(),
             "/v1/tensors?sort=raw_bytes&limit=5"
         );
     }

@@ -5,12 +5,14 @@
 //! the token in PATH. Without it, a target on this host's loopback gets
 //! the token tlcd wrote for itself when it has no `admin.token_file`:
 //! `admin-PORT.token` in `$XDG_RUNTIME_DIR/tlcd/` or `$TMPDIR/tlcd-UID/`
-//! (`/tmp` without `TMPDIR`), the places `daemon/src/admin/default_token.rs`
-//! writes to. Files are read for every request, so a long `tlcctl top`
-//! follows a rotated token.
+//! (`/tmp` without `TMPDIR`), the places tlcd writes to
+//! (`tlc_admin_api::default_token`). Files are read for every request, so
+//! a long `tlcctl top` follows a rotated token.
 
 use std::fs;
 use std::path::{Path, PathBuf};
+
+use tlc_admin_api::default_token;
 
 /// Where this run's tokens come from.
 #[derive(Debug, Clone)]
@@ -60,7 +62,7 @@ impl Tokens {
                 source: Source::Remote,
             }),
             Tokens::Default => {
-                let candidates = default_paths(port);
+                let candidates = default_token::candidates(port);
                 match candidates.iter().find(|p| p.exists()) {
                     Some(path) => Ok(Choice {
                         token: Some(read(path)?),
@@ -74,31 +76,6 @@ impl Tokens {
             }
         }
     }
-}
-
-/// Where tlcd writes its own token for the admin API on `port`, in the
-/// order tlcctl looks.
-pub fn default_paths(port: u16) -> Vec<PathBuf> {
-    let name = format!("admin-{port}.token");
-    let mut paths = Vec::new();
-    if let Some(dir) = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|dir| dir.is_absolute())
-    {
-        paths.push(dir.join("tlcd").join(&name));
-    }
-    paths.push(
-        std::env::temp_dir()
-            .join(format!("tlcd-{}", euid()))
-            .join(&name),
-    );
-    paths
-}
-
-/// This process's effective user id, which names tlcd's directory in /tmp.
-fn euid() -> u32 {
-    // SAFETY: geteuid(2) takes no arguments, touches no memory and cannot fail.
-    unsafe { libc::geteuid() }
 }
 
 /// The token in `path`, white space around it dropped.

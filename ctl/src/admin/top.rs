@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use clap::Args;
 use serde_json::{json, Value};
+use tlc_admin_api::{paths, Status, Tensors};
 
 use super::client::{Client, Method, Outcome};
-use super::format::{self as fmt, number};
+use super::format as fmt;
 use super::output::{self, Format};
 use super::target::Target;
 use super::tensors::{self, SortField, TensorsArgs};
@@ -55,8 +56,12 @@ type Rates = [Option<(f64, f64)>; 2];
 
 /// What one target gave in one refresh.
 struct Poll {
+    /// The answers as sent (for `-o json`).
     status: Value,
     tensors: Value,
+    /// The same answers read, or why they could not be.
+    read_status: Result<Status, String>,
+    read_tensors: Result<Tensors, String>,
     sample: Option<Sample>,
     /// Since the previous refresh; filled in once both are known.
     rates: Rates,
@@ -74,7 +79,7 @@ pub fn run(ctx: &Ctx, args: &TopArgs) -> Result<()> {
         sort: Some(args.sort),
         limit: Some(args.limit),
     };
-    let tensors_path = tensors::path(&table_args);
+    let tensors_path = table_args.query().path();
     let clear = ctx.format == Format::Table && io::stdout().is_terminal();
     let mut previous: Vec<Option<Sample>> = vec![None; ctx.targets.len()];
     let mut refresh = 0u64;
@@ -123,26 +128,29 @@ pub fn run(ctx: &Ctx, args: &TopArgs) -> Result<()> {
 
 /// Status then tensors from one target.
 fn poll(client: &Client, target: &Target, tensors_path: &str) -> Result<Poll, String> {
-    let status = client.call(target, Method::Get, "/v1/status", None)?;
+    let status = client.call(target, Method::Get, paths::STATUS, None)?;
     let at = Instant::now();
     let tensors = client.call(target, Method::Get, tensors_path, None)?;
-    let totals = [
-        "push/raw_bytes",
-        "push/wire_bytes",
-        "pull/raw_bytes",
-        "pull/wire_bytes",
-    ]
-    .map(|field| number(&status, &format!("/totals/{field}")));
-    let sample = match totals {
-        [Some(a), Some(b), Some(c), Some(d)] => Some(Sample {
+    let read_status = output::read::<Status>(&status);
+    let read_tensors = output::read::<Tensors>(&tensors);
+    let sample = read_status.as_ref().ok().map(|status| {
+        let (push, pull) = (&status.totals.push, &status.totals.pull);
+        Sample {
             at,
-            bytes: [a, b, c, d],
-        }),
-        _ => None,
-    };
+            bytes: [
+                push.raw_bytes,
+                push.wire_bytes,
+                pull.raw_bytes,
+                pull.wire_bytes,
+            ]
+            .map(|n| n as f64),
+        }
+    });
     Ok(Poll {
         status,
         tensors,
+        read_status,
+        read_tensors,
         sample,
         rates: [None, None],
     })
@@ -171,9 +179,12 @@ fn as_outcomes(results: &[Seen<'_>]) -> Vec<Outcome> {
                         json!({"raw_bytes_per_second": raw, "wire_bytes_per_second": wire})
                     })
                 };
+                // The rows as tlcd sent them, whatever their shape.
+                let rows = output::read::<Tensors<Value>>(&poll.tensors)
+                    .map_or(Value::Null, |t| Value::Array(t.tensors));
                 json!({
                     "status": poll.status,
-                    "tensors": poll.tensors.get("tensors").cloned().unwrap_or(Value::Null),
+                    "tensors": rows,
                     "rates": {"push": rate(rates[0]), "pull": rate(rates[1])},
                 })
             }),
@@ -184,22 +195,25 @@ fn as_outcomes(results: &[Seen<'_>]) -> Vec<Outcome> {
 /// One screen: a header per target, then every target's tensors.
 fn frame(results: &[Seen<'_>], table_args: &TensorsArgs, several: bool) -> String {
     let mut text = String::new();
+    let mut tables = Vec::new();
     for seen in results {
-        match &seen.poll {
-            Ok(poll) => text.push_str(&header(seen.target, &poll.status, &poll.rates)),
-            Err(message) => text.push_str(&format!("{}  error: {message}\n", seen.target)),
+        let label = seen.target.label();
+        let poll = match &seen.poll {
+            Ok(poll) => poll,
+            Err(message) => {
+                text.push_str(&format!("{}  error: {message}\n", seen.target));
+                continue;
+            }
+        };
+        match &poll.read_status {
+            Ok(status) => text.push_str(&header(seen.target, status, &poll.rates)),
+            Err(why) => text.push_str(&format!("{}\n", output::unreadable(label, why))),
+        }
+        match &poll.read_tensors {
+            Ok(rows) => tables.push((label, Some(rows.clone()))),
+            Err(why) => text.push_str(&format!("{}\n", output::unreadable(label, why))),
         }
     }
-    let tables: Vec<Outcome> = results
-        .iter()
-        .filter_map(|seen| {
-            let poll = seen.poll.as_ref().ok()?;
-            Some(Outcome {
-                target: seen.target.clone(),
-                answer: Ok(poll.tensors.clone()),
-            })
-        })
-        .collect();
     if !tables.is_empty() {
         text.push('\n');
         text.push_str(&tensors::render(&tables, table_args, several));
@@ -209,24 +223,27 @@ fn frame(results: &[Seen<'_>], table_args: &TensorsArgs, several: bool) -> Strin
 
 /// `HOST:PORT  ready  up 1m21s`, then a small table with a row per
 /// direction: codec, totals and rates.
-fn header(target: &Target, status: &Value, rates: &Rates) -> String {
-    let ready = fmt::boolean(status, "/ready", "ready", "not ready");
-    let uptime = fmt::duration_at(status, "/uptime_seconds");
-    let rows: Vec<Vec<String>> = ["push", "pull"]
+fn header(target: &Target, status: &Status, rates: &Rates) -> String {
+    let ready = if status.ready { "ready" } else { "not ready" };
+    let uptime = fmt::duration(status.uptime_seconds);
+    let directions = [
+        ("push", &status.policy.push, &status.totals.push),
+        ("pull", &status.policy.pull, &status.totals.pull),
+    ];
+    let rows: Vec<Vec<String>> = directions
         .iter()
         .zip(rates)
-        .map(|(direction, rate)| {
-            let pointer = format!("/totals/{direction}");
+        .map(|((direction, codec, totals), rate)| {
             let (raw_rate, wire_rate) = match rate {
                 Some((raw, wire)) => (fmt::rate(*raw), fmt::rate(*wire)),
                 None => ("-".to_string(), "-".to_string()),
             };
             vec![
                 direction.to_string(),
-                fmt::codec(status, &format!("/policy/{direction}")),
-                fmt::bytes_at(status, &format!("{pointer}/raw_bytes")),
-                fmt::bytes_at(status, &format!("{pointer}/wire_bytes")),
-                fmt::ratio(status, &pointer),
+                fmt::codec(codec),
+                fmt::byte_count(totals.raw_bytes),
+                fmt::byte_count(totals.wire_bytes),
+                fmt::ratio(totals.ratio),
                 raw_rate,
                 wire_rate,
             ]

@@ -1,6 +1,7 @@
 //! A stand-in for tlcd's admin API: answers each request from a handler and
 //! records what it received, so tests can check both what `tlcctl` sent and
-//! what it made of the answer. [`tlcctl`] runs the command against it.
+//! what it made of the answer. [`tlcctl`] runs the command against it. The
+//! answers it makes up are `tlc_admin_api`'s types, as tlcd's are.
 
 #![allow(dead_code)]
 
@@ -12,6 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 
 use serde_json::Value;
+use tlc_admin_api::status::{
+    Contexts, DirectionTotals, Listener, Reloads, Role, TableSize, Totals, Training,
+};
+use tlc_admin_api::{CodecView, PolicyChanged, PolicyView, Status, TensorRow};
 
 use tlcctl::{run, Run};
 
@@ -147,12 +152,14 @@ impl FakeAdmin {
 
     /// A policy endpoint that reports `policy.push.sparsity` changed.
     pub fn policy() -> FakeAdmin {
-        FakeAdmin::answering(
-            "POST",
-            "/v1/policy",
-            serde_json::json!({"changed": ["policy.push.sparsity"],
-                               "policy": {"push": {"codec": "3lc", "sparsity": 1.75}}}),
-        )
+        let changed = PolicyChanged {
+            changed: vec!["policy.push.sparsity".into()],
+            policy: PolicyView {
+                push: three_lc(1.75),
+                ..policy()
+            },
+        };
+        FakeAdmin::answering("POST", "/v1/policy", json(&changed))
     }
 
     /// Runs `tlcctl ARGS --admin ADDR` against this server.
@@ -254,41 +261,113 @@ fn write_reply(mut stream: TcpStream, reply: &Reply) {
     let _ = stream.flush();
 }
 
+/// `value` as tlcd would send it.
+fn json<T: serde::Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).expect("an admin API type is JSON")
+}
+
+fn three_lc(sparsity: f64) -> CodecView {
+    CodecView {
+        codec: "3lc".into(),
+        sparsity: Some(sparsity),
+        k: None,
+    }
+}
+
+/// The policy of ADMIN-API.md's status.
+fn policy() -> PolicyView {
+    PolicyView {
+        push: three_lc(1.0),
+        pull: three_lc(1.0),
+        min_bytes: 65536,
+        overrides: 0,
+    }
+}
+
 /// The status body of ADMIN-API.md, with `push_raw` and `push_wire` as the
-/// push totals.
+/// push totals, 3 decode failures and 1 fallback.
 pub fn status(push_raw: u64, push_wire: u64) -> Value {
-    serde_json::json!({
-        "version": "0.1.0", "pid": 4242, "uptime_seconds": 81.5, "ready": true,
-        "config_file": "/etc/tlc/tlcd.toml",
-        "listeners": [{"listen": "127.0.0.1:15001", "role": "outbound", "target": "original-destination"}],
-        "policy": {"push": {"codec": "3lc", "sparsity": 1.0}, "pull": {"codec": "3lc", "sparsity": 1.0},
-                   "min_bytes": 65536, "overrides": 0},
-        "totals": {
-            "push": {"tensors": 120, "raw_bytes": push_raw, "wire_bytes": push_wire, "ratio": 86.98},
-            "pull": {"tensors": 120, "raw_bytes": 251658240u64, "wire_bytes": 4300312, "ratio": 58.52},
-            "restored": 240, "decode_failures": 3, "fallbacks": 1, "fallbacks_served": 0,
-            "passed": {"small": 480}
+    let table = |contexts, memory_bytes| TableSize {
+        contexts,
+        memory_bytes,
+    };
+    json(&Status {
+        version: "0.1.0".into(),
+        pid: 4242,
+        uptime_seconds: 81.5,
+        ready: true,
+        config_file: Some("/etc/tlc/tlcd.toml".into()),
+        listeners: vec![Listener {
+            listen: "127.0.0.1:15001".into(),
+            role: Role::Outbound,
+            target: "original-destination".into(),
+        }],
+        policy: policy(),
+        totals: Totals {
+            push: DirectionTotals {
+                tensors: 120,
+                raw_bytes: push_raw,
+                wire_bytes: push_wire,
+                ratio: 86.98,
+            },
+            pull: DirectionTotals {
+                tensors: 120,
+                raw_bytes: 251658240,
+                wire_bytes: 4300312,
+                ratio: 58.52,
+            },
+            restored: 240,
+            decode_failures: 3,
+            fallbacks: 1,
+            fallbacks_served: 0,
+            passed: [("small".to_string(), 480)].into(),
         },
-        "training": {
-            "global_step": 99, "seconds_since_advanced": 0.4, "advanced_unix_time": 1790000584.2,
-            "resets": 0, "resets_failed": 0, "resets_warned": 0, "rewinds": 0,
-            "last_reset": null, "last_rewind": null, "on_model_reset": "fail"
+        training: Training {
+            global_step: Some(99),
+            seconds_since_advanced: Some(0.4),
+            advanced_unix_time: Some(1790000584.2),
+            resets: 0,
+            resets_failed: 0,
+            resets_warned: 0,
+            rewinds: 0,
+            last_reset: None,
+            last_rewind: None,
+            on_model_reset: "fail".into(),
         },
-        "contexts": {"push": {"contexts": 4, "memory_bytes": 4771840}},
-        "log_filter": "info",
-        "reloads": {"ok": 1, "failed": 0, "last_error": null}
+        contexts: Contexts {
+            push: table(4, 4771840),
+            pull: table(0, 0),
+            replicas: table(0, 0),
+        },
+        log_filter: "info".into(),
+        log_format: "human".into(),
+        reloads: Reloads {
+            ok: 1,
+            ..Reloads::default()
+        },
     })
 }
 
 /// One `/v1/tensors` row.
 pub fn tensor(name: &str, raw: u64, wire: u64, ratio: f64) -> Value {
-    serde_json::json!({
-        "direction": "push", "side": "holder", "tensor": name,
-        "class": "dense_gradient", "treatment": "error_feedback",
-        "reason": "feeds ApplyMomentum apply",
-        "peer": "/job:worker/replica:0/task:1", "codec": "3lc", "sparsity": 1.0,
-        "elements": 524288, "frames": 120, "raw_bytes": raw, "wire_bytes": wire,
-        "ratio": ratio, "last_scale": 0.0123, "error_norm": 0.731,
-        "replica_version": null, "idle_seconds": 0.4, "memory_bytes": 2097152
+    json(&TensorRow {
+        direction: "push".into(),
+        side: "holder".into(),
+        tensor: name.into(),
+        class: Some("dense_gradient".into()),
+        reason: Some("feeds ApplyMomentum apply".into()),
+        treatment: Some("error_feedback".into()),
+        peer: Some("/job:worker/replica:0/task:1".into()),
+        codec: three_lc(1.0),
+        elements: 524288,
+        frames: 120,
+        raw_bytes: raw,
+        wire_bytes: wire,
+        ratio,
+        last_scale: Some(0.0123),
+        error_norm: Some(0.731),
+        replica_version: None,
+        idle_seconds: 0.4,
+        memory_bytes: 2097152,
     })
 }

@@ -5,11 +5,12 @@
 //!
 //! The file is `admin-PORT.token` (PORT: the admin API's port) in
 //! `$XDG_RUNTIME_DIR/tlcd/` when `XDG_RUNTIME_DIR` is a directory of
-//! tlcd's user, else in `$TMPDIR/tlcd-UID/` (`/tmp` without `TMPDIR`).
+//! tlcd's user, else in `$TMPDIR/tlcd-UID/` (`/tmp` without `TMPDIR`):
+//! `tlc_admin_api::default_token`, where tlcctl looks too.
 //! The directory is made mode 0700 and must belong to tlcd's user and not
 //! be a symlink (in a shared `/tmp` another user could have made it
 //! first); the file is mode 0600, written under a temporary name and
-//! renamed into place. `ctl/src/admin/token.rs` looks in the same places.
+//! renamed into place.
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -60,7 +61,7 @@ pub enum DefaultTokenError {
 
 /// The token file of the admin API on `port`.
 pub fn path(port: u16) -> PathBuf {
-    directory().join(format!("admin-{port}.token"))
+    tlc_admin_api::default_token::path(port)
 }
 
 /// Makes a token for the admin API on `port` and writes it to [`path`];
@@ -69,7 +70,7 @@ pub fn create(port: u16) -> Result<(PathBuf, Vec<u8>), DefaultTokenError> {
     let token = random_hex()?;
     let dir = directory();
     private_directory(&dir)?;
-    let path = dir.join(format!("admin-{port}.token"));
+    let path = dir.join(tlc_admin_api::default_token::file_name(port));
     write_private(&path, &token)?;
     Ok((path, token))
 }

@@ -2,7 +2,8 @@
 //! loopback, for operators and `tlcctl`. Every request but the probes
 //! passes the [`guard`] first (host, origin, token, content type). Reads go
 //! to the sidecar and the running configuration; every change goes through
-//! [`Control`], which validates it whole before anything moves.
+//! [`Control`], which validates it whole before anything moves. The paths
+//! and bodies are those of `tlc_admin_api`, which `tlcctl` reads too.
 
 pub mod default_token;
 pub mod guard;
@@ -19,7 +20,12 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use serde::de::DeserializeOwned;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
+use tlc_admin_api::{
+    paths, ConfigPatch, ErrorBody, LogLevel, PolicyChanged, PolicyRequest, Ready, SetLogLevel,
+    Status,
+};
 use tracing::debug;
 
 use crate::control::policy_change::PolicyChange;
@@ -117,59 +123,75 @@ impl Admin {
             return refused_by_guard(&refusal);
         }
         let result = match (method.clone(), path.as_str()) {
-            (Method::GET, "/v1/status") => Ok(self.status()),
-            (Method::GET, "/v1/config") => Ok(views::config(&self.control.current())),
-            (Method::PATCH, "/v1/config") => match body::<BTreeMap<String, Value>>(request).await {
+            (Method::GET, paths::STATUS) => answer(&self.status()),
+            (Method::GET, paths::CONFIG) => config(&self.control.current()),
+            (Method::PATCH, paths::CONFIG) => match body::<ConfigPatch>(request).await {
                 Ok(patch) => {
                     let changes = patch
                         .into_iter()
-                        .map(|(k, v)| (k, if v.is_null() { ApiChange::Remove } else { ApiChange::Set(v) }))
+                        .map(|(key, value)| (key, patched(value)))
                         .collect();
                     self.control
                         .change(&changes)
-                        .map(|resolved| views::config(&resolved))
                         .map_err(refused)
+                        .and_then(|resolved| config(&resolved))
                 }
                 Err(err) => Err(err),
             },
-            (Method::POST, "/v1/policy") => match body::<PolicyChange>(request).await {
-                Ok(change) => self
+            (Method::POST, paths::POLICY) => match body::<PolicyRequest>(request).await {
+                Ok(request) => self
                     .control
-                    .change_policy(&change)
-                    .map(|(changed, _)| {
-                        json!({"changed": changed, "policy": views::policy(&self.control.sidecar().policy())})
-                    })
-                    .map_err(refused),
+                    .change_policy(&PolicyChange::from(request))
+                    .map_err(refused)
+                    .and_then(|(changed, _)| {
+                        answer(&PolicyChanged {
+                            changed,
+                            policy: views::policy(&self.control.sidecar().policy()),
+                        })
+                    }),
                 Err(err) => Err(err),
             },
-            (Method::POST, "/v1/reload") => self
+            (Method::POST, paths::RELOAD) => self
                 .control
                 .reload()
-                .map(|resolved| views::config(&resolved))
-                .map_err(refused),
-            (Method::GET, "/v1/tensors") => views::tensors(self.control.sidecar(), &query)
-                .map_err(|e| (StatusCode::BAD_REQUEST, e)),
-            (Method::GET, "/v1/log-level") => Ok(json!({"filter": self.control.log().filter()})),
-            (Method::PUT, "/v1/log-level") => match body::<LogLevel>(request).await {
+                .map_err(refused)
+                .and_then(|resolved| config(&resolved)),
+            (Method::GET, paths::TENSORS) => views::tensors(self.control.sidecar(), &query)
+                .map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))
+                .and_then(|tensors| answer(&tensors)),
+            (Method::GET, paths::LOG_LEVEL) => answer(&LogLevel {
+                filter: self.control.log().filter(),
+            }),
+            (Method::PUT, paths::LOG_LEVEL) => match body::<SetLogLevel>(request).await {
                 Ok(level) => {
-                    let changes = BTreeMap::from([("log.level".to_string(), ApiChange::Set(json!(level.filter)))]);
+                    let changes = BTreeMap::from([(
+                        "log.level".to_string(),
+                        ApiChange::Set(Value::String(level.filter)),
+                    )]);
                     self.control
                         .change(&changes)
-                        .map(|_| json!({"filter": self.control.log().filter()}))
                         .map_err(refused)
+                        .and_then(|_| {
+                            answer(&LogLevel {
+                                filter: self.control.log().filter(),
+                            })
+                        })
                 }
                 Err(err) => Err(err),
             },
-            (_, "/healthz" | "/readyz" | "/v1/status" | "/v1/config" | "/v1/policy" | "/v1/reload"
-                | "/v1/tensors" | "/v1/log-level") => {
-                Err((StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not allowed on {path}")))
-            }
-            _ => Err((StatusCode::NOT_FOUND, format!("no such endpoint: {path} (see daemon/ADMIN-API.md)"))),
+            (_, endpoint) if paths::ENDPOINTS.contains(&endpoint) => Err((
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!("{method} is not allowed on {path}"),
+            )),
+            _ => Err((
+                StatusCode::NOT_FOUND,
+                format!("no such endpoint: {path} (see daemon/ADMIN-API.md)"),
+            )),
         };
         match result {
             Ok(value) => reply(StatusCode::OK, &value),
             Err((status, message)) => {
-                let mut response = reply(status, &json!({"error": message}));
+                let mut response = reply(status, &ErrorBody::new(message));
                 if status == StatusCode::REQUEST_TIMEOUT {
                     // The rest of the body may still come: not on this connection.
                     response.headers_mut().insert(
@@ -182,29 +204,24 @@ impl Admin {
         }
     }
 
-    fn status(&self) -> Value {
+    fn status(&self) -> Status {
         let resolved = self.control.current();
         let sidecar = self.control.sidecar();
-        let reasons = self.readiness.reasons();
-        json!({
-            "version": env!("CARGO_PKG_VERSION"),
-            "pid": std::process::id(),
-            "uptime_seconds": self.started.elapsed().as_secs_f64(),
-            "ready": reasons.is_empty(),
-            "config_file": self.control.file().map(|p| p.display().to_string()),
-            "listeners": self.listeners.iter().map(views::listener).collect::<Vec<_>>(),
-            "policy": views::policy(&sidecar.policy()),
-            "totals": views::totals(&sidecar.stats),
-            "training": views::training(sidecar),
-            "contexts": {
-                "push": views::table(sidecar.push.stats()),
-                "pull": views::table(sidecar.pull.stats()),
-                "replicas": views::table(sidecar.replicas.table().stats()),
-            },
-            "log_filter": self.control.log().filter(),
-            "log_format": resolved.config.log.format,
-            "reloads": self.control.reloads(),
-        })
+        Status {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            pid: std::process::id(),
+            uptime_seconds: self.started.elapsed().as_secs_f64(),
+            ready: self.readiness.reasons().is_empty(),
+            config_file: self.control.file().map(|p| p.display().to_string()),
+            listeners: self.listeners.iter().map(views::listener).collect(),
+            policy: views::policy(&sidecar.policy()),
+            totals: views::totals(&sidecar.stats),
+            training: views::training(sidecar),
+            contexts: views::contexts(sidecar),
+            log_filter: self.control.log().filter(),
+            log_format: views::log_format(resolved.config.log.format),
+            reloads: self.control.reload_stats(),
+        }
     }
 }
 
@@ -218,15 +235,14 @@ pub fn probe(readiness: &Readiness, path: &str) -> Option<Response<Full<Bytes>>>
             Bytes::from_static(b"ok\n"),
         )),
         "/readyz" => {
-            let reasons = readiness.reasons();
-            Some(if reasons.is_empty() {
-                reply(StatusCode::OK, &json!({"ready": true}))
+            let ready =
+                Ready::from_reasons(readiness.reasons().into_iter().map(String::from).collect());
+            let status = if ready.ready {
+                StatusCode::OK
             } else {
-                reply(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    &json!({"ready": false, "reasons": reasons}),
-                )
-            })
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            Some(reply(status, &ready))
         }
         _ => None,
     }
@@ -246,22 +262,47 @@ pub fn with_probes(readiness: Arc<Readiness>, inner: Handler) -> Handler {
     })
 }
 
-/// The body of `PUT /v1/log-level`.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LogLevel {
-    filter: String,
-}
-
 type Failure = (StatusCode, String);
+
+/// The change a `PATCH /v1/config` value asks for: `null` removes the key
+/// from the API layer.
+fn patched(value: Value) -> ApiChange {
+    if value.is_null() {
+        ApiChange::Remove
+    } else {
+        ApiChange::Set(value)
+    }
+}
 
 fn refused(err: ControlError) -> Failure {
     (StatusCode::BAD_REQUEST, err.to_string())
 }
 
+/// `body` as the JSON of an answer; `500` if it cannot be (tlcd's fault).
+fn answer<T: Serialize>(body: &T) -> Result<Value, Failure> {
+    serde_json::to_value(body).map_err(|e| {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot write the answer: {e}"),
+        )
+    })
+}
+
+/// The `/v1/config` answer for `resolved`.
+fn config(resolved: &crate::config::layers::Resolved) -> Result<Value, Failure> {
+    views::config(resolved)
+        .map_err(|e| {
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot write the configuration: {e}"),
+            )
+        })
+        .and_then(|view| answer(&view))
+}
+
 /// The answer to a request the guard turned away.
 fn refused_by_guard(refusal: &Refusal) -> Response<Full<Bytes>> {
-    let mut response = reply(refusal.status, &json!({"error": refusal.message}));
+    let mut response = reply(refusal.status, &ErrorBody::new(refusal.message.clone()));
     if let Some(challenge) = refusal.challenge {
         response.headers_mut().insert(
             http::header::WWW_AUTHENTICATE,
@@ -299,8 +340,12 @@ async fn body<T: DeserializeOwned>(request: Request<Incoming>) -> Result<T, Fail
         .map_err(|e| (StatusCode::BAD_REQUEST, format!("request body: {e}")))
 }
 
-fn reply(status: StatusCode, value: &Value) -> Response<Full<Bytes>> {
-    let mut text = serde_json::to_vec_pretty(value).unwrap_or_else(|_| b"{}".to_vec());
+/// An answer with `body` as indented JSON. Written through a [`Value`], as
+/// tlcd has always written them: the keys of every object in sorted order.
+fn reply<T: Serialize>(status: StatusCode, body: &T) -> Response<Full<Bytes>> {
+    let mut text = serde_json::to_value(body)
+        .and_then(|value| serde_json::to_vec_pretty(&value))
+        .unwrap_or_else(|_| b"{}".to_vec());
     text.push(b'\n');
     http_server::response(status, "application/json", Bytes::from(text))
 }

@@ -1,130 +1,179 @@
-//! The JSON shapes of the admin API's answers.
+//! The admin API's answers, made from the sidecar and the running
+//! configuration: the types of `tlc_admin_api`, filled in.
 
-use serde_json::{json, Value};
+use tlc_admin_api as api;
+use tlc_admin_api::status::{Contexts, DirectionTotals, StepEvent, TableSize, Totals, Training};
+use tlc_admin_api::tensors::QueryError;
+use tlc_admin_api::{ConfigView, PolicyView, SortField, Tensors, TensorsQuery};
 
 use crate::config::layers::Resolved;
+use crate::config::LogFormat;
 use tlc_context::table::TableStats;
-use tlc_core::Direction;
+use tlc_core::{Direction, Role};
 use tlc_proxy::{Listener, Target};
 use tlc_sidecar::policy::{CodecView, Policy};
 use tlc_sidecar::sidecar::stats::{ratio, DirectionStats, Stats};
 use tlc_sidecar::sidecar::tensors::TensorRow;
 use tlc_sidecar::sidecar::Sidecar;
+use tlc_sidecar::training::watch::Event;
 
 /// `GET /v1/config`: the configuration and the origin of each value.
-pub fn config(resolved: &Resolved) -> Value {
-    let sources: serde_json::Map<String, Value> = resolved
-        .sources
-        .iter()
-        .map(|(key, origin)| (key.clone(), Value::String(origin.to_string())))
-        .collect();
-    json!({"config": resolved.config, "sources": sources})
-}
-
-/// The policy in force, as operators read it.
-pub fn policy(policy: &Policy) -> Value {
-    json!({
-        "push": CodecView::from(policy.codec_for(Direction::Push).codec),
-        "pull": CodecView::from(policy.codec_for(Direction::Pull).codec),
-        "min_bytes": policy.min_bytes(),
-        "overrides": policy.overrides(),
+pub fn config(resolved: &Resolved) -> Result<ConfigView, serde_json::Error> {
+    Ok(ConfigView {
+        config: serde_json::to_value(&resolved.config)?,
+        sources: resolved
+            .sources
+            .iter()
+            .map(|(key, origin)| (key.clone(), origin.to_string()))
+            .collect(),
     })
 }
 
+/// A codec as operators read it.
+fn codec(view: CodecView) -> api::CodecView {
+    api::CodecView {
+        codec: view.codec.to_string(),
+        sparsity: view.sparsity.map(f64::from),
+        k: view.k.map(f64::from),
+    }
+}
+
+/// The policy in force, as operators read it.
+pub fn policy(policy: &Policy) -> PolicyView {
+    PolicyView {
+        push: codec(CodecView::from(policy.codec_for(Direction::Push).codec)),
+        pull: codec(CodecView::from(policy.codec_for(Direction::Pull).codec)),
+        min_bytes: policy.min_bytes(),
+        overrides: policy.overrides() as u64,
+    }
+}
+
 /// One listener.
-pub fn listener(listener: &Listener) -> Value {
+pub fn listener(listener: &Listener) -> api::status::Listener {
     let target = match listener.target {
         Target::Fixed(addr) => addr.to_string(),
         Target::OriginalDestination => "original-destination".into(),
     };
-    json!({"listen": listener.listen.to_string(), "role": listener.role, "target": target})
+    api::status::Listener {
+        listen: listener.listen.to_string(),
+        role: match listener.role {
+            Role::Outbound => api::status::Role::Outbound,
+            Role::Inbound => api::status::Role::Inbound,
+        },
+        target,
+    }
+}
+
+/// `human` or `json`, as in the config file.
+pub fn log_format(format: LogFormat) -> String {
+    match format {
+        LogFormat::Human => "human",
+        LogFormat::Json => "json",
+    }
+    .to_string()
 }
 
 /// Size of one context table.
-pub fn table(stats: TableStats) -> Value {
-    json!({"contexts": stats.contexts, "memory_bytes": stats.memory_bytes})
+pub fn table(stats: TableStats) -> TableSize {
+    TableSize {
+        contexts: stats.contexts as u64,
+        memory_bytes: stats.memory_bytes as u64,
+    }
+}
+
+/// The contexts the sidecar holds, by kind.
+pub fn contexts(sidecar: &Sidecar) -> Contexts {
+    Contexts {
+        push: table(sidecar.push.stats()),
+        pull: table(sidecar.pull.stats()),
+        replicas: table(sidecar.replicas.table().stats()),
+    }
 }
 
 /// The sidecar's running totals.
-pub fn totals(stats: &Stats) -> Value {
+pub fn totals(stats: &Stats) -> Totals {
     let direction = |d: &DirectionStats| {
         let (raw, wire) = (Stats::get(&d.raw_bytes), Stats::get(&d.wire_bytes));
-        json!({
-            "tensors": Stats::get(&d.compressed),
-            "raw_bytes": raw,
-            "wire_bytes": wire,
-            "ratio": ratio(raw, wire),
-        })
+        DirectionTotals {
+            tensors: Stats::get(&d.compressed),
+            raw_bytes: raw,
+            wire_bytes: wire,
+            ratio: ratio(raw, wire),
+        }
     };
-    json!({
-        "push": direction(&stats.push),
-        "pull": direction(&stats.pull),
-        "restored": Stats::get(&stats.restored),
-        "decode_failures": Stats::get(&stats.decode_failures),
-        "fallbacks": Stats::get(&stats.fallbacks),
-        "fallbacks_served": Stats::get(&stats.fallbacks_served),
-        "passed": stats.passed_by_reason(),
-    })
+    Totals {
+        push: direction(&stats.push),
+        pull: direction(&stats.pull),
+        restored: Stats::get(&stats.restored),
+        decode_failures: Stats::get(&stats.decode_failures),
+        fallbacks: Stats::get(&stats.fallbacks),
+        fallbacks_served: Stats::get(&stats.fallbacks_served),
+        passed: stats
+            .passed_by_reason()
+            .into_iter()
+            .map(|(reason, n)| (reason.to_string(), n))
+            .collect(),
+    }
 }
 
 /// What the step watch saw: the global step, and the times it went back.
-pub fn training(sidecar: &Sidecar) -> Value {
-    serde_json::to_value(sidecar.steps.view(std::time::Instant::now())).unwrap_or(Value::Null)
-}
-
-/// Fields `/v1/tensors` sorts by.
-const SORT_FIELDS: &[&str] = &[
-    "tensor",
-    "raw_bytes",
-    "wire_bytes",
-    "ratio",
-    "frames",
-    "elements",
-    "idle_seconds",
-];
-
-/// `GET /v1/tensors?sort=FIELD&limit=N`.
-pub fn tensors(sidecar: &Sidecar, query: &str) -> Result<Value, String> {
-    let mut sort = "wire_bytes";
-    let mut limit = usize::MAX;
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        match name {
-            "sort" => {
-                sort = SORT_FIELDS
-                    .iter()
-                    .find(|f| **f == value)
-                    .ok_or_else(|| format!("sort={value}: one of {}", SORT_FIELDS.join(", ")))?;
-            }
-            "limit" => {
-                limit = value
-                    .parse()
-                    .map_err(|_| format!("limit={value}: a number of rows"))?;
-            }
-            other => return Err(format!("unknown query parameter '{other}' (sort, limit)")),
-        }
-    }
-    let mut rows = sidecar.tensors();
-    sort_rows(&mut rows, sort);
-    rows.truncate(limit);
-    Ok(json!({ "tensors": rows }))
-}
-
-/// Names ascending; numbers descending (the largest first, as in `top`).
-fn sort_rows(rows: &mut [TensorRow], field: &str) {
-    let key = |r: &TensorRow| -> f64 {
-        match field {
-            "raw_bytes" => r.raw_bytes as f64,
-            "ratio" => r.ratio,
-            "frames" => r.frames as f64,
-            "elements" => r.elements as f64,
-            "idle_seconds" => r.idle_seconds,
-            _ => r.wire_bytes as f64,
-        }
+pub fn training(sidecar: &Sidecar) -> Training {
+    let view = sidecar.steps.view(std::time::Instant::now());
+    let event = |e: Event| StepEvent {
+        holder: e.holder,
+        counter: e.counter,
+        from: e.from,
+        to: e.to,
+        unix_time: e.unix_time,
+        action: e.action.map(str::to_string),
     };
-    if field == "tensor" {
-        rows.sort_by(|a, b| a.tensor.cmp(&b.tensor).then(a.direction.cmp(b.direction)));
-    } else {
-        rows.sort_by(|a, b| key(b).total_cmp(&key(a)).then(a.tensor.cmp(&b.tensor)));
+    Training {
+        global_step: view.global_step,
+        seconds_since_advanced: view.seconds_since_advanced,
+        advanced_unix_time: view.advanced_unix_time,
+        resets: view.resets,
+        resets_failed: view.resets_failed,
+        resets_warned: view.resets_warned,
+        rewinds: view.rewinds,
+        last_reset: view.last_reset.map(event),
+        last_rewind: view.last_rewind.map(event),
+        on_model_reset: view.on_model_reset.to_string(),
     }
+}
+
+/// One row of `/v1/tensors`.
+fn row(row: TensorRow) -> api::TensorRow {
+    api::TensorRow {
+        direction: row.direction.to_string(),
+        side: row.side.to_string(),
+        tensor: row.tensor,
+        class: row.class.map(str::to_string),
+        reason: row.reason,
+        treatment: row.treatment.map(str::to_string),
+        peer: row.peer,
+        codec: codec(row.codec),
+        elements: row.elements,
+        frames: row.frames,
+        raw_bytes: row.raw_bytes,
+        wire_bytes: row.wire_bytes,
+        ratio: row.ratio,
+        last_scale: row.last_scale.map(f64::from),
+        error_norm: row.error_norm,
+        replica_version: row.replica_version,
+        idle_seconds: row.idle_seconds,
+        memory_bytes: row.memory_bytes as u64,
+    }
+}
+
+/// `GET /v1/tensors?sort=FIELD&limit=N`: names ascending, numbers
+/// descending (the largest first, as in `top`).
+pub fn tensors(sidecar: &Sidecar, query: &str) -> Result<Tensors, QueryError> {
+    let query = TensorsQuery::parse(query)?;
+    let sort = query.sort.unwrap_or(SortField::WireBytes);
+    let mut rows: Vec<api::TensorRow> = sidecar.tensors().into_iter().map(row).collect();
+    rows.sort_by(|a, b| sort.compare(a, b));
+    if let Some(limit) = query.limit {
+        rows.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    }
+    Ok(Tensors { tensors: rows })
 }

@@ -27,7 +27,7 @@ pub struct AdminSettings {
     /// A file holding the bearer token every request but the probes must
     /// send; re-read when it changes. Unset: tlcd makes a random token at
     /// start and writes it where `tlcctl` looks for it
-    /// ([`crate::admin::default_token`]).
+    /// (`tlc_admin_api::default_token`).
     #[serde(default)]
     pub token_file: Option<PathBuf>,
     /// `Host` names accepted besides `localhost`, `127.0.0.1`, `[::1]` and

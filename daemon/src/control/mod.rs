@@ -10,8 +10,8 @@ pub mod watch;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use serde::Serialize;
 use thiserror::Error;
+use tlc_admin_api::status::Reloads;
 use tracing::{info, warn};
 
 use crate::config::layers::{Layers, Resolved};
@@ -131,19 +131,6 @@ fn restart_only_changes<'a>(
     RESTART_ONLY.iter().filter(move |r| !(r.same)(old, new))
 }
 
-/// Counts of reloads, for status and metrics.
-#[derive(Debug, Default, Serialize)]
-pub struct ReloadStats {
-    /// Reloads that took effect.
-    pub ok: u64,
-    /// Reloads refused.
-    pub failed: u64,
-    /// Why the last refused reload was refused.
-    pub last_error: Option<String>,
-    /// Keys changed in the file that wait for a restart.
-    pub pending_restart: Vec<String>,
-}
-
 /// One change to the API layer.
 #[derive(Debug, Clone)]
 pub enum ApiChange {
@@ -159,7 +146,7 @@ pub struct Control {
     current: RwLock<Arc<Resolved>>,
     sidecar: Arc<Sidecar>,
     log: LogControl,
-    reloads: Mutex<ReloadStats>,
+    reloads: Mutex<Reloads>,
 }
 
 impl std::fmt::Debug for Control {
@@ -183,7 +170,7 @@ impl Control {
             current: RwLock::new(Arc::new(resolved)),
             sidecar,
             log,
-            reloads: Mutex::new(ReloadStats::default()),
+            reloads: Mutex::new(Reloads::default()),
         }
     }
 
@@ -207,10 +194,17 @@ impl Control {
         self.lock_layers().file.clone()
     }
 
-    /// Reload counters.
+    /// Reload counters, as `/v1/status` shows them.
+    pub fn reload_stats(&self) -> Reloads {
+        self.reloads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Reload counters as JSON.
     pub fn reloads(&self) -> serde_json::Value {
-        serde_json::to_value(&*self.reloads.lock().unwrap_or_else(|e| e.into_inner()))
-            .unwrap_or(serde_json::Value::Null)
+        serde_json::to_value(self.reload_stats()).unwrap_or(serde_json::Value::Null)
     }
 
     fn lock_layers(&self) -> std::sync::MutexGuard<'_, Layers> {

@@ -3,16 +3,15 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
+use tlc_admin_api::policy::{Directions as WireDirections, PolicyRequest};
 
 use super::ControlError;
 use crate::config::Config;
 use tlc_sidecar::policy::{Directions, OverrideSettings};
 
-/// One retuning request.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// One retuning request: a [`PolicyRequest`] as the daemon reads it.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct PolicyChange {
     /// Directions it applies to (default both).
     pub direction: Option<Directions>,
@@ -29,6 +28,26 @@ pub struct PolicyChange {
     pub skip: Option<bool>,
     /// New size threshold for both directions (not with `tensor`).
     pub min_bytes: Option<u64>,
+}
+
+impl From<PolicyRequest> for PolicyChange {
+    fn from(request: PolicyRequest) -> PolicyChange {
+        // Numbers as f32, as a direct f32 field reads them.
+        let number = |n: serde_json::Number| n.as_f64().map(|f| f as f32);
+        PolicyChange {
+            direction: request.direction.map(|d| match d {
+                WireDirections::Push => Directions::Push,
+                WireDirections::Pull => Directions::Pull,
+                WireDirections::Both => Directions::Both,
+            }),
+            tensor: request.tensor,
+            codec: request.codec,
+            sparsity: request.sparsity.and_then(number),
+            k: request.k.and_then(number),
+            skip: request.skip,
+            min_bytes: request.min_bytes,
+        }
+    }
 }
 
 /// The configuration keys to set in the API layer for `change`, given the
@@ -53,7 +72,7 @@ pub fn keys_for(
             return bad("skip applies to a tensor pattern: give tensor");
         }
         if let Some(min_bytes) = change.min_bytes {
-            keys.insert("policy.min_bytes".to_string(), json!(min_bytes));
+            keys.insert("policy.min_bytes".to_string(), Value::from(min_bytes));
         }
         let directions: &[&str] = match change.direction.unwrap_or_default() {
             Directions::Push => &["push"],
@@ -63,7 +82,7 @@ pub fn keys_for(
         for direction in directions {
             let key = |field: &str| format!("policy.{direction}.{field}");
             if let Some(codec) = &change.codec {
-                keys.insert(key("codec"), json!(codec));
+                keys.insert(key("codec"), Value::from(codec.as_str()));
                 if codec != "3lc" && change.sparsity.is_none() {
                     keys.insert(key("sparsity"), Value::Null);
                 }
@@ -72,10 +91,10 @@ pub fn keys_for(
                 }
             }
             if let Some(s) = change.sparsity {
-                keys.insert(key("sparsity"), json!(s));
+                keys.insert(key("sparsity"), Value::from(s));
             }
             if let Some(k) = change.k {
-                keys.insert(key("k"), json!(k));
+                keys.insert(key("k"), Value::from(k));
             }
         }
         return Ok(keys);
@@ -131,6 +150,7 @@ pub fn keys_for(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_codec_change_unsets_what_no_longer_applies() {
