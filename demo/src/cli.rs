@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 
-use super::{run_job, Compression, DemoOptions, DemoReport};
+use crate::options::{Compression, DemoOptions};
+use crate::report::DemoReport;
+use crate::run::run_job;
 
 /// Trains an emulated TensorFlow parameter-server job twice through tlc
 /// sidecars over rate-limited links — uncompressed, then with 3LC — and

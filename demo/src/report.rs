@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use serde_json::json;
 
 use super::model::Evaluation;
-use super::{Compression, DemoReport};
+use crate::options::{Compression, DemoOptions};
 use tlc_sidecar::sidecar::stats::ratio;
 
 /// The sidecars' counters, added over every pod.
@@ -333,4 +333,15 @@ impl DemoReport {
             "replica_mismatches": b.replica_mismatches + t.replica_mismatches,
         })
     }
+}
+
+/// Both runs of the demo.
+#[derive(Debug, Clone)]
+pub struct DemoReport {
+    /// What was run.
+    pub options: DemoOptions,
+    /// Uncompressed.
+    pub baseline: RunReport,
+    /// With 3LC.
+    pub tlc: RunReport,
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use futures_util::future::try_join_all;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -17,9 +17,10 @@ use tlc_sidecar::sidecar::stats::Stats;
 use super::data::Dataset;
 use super::graph::{worker_task, Graph, PS_TASK};
 use super::model::{Evaluation, Mlp, Sgd};
+use super::options::{Compression, DemoOptions};
 use super::pods::{Pods, PodsSpec};
-use super::report::{RunReport, SidecarTotals};
-use super::{ps, wire, worker, Compression, DemoOptions};
+use super::report::{DemoReport, RunReport, SidecarTotals};
+use super::{ps, wire, worker};
 
 /// Runs the job once: starts the pods, trains, evaluates, stops the pods.
 pub async fn run_job(options: &DemoOptions, compression: Compression) -> Result<RunReport> {
@@ -242,4 +243,24 @@ fn sidecar_totals(pods: &Pods) -> SidecarTotals {
     }
     totals.passed = passed;
     totals
+}
+
+/// Runs the job uncompressed, then with 3LC, over the same links.
+pub async fn run_demo(options: &DemoOptions) -> Result<DemoReport> {
+    let baseline = run_job(options, Compression::None)
+        .await
+        .context("the uncompressed run failed")?;
+    let tlc = run_job(
+        options,
+        Compression::ThreeLc {
+            sparsity: options.sparsity,
+        },
+    )
+    .await
+    .context("the 3LC run failed")?;
+    Ok(DemoReport {
+        options: options.clone(),
+        baseline,
+        tlc,
+    })
 }

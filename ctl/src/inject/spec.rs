@@ -2,7 +2,7 @@
 //! file both `tlcctl inject` and the Kustomize overlays take tlc's init
 //! container, sidecar container, volumes, pod annotations and grace period
 //! from. Built into tlcctl and parsed once; this module reads it and names
-//! tlc's pieces, [`super::sidecar`] puts one pod's settings on top.
+//! tlc's pieces; the `sidecar` module puts one pod's settings on top.
 
 use std::sync::LazyLock;
 

@@ -1,5 +1,6 @@
 //! [`TlsContext`]: the rustls configurations built from the `[tls]` files,
-//! swapped whole when the files change (see [`super::reload`]).
+//! swapped whole when the files change (the reload module does that), and
+//! the bookkeeping of those reloads.
 
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
@@ -10,12 +11,12 @@ use rustls::server::{NoServerSessionStorage, WebPkiClientVerifier};
 use rustls::sign::SingleCertAndKey;
 use rustls::{ClientConfig, ServerConfig};
 use rustls_pki_types::UnixTime;
+use serde::Serialize;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tracing::{info, warn};
 
 use super::identity::PeerPatterns;
 use super::material::{self, Files, Material, Paths, TlsError};
-use super::reload::ReloadState;
 use super::settings::TlsSettings;
 use super::validity::format_utc;
 use super::verify::{ClientIdentityVerifier, ServerIdentityVerifier};
@@ -217,6 +218,43 @@ fn check_own_chain(
                 error = %err,
                 "peers trusting this CA bundle will refuse our certificate as a TLS {side}"
             );
+        }
+    }
+}
+
+/// What reloads did, for the status API and metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ReloadStats {
+    /// New files that took effect (the load at start not counted).
+    pub successes: u64,
+    /// New files refused: the previous configuration stayed.
+    pub failures: u64,
+    /// `notAfter` of the certificate in use, seconds since the epoch.
+    pub not_after_unix: i64,
+    /// Why the last refused set was refused.
+    pub last_error: Option<String>,
+}
+
+/// Reload bookkeeping, behind the context's mutex.
+pub(super) struct ReloadState {
+    /// The fingerprint of the files last tried (or of the error that
+    /// stopped reading them), so a broken set is reported once, not on
+    /// every tick, and is tried again as soon as it changes.
+    pub(super) tried: u128,
+    pub(super) stats: ReloadStats,
+    /// The `notAfter` that an expiry warning was given for.
+    pub(super) warned_for: Option<i64>,
+}
+
+impl ReloadState {
+    pub(super) fn new(fingerprint: u128, not_after: i64, warned: bool) -> ReloadState {
+        ReloadState {
+            tried: fingerprint,
+            stats: ReloadStats {
+                not_after_unix: not_after,
+                ..ReloadStats::default()
+            },
+            warned_for: warned.then_some(not_after),
         }
     }
 }

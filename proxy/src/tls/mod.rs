@@ -38,9 +38,9 @@ mod verify;
 #[cfg(test)]
 mod tests;
 
-pub use context::{TlsContext, ALPN_H2};
+pub use context::{ReloadStats, TlsContext, ALPN_H2};
 pub use handshake::{HandshakeError, HANDSHAKE_TIMEOUT};
 pub use identity::{IdentityMismatch, IdentityPattern, PatternError, PeerIdentity, PeerPatterns};
 pub use material::{TlsError, EXPIRY_WARNING_SECONDS};
-pub use reload::{ReloadOutcome, ReloadStats};
+pub use reload::ReloadOutcome;
 pub use settings::{TlsMode, TlsSettings};

@@ -12,27 +12,13 @@
 
 use std::sync::{Arc, PoisonError};
 
-use serde::Serialize;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info};
 
-use super::context::{build, TlsContext};
+use super::context::{build, ReloadStats, TlsContext};
 use super::material::{self, TlsError};
 use super::validity::format_utc;
-
-/// What reloads did, for the status API and metrics.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct ReloadStats {
-    /// New files that took effect (the load at start not counted).
-    pub successes: u64,
-    /// New files refused: the previous configuration stayed.
-    pub failures: u64,
-    /// `notAfter` of the certificate in use, seconds since the epoch.
-    pub not_after_unix: i64,
-    /// Why the last refused set was refused.
-    pub last_error: Option<String>,
-}
 
 /// What one check of the files did.
 #[derive(Debug)]
@@ -43,30 +29,6 @@ pub enum ReloadOutcome {
     Reloaded,
     /// New files were refused; the previous configuration stays.
     Failed(TlsError),
-}
-
-/// Reload bookkeeping, behind the context's mutex.
-pub(super) struct ReloadState {
-    /// The fingerprint of the files last tried (or of the error that
-    /// stopped reading them), so a broken set is reported once, not on
-    /// every tick, and is tried again as soon as it changes.
-    tried: u128,
-    stats: ReloadStats,
-    /// The `notAfter` that an expiry warning was given for.
-    warned_for: Option<i64>,
-}
-
-impl ReloadState {
-    pub(super) fn new(fingerprint: u128, not_after: i64, warned: bool) -> ReloadState {
-        ReloadState {
-            tried: fingerprint,
-            stats: ReloadStats {
-                not_after_unix: not_after,
-                ..ReloadStats::default()
-            },
-            warned_for: warned.then_some(not_after),
-        }
-    }
 }
 
 impl TlsContext {
