@@ -221,10 +221,11 @@ def main():
     failed = False
     for crate, path in members():
         src = path / "src"
-        root = src / "lib.rs" if (src / "lib.rs").exists() else src / "main.rs"
-        if crate not in ALLOWED_UNSAFE and "#![forbid(unsafe_code)]" not in root.read_text():
-            print(f"{crate}: {root.relative_to(ROOT)} lacks #![forbid(unsafe_code)]")
-            failed = True
+        roots = [src / "lib.rs", src / "main.rs"] + sorted((src / "bin").glob("*.rs"))
+        for root in [r for r in roots if r.exists()]:
+            if crate not in ALLOWED_UNSAFE and "#![forbid(unsafe_code)]" not in root.read_text():
+                print(f"{crate}: {root.relative_to(ROOT)} lacks #![forbid(unsafe_code)]")
+                failed = True
         levels = [1, 99] if args.files else [1]
         for level in levels:
             nodes, edges = crate_graph(src, level)

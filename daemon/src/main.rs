@@ -3,6 +3,8 @@
 //! with it, serves the admin API and the metrics endpoint, and handles
 //! signals, reloads and hand-overs.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -241,7 +243,7 @@ fn run(args: Args) -> Result<()> {
         "memory bounds"
     );
     let sidecar = Arc::new(Sidecar::new(policy, options, recorder));
-    sidecar.steps.configure(config.recovery);
+    sidecar.set_recovery(config.recovery);
     let control = Arc::new(Control::new(layers, resolved, sidecar.clone(), log));
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {
@@ -378,7 +380,7 @@ fn run(args: Args) -> Result<()> {
         if let Some((path, token)) = made_token {
             default_token::remove(&path, &token);
         }
-        info!("sidecar totals {}", sidecar.stats.summary());
+        info!("sidecar totals {}", sidecar.stats().summary());
         Ok(())
     })
 }

@@ -1,4 +1,4 @@
-//! A running `tlcd`'s admin API turns away what the issue 10 review could
+//! A running `tlcd`'s admin API turns away what a hostile client could
 //! do to it: a change without the token, or with a wrong or rotated-out
 //! one (401); a foreign `Host` or a web page's `Origin` (403); a body that
 //! is not declared JSON (415); a body trickled in forever (408); a number

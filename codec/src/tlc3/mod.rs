@@ -1,6 +1,6 @@
 //! 3LC: 3-value quantization with a sparsity multiplier, quartic encoding
 //! and zero-run encoding (Lim, Andersen, Kaminsky, SysML 2019), exactly as
-//! `../shared/DESIGN.md` specifies it.
+//! `docs/DESIGN.md` specifies it.
 
 pub mod toward;
 pub mod zero_run;

@@ -6,7 +6,7 @@
 //! (a ref variable) or `edge_<id>_global_step/Read/ReadVariableOp` (a
 //! resource variable), and TF2 reads a resource variable with a
 //! `ReadVariableOp` under the variable's name. The answer is an int64
-//! scalar (the capture `daemon/tests/fixtures/captured/int64_global_step`:
+//! scalar (the capture `wire/tests/fixtures/captured/int64_global_step`:
 //! dtype 9, no shape field, eight bytes of `tensor_content`).
 
 use bytes::Bytes;

@@ -1,8 +1,8 @@
 //! Partition graphs as TensorFlow's partitioner writes them, for the
-//! emulated job (`tlcd demo`) and tests: a parameter task's partition with
+//! emulated job (`tlc-demo`) and tests: a parameter task's partition with
 //! `_Send`s of variable reads or gathered rows and `_Recv`s of gradients
 //! feeding apply ops. Real TensorFlow's graphs are the fixtures under
-//! `daemon/tests/fixtures/graphs/`; this builds the same shapes by hand.
+//! `wire/tests/fixtures/graphs/`; this builds the same shapes by hand.
 
 use std::collections::HashMap;
 

@@ -36,7 +36,7 @@
 //! than 254 dimensions; see [`super::fast_parse::Abort`]). The builders here
 //! always write `dtype` first and refuse shapes TF cannot hold, and every
 //! response they write is checked against TF 2.21 itself by the fixtures in
-//! `daemon/tests/fixtures/tf/`.
+//! `wire/tests/fixtures/tf/`.
 
 use bytes::{BufMut, Bytes};
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};

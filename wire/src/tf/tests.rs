@@ -1,6 +1,6 @@
 //! tlc's TensorFlow wire code against bytes from real TensorFlow 2.21.
 //!
-//! The fixtures live in `daemon/tests/fixtures/tf/` (see its README.md):
+//! The fixtures live in `wire/tests/fixtures/tf/` (see its README.md):
 //!
 //! - `recv_*.bin`: `RecvTensorResponse`s written by TF's own C++ encoder
 //!   (`grpc::EncodeTensorToByteBuffer`), via `tf_wire_oracle.cc`;
