@@ -2,6 +2,8 @@
 //! cross the network compressed. The envelope it crosses in is
 //! `tlc_wire::envelope`.
 //!
+//! - [`contexts`]: the two doors, [`Contexts::encode`] and
+//!   [`Contexts::restore`], over the tables below;
 //! - [`push`]: gradients (error feedback on the worker side);
 //! - [`pull`]: model values (a shared replica per tensor on the parameter
 //!   side, one replica per holder and tensor on the worker side);
@@ -12,11 +14,15 @@
 
 #![forbid(unsafe_code)]
 
+pub mod contexts;
 pub mod pull;
 pub mod push;
 pub mod refine;
 pub mod table;
 
+pub use contexts::{
+    ContextLimits, Contexts, EncodeRefused, Encoded, Encoding, Memory, RestoreError, Restored,
+};
 pub use pull::{
     replica_hash, ApplyError, EpochGenerator, PullServed, PullSource, Replica, ReplicaKey,
     ReplicaState, ReplicaStore, ServeError, SourceKey,

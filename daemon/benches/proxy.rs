@@ -21,7 +21,6 @@ use support::{teach, Client};
 use tlc_core::Role;
 use tlc_proxy::Proxy;
 use tlc_sidecar::policy::{CodecSettings, Policy, PolicySettings};
-use tlc_sidecar::sidecar::stats::Stats;
 use tlc_sidecar::sidecar::{Options, Sidecar};
 use tlc_wire::graph::build::PartitionBuilder;
 
@@ -198,19 +197,18 @@ fn main() {
             "{:>8} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>10}",
             "values", "raw B", "wire B", "passed µs", "3lc µs", "passed CPU", "3lc CPU", "ratio"
         );
-        let (passing, _, passing_proxies) = through_sidecars(server, "3lc", u64::MAX).await;
+        // The largest threshold the policy takes: every tensor here passes.
+        let never = tlc_core::bounds::MIN_BYTES.max;
+        let (passing, _, passing_proxies) = through_sidecars(server, "3lc", never).await;
         let (compressing, holder, compressing_proxies) = through_sidecars(server, "3lc", 0).await;
         for n in SMALL_SIZES {
             let (pass_us, pass_cpu) = small_calls(&passing, n).await;
-            let before = (
-                Stats::get(&holder.stats.push.raw_bytes),
-                Stats::get(&holder.stats.push.wire_bytes),
-                Stats::get(&holder.stats.push.compressed),
-            );
+            let before = holder.stats().totals().push;
             let (tlc_us, tlc_cpu) = small_calls(&compressing, n).await;
-            let frames = (Stats::get(&holder.stats.push.compressed) - before.2).max(1) as f64;
-            let raw = (Stats::get(&holder.stats.push.raw_bytes) - before.0) as f64 / frames;
-            let wire = (Stats::get(&holder.stats.push.wire_bytes) - before.1) as f64 / frames;
+            let after = holder.stats().totals().push;
+            let frames = (after.tensors - before.tensors).max(1) as f64;
+            let raw = (after.raw_bytes - before.raw_bytes) as f64 / frames;
+            let wire = (after.wire_bytes - before.wire_bytes) as f64 / frames;
             println!(
                 "{n:>8} {raw:>10.0} {wire:>12.1} {pass_us:>12.1} {tlc_us:>12.1} {pass_cpu:>12.1} {tlc_cpu:>12.1} {:>9.1}x",
                 raw / wire.max(1.0)

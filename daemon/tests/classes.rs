@@ -7,14 +7,12 @@
 mod support;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use support::metrics::{key, pair};
 use support::register_graph;
 use support::tf::{recv, start_tensor_server, Tensors};
 use tlc_core::TensorClass;
 use tlc_sidecar::policy::{Policy, PolicySettings};
-use tlc_sidecar::sidecar::stats::Stats;
 use tlc_sidecar::Sidecar;
 use tlc_wire::graph::build::PartitionBuilder;
 
@@ -64,8 +62,7 @@ async fn a_graph_on_the_wire_teaches_both_sidecars_and_rows_cross_without_memory
     register_graph(&path.client, partition()).await;
     for sidecar in [&path.requester, &path.holder] {
         let learned = sidecar
-            .graphs
-            .lookup(PS_TASK, W0_TASK, "edge_4_emb/embedding_lookup")
+            .graph_class(PS_TASK, W0_TASK, "edge_4_emb/embedding_lookup")
             .expect("the graph was read on its way");
         assert_eq!(learned.class, TensorClass::Sparse);
         assert!(learned.reason.contains("GatherV2"), "{}", learned.reason);
@@ -79,10 +76,10 @@ async fn a_graph_on_the_wire_teaches_both_sidecars_and_rows_cross_without_memory
             assert!((sent - got).abs() <= sent.abs() * 2f32.powi(-11) + 1e-7);
         }
     }
-    assert_eq!(Stats::get(&path.holder.stats.pull.compressed), 5);
-    assert_eq!(path.holder.pull.stats().contexts, 0, "no pull source");
-    assert_eq!(path.requester.replicas.table().stats().contexts, 0);
-    assert_eq!(Stats::get(&path.requester.stats.decode_failures), 0);
+    assert_eq!(path.holder.stats().totals().pull.tensors, 5);
+    assert_eq!(path.holder.table_sizes().pull.contexts, 0, "no pull source");
+    assert_eq!(path.requester.table_sizes().replicas.contexts, 0);
+    assert_eq!(path.requester.stats().totals().decode_failures, 0);
 
     let listing = path.holder.tensors();
     let row = listing
@@ -122,13 +119,14 @@ async fn dense_tensors_warm_up_uncompressed_then_use_their_replica() {
             assert_eq!(got.values, model(step), "warm-up step {step}: exact");
         }
     }
-    assert_eq!(holder.stats.passed_by_reason().get("warmup"), Some(&3));
-    assert_eq!(Stats::get(&holder.stats.pull.compressed), 3);
-    assert_eq!(holder.pull.stats().contexts, 1);
+    let totals = holder.stats().totals();
+    assert_eq!(totals.passed.get("warmup"), Some(&3));
+    assert_eq!(totals.pull.tensors, 3);
+    assert_eq!(holder.table_sizes().pull.contexts, 1);
     // The rows were never warmed up: not dense.
     let rows_key = key(PS, W0, 4, "emb/embedding_lookup");
     recv(&path.client, &rows_key, 0).await;
-    assert_eq!(Stats::get(&holder.stats.pull.compressed), 4);
+    assert_eq!(holder.stats().totals().pull.tensors, 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,18 +149,18 @@ async fn one_sidecar_carrying_two_requesters_keeps_their_replicas_apart() {
             assert!(err < 0.05, "step {step}: error {err}");
         }
     }
-    assert_eq!(Stats::get(&path.requester.stats.decode_failures), 0);
-    assert_eq!(Stats::get(&path.requester.stats.fallbacks), 0);
-    assert_eq!(path.requester.replicas.table().stats().contexts, 2);
+    let totals = path.requester.stats().totals();
+    assert_eq!(totals.decode_failures, 0);
+    assert_eq!(totals.fallbacks, 0);
+    assert_eq!(path.requester.table_sizes().replicas.contexts, 2);
     // One shared source on the holder: one encode serves both.
-    assert_eq!(path.holder.pull.stats().contexts, 1);
-    let now = Instant::now();
+    assert_eq!(path.holder.table_sizes().pull.contexts, 1);
     for requester in [W0_TASK, W1_TASK] {
         let key = tlc_context::ReplicaKey {
             holder: PS_TASK.into(),
             requester: requester.into(),
             tensor: "w/read".into(),
         };
-        assert!(path.requester.replicas.replica_hash(&key, now).is_some());
+        assert!(path.requester.replica_hash(&key).is_some());
     }
 }

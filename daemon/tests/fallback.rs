@@ -15,7 +15,6 @@ use tlc_codec::{Codec, Feedback, Sparsity};
 use tlc_context::{PushContext, Refinement};
 use tlc_core::Role;
 use tlc_proxy::Proxy;
-use tlc_sidecar::sidecar::stats::Stats;
 use tlc_sidecar::Sidecar;
 use tlc_wire::peer;
 use tlc_wire::tf::proto::DataType;
@@ -107,9 +106,10 @@ async fn a_broken_envelope_is_replaced_by_the_original() {
     let (sidecar, _proxy, client) = requester_to(start_broken_holder(true).await).await;
     let got = recv(&client, KEY, 1).await;
     assert_eq!(got.values, gradient(), "TF gets the original, exactly");
-    assert_eq!(Stats::get(&sidecar.stats.decode_failures), 1);
-    assert_eq!(Stats::get(&sidecar.stats.fallbacks), 1);
-    assert_eq!(Stats::get(&sidecar.stats.restored), 0);
+    let totals = sidecar.stats().totals();
+    assert_eq!(totals.decode_failures, 1);
+    assert_eq!(totals.fallbacks, 1);
+    assert_eq!(totals.restored, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -122,5 +122,5 @@ async fn without_the_original_the_call_fails_cleanly() {
     // A gRPC error status on this one call; no tensor, no envelope.
     assert_eq!(reply.headers["grpc-status"], "14");
     assert!(reply.body.is_empty());
-    assert_eq!(Stats::get(&sidecar.stats.decode_failures), 1);
+    assert_eq!(sidecar.stats().totals().decode_failures, 1);
 }

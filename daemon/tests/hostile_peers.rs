@@ -22,7 +22,6 @@ use tlc_proxy::connection::Refusal;
 use tlc_proxy::limits::settings::LimitSettings;
 use tlc_proxy::Proxy;
 use tlc_sidecar::policy::Policy;
-use tlc_sidecar::sidecar::stats::Stats;
 use tlc_sidecar::sidecar::{Options, Sidecar};
 use tlc_wire::envelope::EnvelopeHeader;
 use tlc_wire::peer;
@@ -145,8 +144,9 @@ async fn decoding_stays_within_the_tensor_bound_and_the_in_flight_budget() {
         vec![1.0; 1000],
         "the original, through the fallback"
     );
-    assert_eq!(Stats::get(&sidecar.stats.decode_failures), 1);
-    assert_eq!(Stats::get(&sidecar.stats.fallbacks), 1);
+    let totals = sidecar.stats().totals();
+    assert_eq!(totals.decode_failures, 1);
+    assert_eq!(totals.fallbacks, 1);
 
     // A real 3LC envelope of 8M zeros (32 MB decoded, a few KB on the wire),
     // asked 12 times at once: each decode charges 64 MB of an 80 MB budget,
@@ -184,8 +184,12 @@ async fn decoding_stays_within_the_tensor_bound_and_the_in_flight_budget() {
     for call in calls {
         assert!(call.await.unwrap() > 32 << 20, "the whole tensor");
     }
-    assert_eq!(Stats::get(&sidecar.stats.restored), 12);
-    assert_eq!(sidecar.budget.in_use_bytes(), 0, "every charge came back");
+    assert_eq!(sidecar.stats().totals().restored, 12);
+    assert_eq!(
+        sidecar.in_flight().in_use_bytes,
+        0,
+        "every charge came back"
+    );
     let grown = peak_rss().saturating_sub(before);
     eprintln!("envelope {wire} bytes; peak RSS grew {} MiB", grown >> 20);
     // 80 MiB of budget, the test's own 32 MiB of zeros, the clients'
@@ -216,7 +220,7 @@ async fn silent_sockets_cost_no_upstream_and_are_bounded_in_number_and_time() {
     };
     let proxy = proxy_with(Role::Inbound, upstream_addr, sidecar.clone(), limits).await;
     let addr = proxy.local_addrs()[0];
-    let connections = &sidecar.stats.connections;
+    let connections = sidecar.stats().connections();
     let refused = |why: Refusal| {
         connections
             .refusals()
@@ -330,7 +334,7 @@ async fn a_fallback_goes_only_to_the_connection_its_envelope_went_to() {
     let response = recv_tensor::decode_response(message).unwrap();
     let tensor = recv_tensor::classify(&response).unwrap();
     assert_eq!(tensor.values().collect::<Vec<_>>(), values);
-    assert_eq!(Stats::get(&sidecar.stats.fallbacks_served), 4);
+    assert_eq!(sidecar.stats().totals().fallbacks_served, 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -356,15 +360,15 @@ async fn a_peer_connection_closed_for_idleness_is_unseen_by_tensorflow() {
     let first = recv(&client, KEY, 1).await;
     assert_eq!(first.values.len(), 40_000);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while holder.stats.connections.idle_closed_total() == 0 && Instant::now() < deadline {
+    while holder.stats().connections().idle_closed_total() == 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(holder.stats.connections.idle_closed_total(), 1);
+    assert_eq!(holder.stats().connections().idle_closed_total(), 1);
     // TensorFlow's connection to its own sidecar is still there, and its
     // next call goes through on a new connection between the sidecars.
     let second = recv(&client, KEY, 2).await;
     assert_eq!(second.values.len(), 40_000);
-    assert_eq!(Stats::get(&requester.stats.decode_failures), 0);
+    assert_eq!(requester.stats().totals().decode_failures, 0);
 }
 
 /// A stream whose reads stop (stay pending) once `stalled` is set: a client
@@ -478,10 +482,10 @@ async fn clients_that_never_read_hold_no_more_than_the_budget() {
     let grown = peak_rss().saturating_sub(before);
     eprintln!(
         "in-flight budget {in_flight} MiB: {} MiB charged, peak RSS grew {} MiB",
-        sidecar.budget.in_use_bytes() >> 20,
+        sidecar.in_flight().in_use_bytes >> 20,
         grown >> 20
     );
-    assert!(sidecar.budget.in_use_bytes() <= in_flight * MIB);
+    assert!(sidecar.in_flight().in_use_bytes <= in_flight * MIB);
     // The budget, and the hop to the stand-in (8 MiB windows per
     // connection, and hyper's buffers around them): 142-211 MiB in three
     // runs, where the same test without the budget grew 796 MiB.
@@ -524,7 +528,7 @@ async fn requesters_invented_by_a_peer_cannot_grow_the_contexts_past_their_bound
         assert_eq!(reply.trailers["grpc-status"], "0");
         compressed += usize::from(peer::has_envelope(&reply.headers));
     }
-    let stats = sidecar.push.stats();
+    let stats = sidecar.table_sizes().push;
     eprintln!(
         "{compressed} of 1000 compressed; {} push contexts, {} KiB",
         stats.contexts,

@@ -7,14 +7,12 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Instant;
 
 use support::metrics::{get, http, key, pair, Exposition};
 use support::teach;
 use support::tf::{recv, start_tensor_server, Tensors};
 use tlc_context::{PushKey, SourceKey};
 use tlc_sidecar::policy::{CodecSettings, Policy, PolicySettings};
-use tlc_sidecar::sidecar::stats::Stats;
 use tlc_sidecar::Sidecar;
 use tlc_wire::graph::build::PartitionBuilder;
 
@@ -137,9 +135,9 @@ async fn exposition_matches_the_sidecars_counters() {
     for step in 0..2 {
         recv(&path.client, &key(WORKER, PS, 4, "small_bias"), step).await;
     }
-    holder.stats.config_reloaded(true);
-    holder.stats.config_reloaded(true);
-    holder.stats.config_reloaded(false);
+    holder.stats().config_reloaded(true);
+    holder.stats().config_reloaded(true);
+    holder.stats().config_reloaded(false);
 
     let h = render(&holder);
     // TLC_PRINT_METRICS=1 shows both expositions (for docs and debugging).
@@ -148,23 +146,24 @@ async fn exposition_matches_the_sidecars_counters() {
         eprintln!("{}", tlc_daemon::metrics::render(&path.requester).unwrap());
     }
     check_conventions(&h);
-    let stats = &holder.stats;
+    let totals = holder.stats().totals();
     let push_raw: usize = (0..LAYERS).map(|i| layer_len(i) * 4).sum::<usize>() * 3;
     let push = [("direction", "push")];
     let pull = [("direction", "pull")];
-    // Bytes and frames: the same totals as tlcd's own, and the known sizes.
+    // Bytes and frames: the admin API's totals are these series summed,
+    // and the known sizes.
     assert_eq!(
         h.sum("tlc_tensor_raw_bytes_total", &push),
-        Stats::get(&stats.push.raw_bytes) as f64
+        totals.push.raw_bytes as f64
     );
     assert_eq!(h.sum("tlc_tensor_raw_bytes_total", &push), push_raw as f64);
     assert_eq!(
         h.sum("tlc_tensor_wire_bytes_total", &push),
-        Stats::get(&stats.push.wire_bytes) as f64
+        totals.push.wire_bytes as f64
     );
     assert_eq!(
         h.sum("tlc_tensor_raw_bytes_total", &pull),
-        Stats::get(&stats.pull.raw_bytes) as f64
+        totals.pull.raw_bytes as f64
     );
     assert_eq!(
         h.value(
@@ -175,13 +174,13 @@ async fn exposition_matches_the_sidecars_counters() {
     );
     assert_eq!(
         h.sum("tlc_tensor_wire_bytes_total", &pull),
-        Stats::get(&stats.pull.wire_bytes) as f64
+        totals.pull.wire_bytes as f64
     );
     let push_3lc = [("direction", "push"), ("codec", "3lc")];
     let pull_int8 = [("direction", "pull"), ("codec", "int8")];
     let pushes = (LAYERS as i64 * PUSH_STEPS) as f64;
     assert_eq!(h.value("tlc_frames_total", &push_3lc), Some(pushes));
-    assert_eq!(Stats::get(&stats.push.compressed) as f64, pushes);
+    assert_eq!(totals.push.tensors as f64, pushes);
     assert_eq!(
         h.value("tlc_frames_total", &pull_int8),
         Some(PULL_STEPS as f64)
@@ -210,7 +209,7 @@ async fn exposition_matches_the_sidecars_counters() {
         h.value("tlc_passthrough_total", &[("reason", "small")]),
         Some(2.0)
     );
-    assert_eq!(stats.passed_by_reason().get("small"), Some(&2));
+    assert_eq!(totals.passed.get("small"), Some(&2));
     assert_eq!(
         h.value("tlc_fallbacks_total", &[("side", "served")]),
         Some(0.0)
@@ -253,10 +252,11 @@ async fn exposition_matches_the_sidecars_counters() {
     let budget = h.value("tlc_in_flight_budget_bytes", &[]).unwrap();
     assert_eq!(budget, (total.bytes / 4).div_ceil(1024) as f64 * 1024.0);
     // Tables and replicas, as the sidecar reports them.
+    let sizes = holder.table_sizes();
     for (table, stats) in [
-        ("push", holder.push.stats()),
-        ("pull", holder.pull.stats()),
-        ("replica", holder.replicas.table().stats()),
+        ("push", sizes.push),
+        ("pull", sizes.pull),
+        ("replica", sizes.replicas),
     ] {
         let label = [("table", table)];
         assert_eq!(h.value("tlc_contexts", &label), Some(stats.contexts as f64));
@@ -269,20 +269,14 @@ async fn exposition_matches_the_sidecars_counters() {
         h.value("tlc_contexts", &[("table", "push")]),
         Some(LAYERS as f64)
     );
-    let source = holder
-        .pull
-        .get(
-            &SourceKey {
-                holder: PS_TASK.into(),
-                tensor: "dense/kernel/read".into(),
-            },
-            Instant::now(),
-        )
-        .unwrap();
-    let (counters, state) = {
-        let source = tlc_context::table::lock(&source);
-        (source.counters(), source.state().unwrap())
+    let source = SourceKey {
+        holder: PS_TASK.into(),
+        tensor: "dense/kernel/read".into(),
     };
+    let (counters, state) = holder
+        .inspect_pull_source(&source, |source| (source.counters(), source.state()))
+        .unwrap();
+    let state = state.unwrap();
     assert_eq!(
         h.value("tlc_keyframes_total", &[("side", "holder")]),
         Some(counters.keyframes as f64)
@@ -309,18 +303,14 @@ async fn exposition_matches_the_sidecars_counters() {
     assert_eq!(top.len(), 20);
     for i in LAYERS - 19..LAYERS {
         let tensor = format!("layer_{i}/grad");
-        let context = holder
-            .push
-            .get(
-                &PushKey {
-                    requester_task: PS_TASK.into(),
-                    holder_task: WORKER_TASK.into(),
-                    tensor: tensor.clone(),
-                },
-                Instant::now(),
-            )
+        let key = PushKey {
+            requester_task: PS_TASK.into(),
+            holder_task: WORKER_TASK.into(),
+            tensor: tensor.clone(),
+        };
+        let counters = holder
+            .inspect_push_context(&key, |context| context.counters())
             .unwrap();
-        let counters = tlc_context::table::lock(&context).counters();
         let labels = [("direction", "push"), ("tensor", tensor.as_str())];
         assert_eq!(
             h.value("tlc_tensor_top_raw_bytes_total", &labels),
@@ -342,18 +332,15 @@ async fn exposition_matches_the_sidecars_counters() {
     // The requester decoded everything the holder encoded.
     let r = render(&path.requester);
     check_conventions(&r);
-    let rstats = &path.requester.stats;
-    assert_eq!(
-        r.sum("tlc_restored_total", &[]),
-        Stats::get(&rstats.restored) as f64
-    );
+    let rtotals = path.requester.stats().totals();
+    assert_eq!(r.sum("tlc_restored_total", &[]), rtotals.restored as f64);
     assert_eq!(r.value("tlc_restored_total", &push), Some(pushes));
     assert_eq!(
         r.value("tlc_restored_total", &pull),
         Some(PULL_STEPS as f64)
     );
     assert_eq!(r.sum("tlc_decode_failures_total", &[]), 0.0);
-    assert_eq!(Stats::get(&rstats.decode_failures), 0);
+    assert_eq!(rtotals.decode_failures, 0);
     assert_eq!(r.value("tlc_decode_seconds_count", &push_3lc), Some(pushes));
     // The first pull is a keyframe (no codec), then one int8 delta each.
     assert_eq!(
@@ -392,7 +379,7 @@ async fn exposition_matches_the_sidecars_counters() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoint_serves_get_metrics_only() {
     let sidecar = Arc::new(Sidecar::default());
-    sidecar.stats.passed("small");
+    sidecar.stats().passed("small");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = tokio_util::sync::CancellationToken::new();
@@ -521,7 +508,7 @@ async fn calls_are_traced_with_tensor_sizes_and_outcome() {
     );
     recv(&path.client, &key(WORKER, PS, 7, "traced/grad"), 0).await;
     recv(&path.client, &key(WORKER, PS, 8, "traced_small"), 0).await;
-    let wire = Stats::get(&path.holder.stats.push.wire_bytes);
+    let wire = path.holder.stats().totals().push.wire_bytes;
     let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
     let done: Vec<&str> = text
         .lines()

@@ -19,7 +19,6 @@ use support::metrics::{get, key, pair};
 use support::process::{free_addr, KillOnDrop};
 use support::register_graph;
 use support::tf::{recv, start_tensor_server, Tensors};
-use tlc_sidecar::sidecar::stats::Stats;
 use tlc_sidecar::Sidecar;
 use tlc_wire::graph::build::PartitionBuilder;
 
@@ -169,8 +168,8 @@ async fn prometheus_scrapes_the_sidecar() {
         }
     }
     let holder = path.holder.clone();
-    let raw = Stats::get(&holder.stats.push.raw_bytes) as f64;
-    let frames = Stats::get(&holder.stats.push.compressed) as f64;
+    let push = holder.stats().totals().push;
+    let (raw, frames) = (push.raw_bytes as f64, push.tensors as f64);
     assert_eq!(frames, 12.0);
     let memory = holder.options().memory;
 

@@ -7,7 +7,6 @@ mod support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
 
 use support::tf::{recv, response_body, start_tensor_server, Tensors};
 use support::{teach, Client};
@@ -15,7 +14,6 @@ use tlc_context::{replica_hash, PushKey, ReplicaKey, SourceKey};
 use tlc_core::Role;
 use tlc_proxy::Proxy;
 use tlc_sidecar::policy::{Policy, PolicySettings};
-use tlc_sidecar::sidecar::stats::Stats;
 use tlc_sidecar::Sidecar;
 use tlc_wire::graph::build::PartitionBuilder;
 use tlc_wire::tf::rendezvous::TaskName;
@@ -127,16 +125,15 @@ async fn gradients_cross_compressed_with_error_feedback() {
         }
     }
     // Error feedback: what was sent plus what is still pending is what was produced.
-    let context = path.holder.push.get(
-        &PushKey {
-            requester_task: PS_TASK.into(),
-            holder_task: WORKER0_TASK.into(),
-            tensor: "gradients/dense/MatMul_grad/MatMul_1".into(),
-        },
-        Instant::now(),
-    );
-    let context = context.expect("a push context on the holder side");
-    let residual = tlc_context::table::lock(&context).residual().to_vec();
+    let key = PushKey {
+        requester_task: PS_TASK.into(),
+        holder_task: WORKER0_TASK.into(),
+        tensor: "gradients/dense/MatMul_grad/MatMul_1".into(),
+    };
+    let residual = path
+        .holder
+        .inspect_push_context(&key, |context| context.residual().to_vec())
+        .expect("a push context on the holder side");
     for i in 0..n {
         let diff = sent[i] - received[i] - f64::from(residual[i]);
         assert!(
@@ -147,15 +144,15 @@ async fn gradients_cross_compressed_with_error_feedback() {
             residual[i]
         );
     }
-    let push = &path.holder.stats.push;
-    let (raw, wire) = (Stats::get(&push.raw_bytes), Stats::get(&push.wire_bytes));
+    let push = path.holder.stats().totals().push;
+    let (raw, wire) = (push.raw_bytes, push.wire_bytes);
     assert_eq!(raw, 20 * n as u64 * 4);
     assert!(
         raw > 10 * wire,
         "ratio {} is below 10x",
         raw as f64 / wire as f64
     );
-    assert_eq!(Stats::get(&path.requester.stats.restored), 20);
+    assert_eq!(path.requester.stats().totals().restored, 20);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,12 +185,10 @@ async fn model_values_share_one_encode_and_replicas_agree() {
                 requester: TaskName::of_device(worker).unwrap().prefix(),
                 tensor: "dense/kernel/read".into(),
             };
-            let requester_hash = path
-                .requester
-                .replicas
-                .replica_hash(&replica_key, Instant::now());
-            let source = holder.pull.get(&source_key(), Instant::now()).unwrap();
-            let holder_hash = tlc_context::table::lock(&source).replica_hash();
+            let requester_hash = path.requester.replica_hash(&replica_key);
+            let holder_hash = holder
+                .inspect_pull_source(&source_key(), |source| source.replica_hash())
+                .unwrap();
             assert_eq!(
                 requester_hash,
                 Some(holder_hash),
@@ -210,16 +205,17 @@ async fn model_values_share_one_encode_and_replicas_agree() {
             assert!(err < 0.05, "step {step}: max error {err}");
         }
     }
-    let pull = &holder.stats.pull;
-    let (raw, wire) = (Stats::get(&pull.raw_bytes), Stats::get(&pull.wire_bytes));
+    let pull = holder.stats().totals().pull;
+    let (raw, wire) = (pull.raw_bytes, pull.wire_bytes);
     // Two keyframes (one per worker), then deltas.
     assert!(
         raw > 4 * wire,
         "pull ratio {} too low",
         raw as f64 / wire as f64
     );
-    let source = holder.pull.get(&source_key(), Instant::now()).unwrap();
-    let counters = tlc_context::table::lock(&source).counters();
+    let counters = holder
+        .inspect_pull_source(&source_key(), |source| source.counters())
+        .unwrap();
     assert_eq!(
         counters.deltas, 14,
         "one encode per new value, shared by both workers"
@@ -274,7 +270,7 @@ async fn the_graph_picks_the_synchronous_or_asynchronous_pull_bound() {
             let got = recv(&path.client, &key, step).await;
             drift = drift.max(tlc_context::pull::drift(&model(step), &got.values));
         }
-        passes.push(Stats::get(&holder.stats.pull.refinements));
+        passes.push(holder.stats().totals().pull.refinements);
         worst.push(drift);
     }
     // Each within its bound after every update (2% for a task whose
@@ -305,7 +301,7 @@ async fn small_tensors_and_calls_without_a_peer_pass_unchanged() {
         response_body(&[100], &gradient(100, 1)),
         "small tensor byte for byte"
     );
-    assert_eq!(path.holder.stats.passed_by_reason().get("small"), Some(&1));
+    assert_eq!(path.holder.stats().totals().passed.get("small"), Some(&1));
 
     // A requester without a sidecar talks straight to the holder's sidecar.
     let holder_only = Sidecar::default();

@@ -114,12 +114,12 @@ async fn a_reset_fails_the_job_through_a_pair_of_sidecars() {
     assert_failed(&read(&pair.client, 3).await);
     // Sticky: the next read fails too, whatever its value.
     assert_failed(&read(&pair.client, 4).await);
-    let holder = pair.holder.steps.view(std::time::Instant::now());
+    let holder = pair.holder.training_view(std::time::Instant::now());
     assert_eq!((holder.resets_failed, holder.rewinds), (1, 0));
     let event = holder.last_reset.unwrap();
     assert_eq!((event.from, event.to), (7, 0));
     assert_eq!(event.holder, "/job:ps/replica:0/task:0");
-    let requester = pair.requester.steps.view(std::time::Instant::now());
+    let requester = pair.requester.training_view(std::time::Instant::now());
     assert_eq!(requester.global_step, Some(7));
     assert_eq!(requester.resets, 0, "it only saw the holder's error");
 }
@@ -148,14 +148,14 @@ async fn the_requester_side_alone_fails_a_reset() {
 async fn with_warn_every_read_passes_unchanged() {
     let ps = start_ps().await;
     let holder = Arc::new(Sidecar::default());
-    holder.steps.configure(warn());
+    holder.set_recovery(warn());
     let pair = pair(ps, holder).await;
-    pair.requester.steps.configure(warn());
+    pair.requester.set_recovery(warn());
     for step in 0..VALUES.len() {
         assert_unchanged(&read(&pair.client, step as i64).await, step);
     }
     for sidecar in [&pair.holder, &pair.requester] {
-        let view = sidecar.steps.view(std::time::Instant::now());
+        let view = sidecar.training_view(std::time::Instant::now());
         assert_eq!((view.resets, view.resets_warned), (1, 1));
         assert_eq!(view.global_step, Some(1));
         let text = tlc_daemon::metrics::render(sidecar).unwrap();

@@ -19,7 +19,6 @@ use tlc_daemon::config::{Config, Route};
 use tlc_proxy::connection::Refusal;
 use tlc_proxy::tls::{TlsMode, TlsSettings};
 use tlc_proxy::Proxy;
-use tlc_sidecar::sidecar::stats::Stats;
 use tlc_sidecar::Sidecar;
 use tlc_wire::peer;
 use tlc_wire::tf::RECV_TENSOR_PATH;
@@ -130,17 +129,11 @@ async fn authenticated_peers_get_compressed_tensors() {
             .fold(0.0, f32::max);
         assert!(error < 1e-2, "step {step}: max error {error}");
     }
-    assert_eq!(
-        Stats::get(&requester.stats.restored),
-        3,
-        "decoded, over TLS"
-    );
-    assert_eq!(Stats::get(&requester.stats.decode_failures), 0);
-    assert!(
-        Stats::get(&job.holder.stats.push.compressed)
-            + Stats::get(&job.holder.stats.pull.compressed)
-            >= 3
-    );
+    let totals = requester.stats().totals();
+    assert_eq!(totals.restored, 3, "decoded, over TLS");
+    assert_eq!(totals.decode_failures, 0);
+    let sent = job.holder.stats().totals();
+    assert!(sent.push.tensors + sent.pull.tensors >= 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -171,9 +164,10 @@ async fn plaintext_callers_are_forwarded_untouched_and_get_no_fallback() {
         )
         .await;
     assert_eq!(fallback.headers["grpc-status"], "7", "PERMISSION_DENIED");
-    assert_eq!(Stats::get(&job.holder.stats.push.compressed), 0);
-    assert_eq!(Stats::get(&job.holder.stats.pull.compressed), 0);
-    assert_eq!(Stats::get(&job.holder.stats.fallbacks_served), 0);
+    let totals = job.holder.stats().totals();
+    assert_eq!(totals.push.tensors, 0);
+    assert_eq!(totals.pull.tensors, 0);
+    assert_eq!(totals.fallbacks_served, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -213,8 +207,8 @@ async fn a_certificate_the_peer_does_not_trust_gets_no_connection() {
     assert!(result.is_err(), "no HTTP/2 service without a trusted peer");
     let refused = |sidecar: &Sidecar, why: Refusal| {
         sidecar
-            .stats
-            .connections
+            .stats()
+            .connections()
             .refusals()
             .find(|(r, _)| *r == why)
             .map_or(0, |(_, n)| n)

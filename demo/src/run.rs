@@ -12,7 +12,6 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use tlc_context::{replica_hash, ReplicaKey, SourceKey};
-use tlc_sidecar::sidecar::stats::Stats;
 
 use super::data::Dataset;
 use super::graph::{worker_task, Graph, PS_TASK};
@@ -194,7 +193,6 @@ fn check_replicas(
     ps_params: &[Vec<f32>],
     chief_params: &[Vec<f32>],
 ) -> (usize, usize) {
-    let now = Instant::now();
     let mut mismatches = 0;
     for (v, var) in graph.variables.iter().enumerate() {
         let Some(received) = chief_params.get(v) else {
@@ -205,15 +203,18 @@ fn check_replicas(
             holder: PS_TASK.into(),
             tensor: var.read_node.clone(),
         };
-        let agree = match pods.ps.sidecar.pull.get(&source_key, now) {
-            Some(source) => {
-                let holder = tlc_context::table::lock(&source).replica_hash();
+        let holder = pods
+            .ps
+            .sidecar
+            .inspect_pull_source(&source_key, |source| source.replica_hash());
+        let agree = match holder {
+            Some(holder) => {
                 let key = ReplicaKey {
                     holder: PS_TASK.into(),
                     requester: worker_task(0),
                     tensor: var.read_node.clone(),
                 };
-                let chief = pods.workers[0].sidecar.replicas.replica_hash(&key, now);
+                let chief = pods.workers[0].sidecar.replica_hash(&key);
                 replica_hash(received) == holder && chief == Some(holder)
             }
             None => Some(received) == ps_params.get(v),
@@ -228,16 +229,16 @@ fn sidecar_totals(pods: &Pods) -> SidecarTotals {
     let mut totals = SidecarTotals::default();
     let mut passed = BTreeMap::new();
     for sidecar in pods.sidecars() {
-        let s = &sidecar.stats;
-        totals.compressed += Stats::get(&s.push.compressed) + Stats::get(&s.pull.compressed);
-        totals.push_raw += Stats::get(&s.push.raw_bytes);
-        totals.push_wire += Stats::get(&s.push.wire_bytes);
-        totals.pull_raw += Stats::get(&s.pull.raw_bytes);
-        totals.pull_wire += Stats::get(&s.pull.wire_bytes);
-        totals.restored += Stats::get(&s.restored);
-        totals.decode_failures += Stats::get(&s.decode_failures);
-        totals.fallbacks += Stats::get(&s.fallbacks);
-        for (reason, n) in s.passed_by_reason() {
+        let s = sidecar.stats().totals();
+        totals.compressed += s.push.tensors + s.pull.tensors;
+        totals.push_raw += s.push.raw_bytes;
+        totals.push_wire += s.push.wire_bytes;
+        totals.pull_raw += s.pull.raw_bytes;
+        totals.pull_wire += s.pull.wire_bytes;
+        totals.restored += s.restored;
+        totals.decode_failures += s.decode_failures;
+        totals.fallbacks += s.fallbacks;
+        for (reason, n) in s.passed {
             *passed.entry(reason.to_owned()).or_insert(0) += n;
         }
     }

@@ -1,10 +1,19 @@
-//! The metric families the data path updates, once per tensor or call.
+//! The labelled series of one sidecar: where every tensor the data path
+//! encodes or decodes, every keyframe, call and configuration reload is
+//! counted, once. The sidecar's `Stats` is the only writer; its readers
+//! are the metrics endpoint, which registers the series as they are
+//! ([`Families::register`]), and the plain totals of the admin API and the
+//! shutdown log, which are these series summed over their labels (by
+//! `Stats::totals`).
 //!
 //! Every label value here is a `&'static str` chosen by tlcd (a direction,
 //! a codec name, an outcome), never a string from a request, so each
-//! family has a small, fixed set of series. Updating one is a read-locked
-//! map lookup and an atomic add (a short mutex for histograms, as
-//! prometheus-client implements them); nothing is held across an await.
+//! family has a small, fixed set of series, and a sum over them is a walk
+//! over the label values tlcd has (every codec, both directions). Updating
+//! one is a read-locked map lookup and an atomic add (a short mutex for
+//! histograms, as prometheus-client implements them); nothing is held
+//! across an await. A sum looks series up without creating them, so
+//! reading the totals never adds an empty series to the exposition.
 
 use std::time::Duration;
 
@@ -90,7 +99,8 @@ fn call_histogram() -> Histogram {
 
 /// The labelled counters and histograms of one sidecar. Cloning shares
 /// the series (prometheus-client keeps them behind `Arc`s), which is how a
-/// scrape's registry gets them.
+/// scrape's registry gets them. Counted into by the sidecar's `Stats`
+/// only (the recording methods are the crate's own); read by anyone.
 #[derive(Debug, Clone)]
 pub struct Families {
     raw_bytes: Family<DirectionCodec, Counter>,
@@ -153,10 +163,41 @@ pub fn direction_codec(direction: Direction, codec: CodecId) -> DirectionCodec {
     }
 }
 
+/// Sums of the series of tensors sent compressed in one direction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct EncodedSums {
+    /// Tensors (`tlc_frames_total`).
+    pub(crate) frames: u64,
+    /// Their size as f32 (`tlc_tensor_raw_bytes_total`).
+    pub(crate) raw_bytes: u64,
+    /// Their envelopes' size (`tlc_tensor_wire_bytes_total`).
+    pub(crate) wire_bytes: u64,
+}
+
+/// The value of one series, 0 if it was never made (looked up, not made).
+fn value<S: Clone + Eq + std::hash::Hash>(family: &Family<S, Counter>, labels: &S) -> u64 {
+    family.get(labels).map_or(0, |counter| counter.get())
+}
+
+/// A family labelled by direction alone, summed.
+fn sum_by_direction(family: &Family<DirectionLabel, Counter>) -> u64 {
+    [Direction::Push, Direction::Pull]
+        .into_iter()
+        .map(|direction| {
+            value(
+                family,
+                &DirectionLabel {
+                    direction: direction.name(),
+                },
+            )
+        })
+        .fold(0, u64::saturating_add)
+}
+
 impl Families {
     /// One tensor of `class` encoded with `codec` (the codec the policy
     /// chose for it).
-    pub fn encoded(
+    pub(crate) fn encoded(
         &self,
         direction: Direction,
         codec: CodecId,
@@ -186,7 +227,7 @@ impl Families {
 
     /// One envelope decoded; `codec` is its first frame's (`none` for
     /// keyframes and empty chains).
-    pub fn decoded(&self, direction: Direction, codec: CodecId, took: Duration) {
+    pub(crate) fn decoded(&self, direction: Direction, codec: CodecId, took: Duration) {
         let label = DirectionLabel {
             direction: direction.name(),
         };
@@ -197,7 +238,7 @@ impl Families {
     }
 
     /// One envelope that could not be used.
-    pub fn decode_failed(&self, direction: Direction) {
+    pub(crate) fn decode_failed(&self, direction: Direction) {
         let label = DirectionLabel {
             direction: direction.name(),
         };
@@ -205,7 +246,7 @@ impl Families {
     }
 
     /// One keyframe served (holder) or applied (requester).
-    pub fn keyframe(&self, side: Role) {
+    pub(crate) fn keyframe(&self, side: Role) {
         let label = SideLabel {
             side: side.side_name(),
         };
@@ -213,7 +254,7 @@ impl Families {
     }
 
     /// One `RecvTensor` call through a listener of `role`.
-    pub fn recv_tensor(&self, role: Role, outcome: Outcome, took: Duration) {
+    pub(crate) fn recv_tensor(&self, role: Role, outcome: Outcome, took: Duration) {
         let labels = CallLabels {
             role: role.name(),
             outcome: outcome.name(),
@@ -224,11 +265,38 @@ impl Families {
     }
 
     /// One configuration reload, successful or refused.
-    pub fn config_reloaded(&self, ok: bool) {
+    pub(crate) fn config_reloaded(&self, ok: bool) {
         let result = if ok { "ok" } else { "error" };
         self.config_reloads
             .get_or_create(&ResultLabel { result })
             .inc();
+    }
+
+    /// What tensors sent compressed in `direction` added up to: the
+    /// series of every codec summed.
+    pub(crate) fn encoded_sums(&self, direction: Direction) -> EncodedSums {
+        let mut sums = EncodedSums::default();
+        for codec in CodecId::ALL {
+            let labels = direction_codec(direction, codec);
+            sums.frames = sums.frames.saturating_add(value(&self.frames, &labels));
+            sums.raw_bytes = sums
+                .raw_bytes
+                .saturating_add(value(&self.raw_bytes, &labels));
+            sums.wire_bytes = sums
+                .wire_bytes
+                .saturating_add(value(&self.wire_bytes, &labels));
+        }
+        sums
+    }
+
+    /// Envelopes restored, both directions.
+    pub(crate) fn restored(&self) -> u64 {
+        sum_by_direction(&self.restored)
+    }
+
+    /// Envelopes that could not be used, both directions.
+    pub(crate) fn decode_failures(&self) -> u64 {
+        sum_by_direction(&self.decode_failures)
     }
 
     /// Adds every family to `registry` (which should have the `tlc` prefix).

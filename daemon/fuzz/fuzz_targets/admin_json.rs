@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
+use tlc_admin_api::PolicyRequest;
 use tlc_daemon::config::layers::{Layers, Resolved};
 use tlc_daemon::config::Config;
 use tlc_daemon::control::log::LogControl;
@@ -84,7 +85,7 @@ fn snapshot(control: &Control) -> [String; 5] {
         serde_json::to_string(&current.config).expect("a config serializes"),
         format!("{:?}", current.sources),
         serde_json::to_string(sidecar.policy().settings()).expect("a policy serializes"),
-        format!("{:?}", sidecar.push.limits()),
+        format!("{:?}", sidecar.table_limits()),
         control.log().filter(),
     ]
 }
@@ -109,7 +110,10 @@ fn apply(control: &Control, endpoint: u8, body: &[u8]) -> Option<Result<(), Cont
             control.change(&changes).map(|_| ())
         }
         1 => {
-            let change: PolicyChange = serde_json::from_slice(body).ok()?;
+            // As the handler reads it: the contract's request, then the
+            // daemon's change.
+            let request: PolicyRequest = serde_json::from_slice(body).ok()?;
+            let change = PolicyChange::from(request);
             if let Ok(keys) = policy_change::keys_for(&change, &control.current().config) {
                 assert!(!keys.is_empty());
                 assert!(keys.keys().all(|k| k.starts_with("policy.")), "{keys:?}");
@@ -166,7 +170,7 @@ fuzz_target!(|input: &[u8]| {
             assert_eq!(control.log().filter(), config.log.level);
             let options = config.sidecar_options().expect("valid bounds");
             assert_eq!(
-                format!("{:?}", sidecar.push.limits()),
+                format!("{:?}", sidecar.table_limits()),
                 format!("{:?}", options.push_limits)
             );
             assert_restart_only_kept(&old, config);

@@ -215,7 +215,7 @@ impl Admin {
             config_file: self.control.file().map(|p| p.display().to_string()),
             listeners: self.listeners.iter().map(views::listener).collect(),
             policy: views::policy(&sidecar.policy()),
-            totals: views::totals(&sidecar.stats),
+            totals: views::totals(sidecar),
             training: views::training(sidecar),
             contexts: views::contexts(sidecar),
             log_filter: self.control.log().filter(),

@@ -12,7 +12,7 @@ use tlc_context::table::TableStats;
 use tlc_core::{Direction, Role};
 use tlc_proxy::{Listener, Target};
 use tlc_sidecar::policy::{CodecView, Policy};
-use tlc_sidecar::sidecar::stats::{ratio, DirectionStats, Stats};
+use tlc_sidecar::sidecar::stats::Sent;
 use tlc_sidecar::sidecar::tensors::TensorRow;
 use tlc_sidecar::sidecar::Sidecar;
 use tlc_sidecar::training::watch::Event;
@@ -83,33 +83,32 @@ pub fn table(stats: TableStats) -> TableSize {
 
 /// The contexts the sidecar holds, by kind.
 pub fn contexts(sidecar: &Sidecar) -> Contexts {
+    let sizes = sidecar.table_sizes();
     Contexts {
-        push: table(sidecar.push.stats()),
-        pull: table(sidecar.pull.stats()),
-        replicas: table(sidecar.replicas.table().stats()),
+        push: table(sizes.push),
+        pull: table(sizes.pull),
+        replicas: table(sizes.replicas),
     }
 }
 
 /// The sidecar's running totals.
-pub fn totals(stats: &Stats) -> Totals {
-    let direction = |d: &DirectionStats| {
-        let (raw, wire) = (Stats::get(&d.raw_bytes), Stats::get(&d.wire_bytes));
-        DirectionTotals {
-            tensors: Stats::get(&d.compressed),
-            raw_bytes: raw,
-            wire_bytes: wire,
-            ratio: ratio(raw, wire),
-        }
+pub fn totals(sidecar: &Sidecar) -> Totals {
+    let totals = sidecar.stats().totals();
+    let direction = |sent: &Sent| DirectionTotals {
+        tensors: sent.tensors,
+        raw_bytes: sent.raw_bytes,
+        wire_bytes: sent.wire_bytes,
+        ratio: sent.ratio(),
     };
     Totals {
-        push: direction(&stats.push),
-        pull: direction(&stats.pull),
-        restored: Stats::get(&stats.restored),
-        decode_failures: Stats::get(&stats.decode_failures),
-        fallbacks: Stats::get(&stats.fallbacks),
-        fallbacks_served: Stats::get(&stats.fallbacks_served),
-        passed: stats
-            .passed_by_reason()
+        push: direction(&totals.push),
+        pull: direction(&totals.pull),
+        restored: totals.restored,
+        decode_failures: totals.decode_failures,
+        fallbacks: totals.fallbacks,
+        fallbacks_served: totals.fallbacks_served,
+        passed: totals
+            .passed
             .into_iter()
             .map(|(reason, n)| (reason.to_string(), n))
             .collect(),
@@ -118,7 +117,7 @@ pub fn totals(stats: &Stats) -> Totals {
 
 /// What the step watch saw: the global step, and the times it went back.
 pub fn training(sidecar: &Sidecar) -> Training {
-    let view = sidecar.steps.view(std::time::Instant::now());
+    let view = sidecar.training_view(std::time::Instant::now());
     let event = |e: Event| StepEvent {
         holder: e.holder,
         counter: e.counter,

@@ -245,14 +245,14 @@ impl Control {
         drop(layers);
         match &result {
             Ok(_) => {
-                self.sidecar.stats.config_reloaded(true);
+                self.sidecar.stats().config_reloaded(true);
                 info!("configuration reloaded");
             }
             Err(err) => {
                 let mut stats = self.reloads.lock().unwrap_or_else(|e| e.into_inner());
                 stats.failed += 1;
                 stats.last_error = Some(err.to_string());
-                self.sidecar.stats.config_reloaded(false);
+                self.sidecar.stats().config_reloaded(false);
                 warn!(error = %err, "configuration reload refused; the running configuration stays");
             }
         }
@@ -329,7 +329,7 @@ impl Control {
             })?;
         self.sidecar.set_policy(policy);
         self.sidecar.set_table_limits(options.push_limits);
-        self.sidecar.steps.configure(new.config.recovery);
+        self.sidecar.set_recovery(new.config.recovery);
         let new = Arc::new(new);
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&new);
         Ok(new)
@@ -433,7 +433,7 @@ mod tests {
             ApiChange::Set(json!("warn")),
         )]);
         control.change(&changes).unwrap();
-        let settings = control.sidecar().steps.settings();
+        let settings = control.sidecar().recovery();
         assert_eq!(settings.on_model_reset, OnModelReset::Warn);
         assert_eq!(settings.stall_warn_seconds, 60);
         let bad = BTreeMap::from([(
@@ -442,7 +442,7 @@ mod tests {
         )]);
         assert!(control.change(&bad).is_err());
         assert_eq!(
-            control.sidecar().steps.settings().on_model_reset,
+            control.sidecar().recovery().on_model_reset,
             OnModelReset::Warn
         );
     }

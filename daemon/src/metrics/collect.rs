@@ -1,13 +1,13 @@
-//! What a scrape reads from the sidecar's state: totals kept as plain
-//! atomics, the policy in force, the context tables, and the tensors that
-//! moved the most bytes.
+//! What a scrape reads from the sidecar's state: the labelled series the
+//! data path counts into, as they are; the totals that have none, turned
+//! into series; the policy in force, the context tables, and the tensors
+//! that moved the most bytes.
 //!
 //! Everything here is built fresh per scrape (a scrape is rare next to
 //! tensors) and owned by the scrape's registry, so the registry never
 //! borrows the sidecar.
 
 use std::collections::HashMap;
-use std::time::Instant;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
@@ -22,7 +22,7 @@ use tlc_codec::Codec;
 
 use tlc_core::Direction;
 use tlc_sidecar::counters::{direction_codec, DirectionCodec, DirectionLabel, SideLabel};
-use tlc_sidecar::sidecar::stats::Stats;
+use tlc_sidecar::sidecar::stats::Totals;
 use tlc_sidecar::sidecar::Sidecar;
 
 /// Per-tensor series kept: the tensors with the most raw bytes. Bounds
@@ -60,8 +60,8 @@ pub fn registry(sidecar: &Sidecar) -> Registry {
         "The tlcd build: its version",
         Info::new([("version", env!("CARGO_PKG_VERSION"))]),
     );
-    sidecar.stats.families().register(&mut registry);
-    register_totals(&mut registry, &sidecar.stats);
+    sidecar.stats().families().register(&mut registry);
+    register_totals(&mut registry, &sidecar.stats().totals());
     register_policy(&mut registry, sidecar);
     register_tables(&mut registry, sidecar);
     register_tensors(&mut registry, sidecar);
@@ -70,11 +70,11 @@ pub fn registry(sidecar: &Sidecar) -> Registry {
     registry
 }
 
-/// Counters the data path keeps as plain atomics (for the shutdown log
-/// and the admin API), read now.
-fn register_totals(registry: &mut Registry, stats: &Stats) {
+/// The totals the data path counts without labels of their own (the
+/// sidecar's families hold the rest), as series.
+fn register_totals(registry: &mut Registry, totals: &Totals) {
     let passthrough = Family::<ReasonLabel, Counter>::default();
-    for (reason, n) in stats.passed_by_reason() {
+    for (reason, &n) in &totals.passed {
         passthrough.get_or_create(&ReasonLabel { reason }).inc_by(n);
     }
     registry.register(
@@ -83,7 +83,7 @@ fn register_totals(registry: &mut Registry, stats: &Stats) {
         passthrough,
     );
     let passthrough_bytes = Family::<ReasonLabel, Counter>::default();
-    for (reason, n) in stats.passed_bytes_by_reason() {
+    for (reason, &n) in &totals.passed_bytes {
         passthrough_bytes
             .get_or_create(&ReasonLabel { reason })
             .inc_by(n);
@@ -96,13 +96,11 @@ fn register_totals(registry: &mut Registry, stats: &Stats) {
         passthrough_bytes,
     );
     let fallbacks = Family::<FallbackSide, Counter>::default();
-    for (side, counter) in [
-        ("fetched", &stats.fallbacks),
-        ("served", &stats.fallbacks_served),
+    for (side, n) in [
+        ("fetched", totals.fallbacks),
+        ("served", totals.fallbacks_served),
     ] {
-        fallbacks
-            .get_or_create(&FallbackSide { side })
-            .inc_by(Stats::get(counter));
+        fallbacks.get_or_create(&FallbackSide { side }).inc_by(n);
     }
     registry.register(
         "fallbacks",
@@ -110,7 +108,7 @@ fn register_totals(registry: &mut Registry, stats: &Stats) {
         fallbacks,
     );
     let drift = Counter::<u64>::default();
-    drift.inc_by(Stats::get(&stats.drift_resets));
+    drift.inc_by(totals.drift_resets);
     registry.register(
         "replica_drift_resets",
         "Pull replicas reset (lossless keyframe) because lossy deltas let them drift too far \
@@ -123,7 +121,7 @@ fn register_totals(registry: &mut Registry, stats: &Stats) {
             .get_or_create(&DirectionLabel {
                 direction: direction.name(),
             })
-            .inc_by(Stats::get(&stats.direction(direction).refinements));
+            .inc_by(totals.direction(direction).refinements);
     }
     registry.register(
         "refinement_passes",
@@ -184,10 +182,11 @@ impl Collector for PolicyCodecs {
 fn register_tables(registry: &mut Registry, sidecar: &Sidecar) {
     let contexts = Family::<TableLabel, Gauge>::default();
     let memory = Family::<TableLabel, Gauge>::default();
+    let sizes = sidecar.table_sizes();
     for (table, stats) in [
-        ("push", sidecar.push.stats()),
-        ("pull", sidecar.pull.stats()),
-        ("replica", sidecar.replicas.table().stats()),
+        ("push", sizes.push),
+        ("pull", sizes.pull),
+        ("replica", sizes.replicas),
     ] {
         let label = TableLabel { table };
         contexts
@@ -208,22 +207,9 @@ fn register_tables(registry: &mut Registry, sidecar: &Sidecar) {
         Unit::Bytes,
         memory,
     );
-    let now = Instant::now();
-    let holder = sidecar
-        .pull
-        .snapshot(now, |source| source.state().map(|s| s.version))
-        .into_iter()
-        .filter_map(|l| l.summary)
-        .max();
-    let requester = sidecar
-        .replicas
-        .table()
-        .snapshot(now, |replica| replica.state().map(|s| s.version))
-        .into_iter()
-        .filter_map(|l| l.summary)
-        .max();
+    let max = sidecar.replica_versions();
     let versions = Family::<SideLabel, Gauge>::default();
-    for (side, max) in [("holder", holder), ("requester", requester)] {
+    for (side, max) in [("holder", max.holder), ("requester", max.requester)] {
         // No replica yet: no series, rather than a version 0 that never was.
         if let Some(max) = max {
             versions
@@ -240,24 +226,16 @@ fn register_tables(registry: &mut Registry, sidecar: &Sidecar) {
 
 /// Bytes per tensor on the encoding side, for the [`TOP_TENSORS`] largest.
 fn register_tensors(registry: &mut Registry, sidecar: &Sidecar) {
-    let now = Instant::now();
-    let mut rows: Vec<TensorBytes> = Vec::new();
-    for listing in sidecar.push.snapshot(now, |c| c.counters()) {
-        rows.push(TensorBytes {
-            direction: Direction::Push.name(),
-            tensor: listing.key.tensor,
-            raw: listing.summary.raw_bytes,
-            wire: listing.summary.wire_bytes,
-        });
-    }
-    for listing in sidecar.pull.snapshot(now, |s| s.counters()) {
-        rows.push(TensorBytes {
-            direction: Direction::Pull.name(),
-            tensor: listing.key.tensor,
-            raw: listing.summary.raw_bytes,
-            wire: listing.summary.wire_bytes,
-        });
-    }
+    let rows = sidecar
+        .encoded_by_context()
+        .into_iter()
+        .map(|context| TensorBytes {
+            direction: context.direction.name(),
+            tensor: context.tensor,
+            raw: context.raw_bytes,
+            wire: context.wire_bytes,
+        })
+        .collect();
     let raw = Family::<TensorLabels, Counter>::default();
     let wire = Family::<TensorLabels, Counter>::default();
     for row in top_tensors(rows, TOP_TENSORS) {

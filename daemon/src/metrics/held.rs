@@ -35,7 +35,7 @@ fn gauge(value: u64) -> Gauge {
 
 /// Registers the connection and in-flight memory series of `sidecar`.
 pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
-    let connections = &sidecar.stats.connections;
+    let connections = sidecar.stats().connections();
     registry.register(
         "connections_open",
         "Connections being served, every listener",
@@ -61,15 +61,15 @@ pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
         "Peer connections closed gracefully after limits.idle_seconds without a call",
         idle,
     );
+    let in_flight = sidecar.in_flight();
     registry.register_with_unit(
         "in_flight",
         "Memory calls in flight hold now: responses read whole, envelopes, decoded tensors, \
          bytes streamed to a peer not yet written",
         Unit::Bytes,
-        gauge(sidecar.budget.in_use_bytes()),
+        gauge(in_flight.in_use_bytes),
     );
-    if let Some(tls) = sidecar.tls.get() {
-        let stats = tls.reload_stats();
+    if let Some(stats) = sidecar.tls_status() {
         registry.register_with_unit(
             "tls_cert_not_after",
             "When this sidecar's TLS certificate expires, seconds since the epoch (alert well \
@@ -94,7 +94,7 @@ pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
         "in_flight_budget",
         "What calls in flight may hold at most (a quarter of limits.memory_mib)",
         Unit::Bytes,
-        gauge(sidecar.budget.total_bytes()),
+        gauge(in_flight.budget_bytes),
     );
     // One series, whose label says where the figure came from: a
     // `fallback` total is an assumption, not the container's limit, and

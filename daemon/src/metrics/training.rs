@@ -20,7 +20,7 @@ struct ActionLabel {
 
 /// Registers the training series of `sidecar`.
 pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
-    let view = sidecar.steps.view(Instant::now());
+    let view = sidecar.training_view(Instant::now());
     let resets = Family::<ActionLabel, Counter>::default();
     for (action, n) in [
         ("failed", view.resets_failed),
@@ -43,7 +43,7 @@ pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
         rewinds,
     );
     let stuck = Counter::<u64>::default();
-    stuck.inc_by(sidecar.steps.stalls_failed());
+    stuck.inc_by(view.stalls_failed);
     registry.register(
         "training_stuck_failures",
         "Times the calls in progress were failed because the global step did not advance for \
@@ -95,7 +95,7 @@ mod tests {
             node: "global_step/read",
         };
         for value in [5, 6, 7, 0] {
-            sidecar.steps.observe(read, value, Moment::now());
+            sidecar.observe_step_read(read, value, Moment::now());
         }
         let text = crate::metrics::render(&sidecar).unwrap();
         for line in [

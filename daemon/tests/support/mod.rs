@@ -170,8 +170,7 @@ pub async fn proxy(
 /// classes (dense ones their contexts).
 pub fn teach(sidecar: &Sidecar, partition: PartitionBuilder) {
     let learned = sidecar
-        .graphs
-        .learn_register_graph(&partition.register_graph_request())
+        .learn_graph(&partition.register_graph_request())
         .unwrap();
     assert!(learned.tensors > 0);
 }

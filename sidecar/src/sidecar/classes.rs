@@ -2,12 +2,18 @@
 //! class, why, and how it was encoded. Dense tensors also have a push
 //! context or a pull source; this table is what `tlcctl tensors` shows for
 //! every tensor, and the only record of the ones encoded without memory.
+//!
+//! The classes come from the graphs TensorFlow registers through the
+//! sidecar; a graph can also be taught by hand ([`Sidecar::learn_graph`],
+//! for tests and tools that do not send it through), and what the graphs
+//! said read back ([`Sidecar::graph_class`]).
 
 use std::time::Instant;
 
 use tlc_codec::Codec;
 
 use super::Sidecar;
+use crate::graph::index::{GraphError, Learned};
 use crate::graph::{Classified, TensorClass};
 use crate::policy::Treatment;
 use tlc_context::ContextMemory;
@@ -57,8 +63,7 @@ impl Sidecar {
     /// unknown.
     pub fn classify(&self, call: &TensorCall, hint: Option<peer::ClassHint>) -> Classified {
         if let Some(known) =
-            self.graphs
-                .lookup(&call.holder_task, &call.requester_task, &call.tensor_name)
+            self.graph_class(&call.holder_task, &call.requester_task, &call.tensor_name)
         {
             return known;
         }
@@ -78,6 +83,25 @@ impl Sidecar {
                 accumulated: false,
             },
         }
+    }
+
+    /// Reads a `RegisterGraphRequest` (`message`, its protobuf bytes) as if
+    /// it had passed through the sidecar: the tensors it names get their
+    /// classes.
+    pub fn learn_graph(&self, message: &[u8]) -> Result<Learned, GraphError> {
+        self.graphs.learn_register_graph(message)
+    }
+
+    /// What the graphs seen said of the tensor `tensor_name` sent from
+    /// `holder_task` to `requester_task`; `None` if they named no such
+    /// tensor.
+    pub fn graph_class(
+        &self,
+        holder_task: &str,
+        requester_task: &str,
+        tensor_name: &str,
+    ) -> Option<Classified> {
+        self.graphs.lookup(holder_task, requester_task, tensor_name)
     }
 
     /// Records what was done with a tensor of `elements` values: encoded

@@ -16,13 +16,11 @@ use super::tensor_bytes;
 use super::AlreadyCharged;
 use super::{Sidecar, MAX_RESPONSE};
 use crate::graph::{Classified, Training};
-use crate::policy::{Decision, Policy, Treatment};
+use crate::policy::{CodecChoice, Decision, Policy, Treatment};
 use crate::sidecar::calls;
 use crate::training::step_reads::{self, Watched};
-use tlc_context::pull::Served;
-use tlc_context::{encode_stateless, PullSource, PushContext, PushKey, ReplicaState, SourceKey};
+use tlc_context::{Encoded, Encoding, Memory, ReplicaState};
 use tlc_core::TensorCall;
-use tlc_core::{Direction, PassReason};
 use tlc_core::{Outcome, Role};
 use tlc_proxy::body::{self, Collected, Peeked, ProxyBody};
 use tlc_proxy::connection::ConnectionId;
@@ -184,11 +182,6 @@ struct Asked {
     connection: ConnectionId,
 }
 
-/// What a context holds beside its tensor-sized buffers (its fields, the
-/// table's entry), rounded up: an estimate made before the context exists
-/// must not be below what it will measure.
-const CONTEXT_OVERHEAD: usize = 1 << 10;
-
 /// What gRPC and protobuf framing add to a tensor's content in a response.
 const RESPONSE_SLACK: usize = 64 << 10;
 
@@ -218,115 +211,25 @@ fn compress(
         // side reads whole: it would only come back as a fallback.
         return Err("too_large");
     }
-    let elements = raw_bytes / 4;
-    let (choice, treatment) = match policy.decide(
-        call.direction,
-        classified.class,
-        &call.tensor,
-        raw_bytes as u64,
-    ) {
-        Decision::Compress(choice, treatment) => (choice, treatment),
-        Decision::Pass(reason) => {
-            sidecar.record_class(call, classified, None, elements);
-            return Err(match reason {
-                PassReason::Small => "small",
-                PassReason::Skipped => "policy_skip",
-            });
-        }
-    };
-    if treatment != Treatment::Stateless && sidecar.warming_up(call, policy.warmup_steps()) {
-        sidecar.record_class(call, classified, None, elements);
-        return Err("warmup");
-    }
+    let (choice, treatment) = decide(sidecar, policy, call, classified, raw_bytes)?;
     let mut scratch = Vec::new();
     let values = tensor_bytes::as_f32(&tensor.content, &mut scratch);
     let token = sidecar.fallbacks.token();
     let mut envelope = Vec::with_capacity(raw_bytes / 8 + 256);
-    let now = Instant::now();
-    // Timed under the context's lock: the codec's work, not the wait for
-    // another call on the same tensor.
-    let (took, keyframe) = match treatment {
-        Treatment::ErrorFeedback => {
-            let key = PushKey {
-                requester_task: call.requester_task.clone(),
-                holder_task: call.holder_task.clone(),
-                tensor: call.tensor.clone(),
-            };
-            // An error buffer the size of the tensor, once used.
-            let context = sidecar
-                .push
-                .get_or_insert_within(&key, now, raw_bytes + CONTEXT_OVERHEAD, || {
-                    PushContext::new(choice.codec, choice.feedback)
-                })
-                .ok_or("context_budget")?;
-            let mut context = tlc_context::table::lock(&context);
-            let started = Instant::now();
-            let encoded = context
-                .encode(
-                    values,
-                    choice.codec,
-                    policy.refine().push(classified.accumulated),
-                    token,
-                    &mut envelope,
-                )
-                .map_err(|_| "codec_refused")?;
-            sidecar
-                .stats
-                .refined(Direction::Push, u64::from(encoded.frames - 1));
-            (started.elapsed(), false)
-        }
-        Treatment::Replica => {
-            let key = SourceKey {
-                holder: call.holder_task.clone(),
-                tensor: call.tensor.clone(),
-            };
-            // A replica the size of the tensor, and its cached deltas.
-            let source = sidecar
-                .pull
-                .get_or_insert_within(&key, now, 2 * raw_bytes + CONTEXT_OVERHEAD, || {
-                    PullSource::new(sidecar.epochs.next(), sidecar.options.pull_cache_len)
-                })
-                .ok_or("context_budget")?;
-            let mut source = tlc_context::table::lock(&source);
-            let started = Instant::now();
-            let before = source.counters();
-            let served = source
-                .serve(
-                    values,
-                    replica,
-                    choice.codec,
-                    policy
-                        .refine()
-                        .pull(sidecar.graphs.training(&call.holder_task) == Training::Synchronous),
-                    token,
-                    &mut envelope,
-                )
-                .map_err(|_| "codec_refused")?;
-            let after = source.counters();
-            sidecar
-                .stats
-                .refined(Direction::Pull, after.refinements - before.refinements);
-            if after.drift_resets > before.drift_resets {
-                sidecar.stats.drift_reset();
-                if before.drift_resets == 0 {
-                    warn!(
-                        tensor = %call.tensor,
-                        "pull replica drifted too far from the model (lossy deltas cannot keep up, \
-                         as in fast asynchronous training): sending keyframes when it does; \
-                         consider a lossless or 16-bit pull codec for this job"
-                    );
-                }
-            }
-            let keyframe = matches!(served.served, Served::Keyframe(_));
-            (started.elapsed(), keyframe)
-        }
-        Treatment::Stateless => {
-            let started = Instant::now();
-            encode_stateless(values, choice.codec, token, &mut envelope)
-                .map_err(|_| "codec_refused")?;
-            (started.elapsed(), false)
-        }
+    let memory = memory_for(
+        sidecar, policy, call, classified, &choice, treatment, replica,
+    );
+    let encoding = Encoding {
+        codec: choice.codec,
+        memory,
+        fallback_token: token,
     };
+    let encoded = sidecar
+        .contexts
+        .encode(call, values, encoding, Instant::now(), &mut envelope)
+        .map_err(|refused| refused.label())?;
+    account_refinement(sidecar, call, &encoded);
+    let (took, keyframe) = (encoded.took, encoded.keyframe);
     let wire_bytes = envelope.len();
     let built = recv_tensor::build_response_with_content(
         &tensor.meta,
@@ -351,7 +254,7 @@ fn compress(
         call,
         classified,
         Some((treatment, choice.codec, raw_bytes, wire_bytes)),
-        elements,
+        raw_bytes / 4,
     );
     if keyframe {
         sidecar.stats.keyframe(Role::Inbound);
@@ -363,4 +266,78 @@ fn compress(
         collected.trailers.clone(),
     );
     Ok(chunks.to_vec())
+}
+
+/// Counts the further passes an encode sent, and says so loudly the first
+/// time a tensor's pull replica had to be reset.
+fn account_refinement(sidecar: &Sidecar, call: &TensorCall, encoded: &Encoded) {
+    sidecar.stats.refined(call.direction, encoded.refinements);
+    if let Some(first) = encoded.drift_reset {
+        sidecar.stats.drift_reset();
+        if first {
+            warn!(
+                tensor = %call.tensor,
+                "pull replica drifted too far from the model (lossy deltas cannot keep up, \
+                 as in fast asynchronous training): sending keyframes when it does; \
+                 consider a lossless or 16-bit pull codec for this job"
+            );
+        }
+    }
+}
+
+/// The codec and treatment the policy gives the tensor `call` asks for,
+/// `raw_bytes` long, or why it passes (too small, skipped, warming up). A
+/// tensor that passes is still recorded with its class.
+fn decide(
+    sidecar: &Sidecar,
+    policy: &Policy,
+    call: &TensorCall,
+    classified: &Classified,
+    raw_bytes: usize,
+) -> Result<(CodecChoice, Treatment), &'static str> {
+    let elements = raw_bytes / 4;
+    let (choice, treatment) = match policy.decide(
+        call.direction,
+        classified.class,
+        &call.tensor,
+        raw_bytes as u64,
+    ) {
+        Decision::Compress(choice, treatment) => (choice, treatment),
+        Decision::Pass(reason) => {
+            sidecar.record_class(call, classified, None, elements);
+            return Err(reason.label());
+        }
+    };
+    if treatment != Treatment::Stateless && sidecar.warming_up(call, policy.warmup_steps()) {
+        sidecar.record_class(call, classified, None, elements);
+        return Err("warmup");
+    }
+    Ok((choice, treatment))
+}
+
+/// The memory `treatment` keeps for the tensor (an error buffer only if
+/// `choice` uses one), with the refinement the
+/// policy sets for it: tighter where training does not look synchronous.
+fn memory_for(
+    sidecar: &Sidecar,
+    policy: &Policy,
+    call: &TensorCall,
+    classified: &Classified,
+    choice: &CodecChoice,
+    treatment: Treatment,
+    replica: Option<ReplicaState>,
+) -> Memory {
+    match treatment {
+        Treatment::ErrorFeedback => Memory::ErrorFeedback {
+            feedback: choice.feedback,
+            refine: policy.refine().push(classified.accumulated),
+        },
+        Treatment::Replica => Memory::Replica {
+            requester_has: replica,
+            refine: policy
+                .refine()
+                .pull(sidecar.graphs.training(&call.holder_task) == Training::Synchronous),
+        },
+        Treatment::Stateless => Memory::None,
+    }
 }

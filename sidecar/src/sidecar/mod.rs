@@ -2,6 +2,20 @@
 //! where tensors travel, so it is the one method the sidecar looks inside:
 //! [`outbound`] next to the task that asks, [`inbound`] next to the task
 //! that holds the tensor. Every other call is forwarded untouched.
+//!
+//! [`Sidecar`]'s fields are its own; outsiders (the daemon's endpoints,
+//! the demo, tests) go through methods that say what they want. Its
+//! `impl` is split by concern, one file each:
+//!
+//! - this file: construction, the settings operators change live (policy,
+//!   table bounds, `[recovery]`), dispatch of each call, eviction;
+//! - [`state`]: what outsiders read of the whole: counters, table sizes,
+//!   in-flight memory, TLS, training progress;
+//! - [`tensors`]: what they read per tensor: the admin API's rows, the
+//!   per-tensor metrics, single contexts and replicas;
+//! - [`classes`]: each tensor's class, from the graphs seen (and a graph
+//!   taught by hand);
+//! - [`warmup`]: the steps a tensor crosses uncompressed.
 
 pub mod calls;
 pub mod classes;
@@ -10,6 +24,7 @@ pub mod inbound;
 pub mod outbound;
 pub mod record;
 pub mod request_key;
+pub mod state;
 pub mod stats;
 pub mod tensor_bytes;
 pub mod tensors;
@@ -24,14 +39,13 @@ use tracing::debug;
 use crate::graph::tap::{self, Registration};
 use crate::graph::GraphIndex;
 use tlc_context::pull::random_seed;
-use tlc_context::{
-    ContextTable, EpochGenerator, PullSource, PushContext, PushKey, ReplicaStore, SourceKey,
-    TableLimits,
-};
+use tlc_context::{ContextLimits, ContextTable, Contexts, TableLimits};
 use tlc_core::Role;
 use tlc_proxy::limits::budget::MemoryBudget;
 
 use crate::policy::Policy;
+use crate::training::recovery::RecoverySettings;
+use crate::training::{Moment, StepRead, Verdict};
 use classes::{ClassKey, ClassRecord};
 use fallback::FallbackCache;
 use record::Recorder;
@@ -138,25 +152,22 @@ pub struct Sidecar {
     /// Swapped whole when an operator retunes; each call reads it once.
     policy: RwLock<Arc<Policy>>,
     options: Options,
-    /// Holder side: error-feedback contexts of gradients.
-    pub push: ContextTable<PushKey, PushContext>,
-    /// Holder side: replicas and delta caches of model values.
-    pub pull: ContextTable<SourceKey, PullSource>,
-    /// Requester side: replicas of model values.
-    pub replicas: ReplicaStore,
+    /// Every tensor context: the holder's error buffers and pull sources,
+    /// the requester's replicas.
+    contexts: Contexts,
     /// Holder side: original responses kept for fallbacks.
-    pub fallbacks: FallbackCache,
+    fallbacks: FallbackCache,
     /// What the graphs that passed through said each tensor is.
-    pub graphs: Arc<GraphIndex>,
+    graphs: Arc<GraphIndex>,
     /// Holder side: each tensor's class and treatment.
-    pub classes: ContextTable<ClassKey, ClassRecord>,
+    classes: ContextTable<ClassKey, ClassRecord>,
     /// Holder side: steps each dense tensor has crossed in warm-up.
-    pub warmup: ContextTable<WarmupKey, Steps>,
+    warmup: ContextTable<WarmupKey, Steps>,
     /// What happened so far.
-    pub stats: Stats,
+    stats: Stats,
     /// Every read of the step counter seen: training progress, and a
     /// model that went back (see [`crate::training`]).
-    pub steps: crate::training::StepWatch,
+    steps: crate::training::StepWatch,
     /// Set when the job is found stuck: every call waiting for an answer
     /// fails with this message.
     stuck: tokio::sync::watch::Sender<Option<Arc<str>>>,
@@ -164,11 +175,10 @@ pub struct Sidecar {
     waiting: std::sync::atomic::AtomicU64,
     /// Bytes calls in flight hold: collected responses, envelopes, decoded
     /// tensors.
-    pub budget: MemoryBudget,
+    budget: MemoryBudget,
     /// Mutual TLS between sidecars, once the proxy has loaded it: for
     /// metrics (certificate expiry, reloads).
-    pub tls: std::sync::OnceLock<Arc<tlc_proxy::tls::TlsContext>>,
-    epochs: EpochGenerator,
+    tls: std::sync::OnceLock<Arc<tlc_proxy::tls::TlsContext>>,
     recorder: Option<Arc<Recorder>>,
 }
 
@@ -186,9 +196,15 @@ impl Sidecar {
         Sidecar {
             policy: RwLock::new(Arc::new(policy)),
             options,
-            push: ContextTable::new(options.push_limits),
-            pull: ContextTable::new(options.pull_limits),
-            replicas: ReplicaStore::new(options.replica_limits),
+            contexts: Contexts::new(
+                ContextLimits {
+                    push: options.push_limits,
+                    pull: options.pull_limits,
+                    replicas: options.replica_limits,
+                    pull_cache_len: options.pull_cache_len,
+                },
+                seed,
+            ),
             fallbacks: FallbackCache::new(options.fallback_bytes),
             graphs: Arc::new(GraphIndex::default()),
             classes: ContextTable::new(small_table(options.push_limits)),
@@ -199,7 +215,6 @@ impl Sidecar {
             waiting: Default::default(),
             budget: MemoryBudget::new(options.in_flight_bytes),
             tls: std::sync::OnceLock::new(),
-            epochs: EpochGenerator::new(seed),
             recorder: recorder.map(Arc::new),
         }
     }
@@ -219,11 +234,32 @@ impl Sidecar {
     /// Changes how long idle contexts live and how much memory each table
     /// may use; applied at the next eviction.
     pub fn set_table_limits(&self, limits: TableLimits) {
-        self.push.set_limits(limits);
-        self.pull.set_limits(limits);
-        self.replicas.table().set_limits(limits);
+        self.contexts.set_limits(limits);
         self.classes.set_limits(small_table(limits));
         self.warmup.set_limits(small_table(limits));
+    }
+
+    /// How long idle contexts live and how much memory each context table
+    /// may use, as last set (the bookkeeping tables get a share of it).
+    pub fn table_limits(&self) -> TableLimits {
+        self.contexts.push().limits()
+    }
+
+    /// The `[recovery]` settings in force.
+    pub fn recovery(&self) -> RecoverySettings {
+        self.steps.settings()
+    }
+
+    /// Puts `settings` in force from the next read of a step counter on.
+    pub fn set_recovery(&self, settings: RecoverySettings) {
+        self.steps.configure(settings);
+    }
+
+    /// Takes one read of a step counter, `value`, as the data path does
+    /// for each one that crosses the sidecar (for replaying reads): what
+    /// to answer, a counter that went back logged and counted.
+    pub fn observe_step_read(&self, read: StepRead<'_>, value: i64, at: Moment) -> Verdict {
+        self.steps.observe(read, value, at)
     }
 
     /// Answers one call arriving on a route with `role`. RecvTensor calls
@@ -318,7 +354,7 @@ impl Sidecar {
     pub fn evict(&self) {
         let now = Instant::now();
         // A job that ended closed its connections: no progress is expected.
-        if self.stats.connections.open_now() > 0 {
+        if self.stats.connections().open_now() > 0 {
             self.steps.check_stall(now);
             // Stuck means calls waiting for answers that never come.
             let waiting = self.waiting.load(std::sync::atomic::Ordering::Relaxed) > 0;
@@ -330,9 +366,7 @@ impl Sidecar {
                 self.stuck.send_replace(Some(message.into()));
             }
         }
-        let push = self.push.evict(now);
-        let pull = self.pull.evict(now);
-        let replicas = self.replicas.table().evict(now);
+        let [push, pull, replicas] = self.contexts.evict(now);
         let classes = self.classes.evict(now);
         let warmup = self.warmup.evict(now);
         debug!(
@@ -384,7 +418,7 @@ impl Handler for Sidecar {
     }
 
     fn connections(&self) -> &ConnectionStats {
-        &self.stats.connections
+        self.stats.connections()
     }
 
     fn tls_loaded(&self, tls: &Arc<TlsContext>) {

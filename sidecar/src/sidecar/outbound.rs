@@ -18,15 +18,15 @@ use super::{fallback, tensor_bytes, Sidecar, MAX_RESPONSE};
 use crate::sidecar::calls;
 use crate::training::step_reads::{self, Watched};
 use tlc_codec::{CodecId, Limits};
-use tlc_context::{decode_push, ReplicaKey};
-use tlc_core::Direction;
+use tlc_context::Restored as Decoded;
+
 use tlc_core::TensorCall;
 use tlc_core::{Outcome, Role};
 use tlc_proxy::body::{self, Collected, ProxyBody};
 use tlc_proxy::forward::forward;
 use tlc_proxy::grpc_status;
 use tlc_proxy::upstream::Upstream;
-use tlc_wire::envelope::{EnvelopeHeader, Kind, HEADER_LEN};
+use tlc_wire::envelope::EnvelopeHeader;
 use tlc_wire::peer::{self, ReplicaHeader};
 use tlc_wire::tf::proto::RecvTensorResponse;
 use tlc_wire::tf::{grpc, recv_tensor};
@@ -74,11 +74,7 @@ pub async fn recv_tensor(
         call.tensor = known.context_name(&call.tensor, &call.tensor_name);
     }
     calls::record_call(span, &call);
-    let replica_key = replica_key(&call);
-    if let Some(state) = replica_key
-        .as_ref()
-        .and_then(|key| sidecar.replicas.state(key, Instant::now()))
-    {
+    if let Some(state) = sidecar.contexts.replica_state(&call, Instant::now()) {
         let header = ReplicaHeader {
             epoch: state.epoch,
             version: state.version,
@@ -128,9 +124,7 @@ pub async fn recv_tensor(
             // A keyframe's or a push's values, then their copy as bytes.
             let decoding = prepared.content_len.saturating_mul(2);
             match charge.grow(decoding, sidecar.options().memory_wait).await {
-                Ok(()) => tokio::task::block_in_place(|| {
-                    restore(sidecar, replica_key.as_ref(), prepared, span)
-                }),
+                Ok(()) => tokio::task::block_in_place(|| restore(sidecar, &call, prepared, span)),
                 Err(err) => Err(fail(prepared.token, err)),
             }
         }
@@ -152,9 +146,7 @@ pub async fn recv_tensor(
             drop(charge);
             sidecar.stats.decode_failed(call.direction);
             warn!(tensor = %call.tensor, error = %failure.reason, "cannot restore a compressed response; asking for the original");
-            if let Some(key) = &replica_key {
-                sidecar.replicas.table().remove(key);
-            }
+            sidecar.contexts.forget_replica(&call);
             recover(sidecar, upstream, failure.token).await
         }
     }
@@ -164,15 +156,6 @@ pub async fn recv_tensor(
 /// protobuf headers, the envelope header, frame headers): a raw frame is
 /// 4 bytes per element plus these.
 const ENVELOPE_SLACK: usize = 64 << 10;
-
-/// The replica a pull from a parameter task goes into.
-fn replica_key(call: &TensorCall) -> Option<ReplicaKey> {
-    (call.direction == Direction::Pull).then(|| ReplicaKey {
-        holder: call.holder_task.clone(),
-        requester: call.requester_task.clone(),
-        tensor: call.tensor.clone(),
-    })
-}
 
 /// Why a response could not be restored, and the token to recover with.
 struct Failure {
@@ -197,17 +180,6 @@ struct Restored {
     keyframe: bool,
     /// Time spent decoding the envelope into the tensor's content.
     took: Duration,
-}
-
-/// The codec of a pull envelope's first frame, read from the frame header
-/// (4 magic bytes and the version, then the codec byte: codec/FORMAT.md);
-/// `none` for an empty chain. Called only on an envelope just applied, so
-/// the byte has been checked; reading it costs no second parse.
-fn first_frame_codec(envelope: &[u8]) -> CodecId {
-    envelope
-        .get(HEADER_LEN + 5)
-        .and_then(|&byte| CodecId::from_byte(byte))
-        .unwrap_or(CodecId::None)
 }
 
 /// An envelope response whose framing and shape have been checked, before
@@ -245,7 +217,7 @@ fn prepare(collected: &Collected, max_tensor: u64) -> Result<Prepared, Failure> 
 /// The standard response TensorFlow gets for a prepared envelope.
 fn restore(
     sidecar: &Sidecar,
-    replica_key: Option<&ReplicaKey>,
+    call: &TensorCall,
     prepared: Prepared,
     span: &Span,
 ) -> Result<Restored, Failure> {
@@ -262,36 +234,22 @@ fn restore(
     let limits = Limits {
         max_elements: content_len / 4,
     };
-    let header = EnvelopeHeader::parse(envelope).map_err(|e| fail(token, e))?;
-    let started = Instant::now();
-    let (content, codec) = match (header.kind, replica_key) {
-        // A push envelope is a whole tensor without memory: what gradients
-        // get, and pulls too when the holder keeps no replica for them
-        // (gathered rows, tensors no graph classified).
-        (Kind::Push, _) => {
-            let mut values = Vec::new();
-            let decoded =
-                decode_push(envelope, &limits, &mut values).map_err(|e| fail(token, e))?;
-            (tensor_bytes::into_bytes(values), decoded.frame.codec())
-        }
-        (Kind::Chain | Kind::Keyframe, Some(key)) => {
-            let content = sidecar
-                .replicas
-                .apply(
-                    key,
-                    envelope,
-                    &limits,
-                    Instant::now(),
-                    tensor_bytes::copy_to_bytes,
-                )
-                .map_err(|e| fail(token, e))?;
-            (content, first_frame_codec(envelope))
-        }
-        (Kind::Chain | Kind::Keyframe, None) => {
-            return Err(fail(token, "pull envelope for a call that is not a pull"));
-        }
-    };
-    let took = started.elapsed();
+    let Decoded {
+        content,
+        codec,
+        keyframe,
+        took,
+    } = sidecar
+        .contexts
+        .restore(
+            call,
+            envelope,
+            &limits,
+            Instant::now(),
+            tensor_bytes::into_bytes,
+            tensor_bytes::copy_to_bytes,
+        )
+        .map_err(|e| fail(token, e))?;
     if content.len() as u64 != content_len {
         return Err(fail(token, "decoded tensor has the wrong size"));
     }
@@ -303,7 +261,7 @@ fn restore(
     Ok(Restored {
         chunks: chunks.to_vec(),
         codec,
-        keyframe: header.kind == Kind::Keyframe,
+        keyframe,
         took,
     })
 }
@@ -368,9 +326,6 @@ async fn recover(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::num::NonZeroU64;
-    use tlc_codec::{Codec, Sparsity};
-    use tlc_context::{PullSource, Refinement};
 
     #[test]
     fn a_shape_no_response_can_carry_is_refused_before_decoding() {
@@ -391,45 +346,5 @@ mod tests {
         // Products and byte counts that overflow u64.
         assert!(content_bytes(&[u64::MAX, 2], max).is_err());
         assert!(content_bytes(&[1 << 62], max).is_err());
-    }
-
-    #[test]
-    fn first_frame_codec_reads_the_frame_header() {
-        let codec = Codec::ThreeLc {
-            sparsity: Sparsity::ONE,
-        };
-        let mut source = PullSource::new(NonZeroU64::new(7).unwrap(), 4);
-        let v1: Vec<f32> = (0..1000).map(|i| i as f32 * 0.01).collect();
-        let v2: Vec<f32> = v1.iter().map(|v| v + 0.5).collect();
-        let mut keyframe = Vec::new();
-        let first = source
-            .serve(&v1, None, codec, Refinement::OFF, 1, &mut keyframe)
-            .unwrap();
-        assert_eq!(first_frame_codec(&keyframe), CodecId::None);
-        let mut up_to_date = Vec::new();
-        source
-            .serve(
-                &v1,
-                Some(first.state),
-                codec,
-                Refinement::OFF,
-                2,
-                &mut up_to_date,
-            )
-            .unwrap();
-        assert_eq!(first_frame_codec(&up_to_date), CodecId::None);
-        let mut chain = Vec::new();
-        source
-            .serve(
-                &v2,
-                Some(first.state),
-                codec,
-                Refinement::OFF,
-                3,
-                &mut chain,
-            )
-            .unwrap();
-        assert_eq!(EnvelopeHeader::parse(&chain).unwrap().kind, Kind::Chain);
-        assert_eq!(first_frame_codec(&chain), CodecId::ThreeLc);
     }
 }

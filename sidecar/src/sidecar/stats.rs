@@ -1,10 +1,22 @@
-//! Counters of what the sidecar did, read by logs, tests, the admin API
-//! and the metrics endpoint.
+//! What the sidecar did, counted once: the one place the data path counts
+//! an event, and the one snapshot every reader takes.
 //!
-//! The plain totals (per direction, restored, fallbacks, pass-throughs)
-//! are what the shutdown log line and the admin API report; the labelled
-//! series of the metrics endpoint ([`Families`]) are updated by the same
-//! calls, so the two never disagree.
+//! Each method of [`Stats`] named after an event counts it in exactly one
+//! store:
+//!
+//! - events with labels (a tensor encoded or decoded, a decode failure, a
+//!   keyframe, a `RecvTensor` call, a reload) in the labelled series of
+//!   [`Families`], which the metrics endpoint registers as they are;
+//! - events only ever shown as plain numbers (refinement passes,
+//!   fallbacks, drift resets, pass-throughs by reason) in plain atomics
+//!   and the pass-through map here, which the metrics endpoint turns into
+//!   series when scraped.
+//!
+//! The admin API, the shutdown log line ([`Stats::summary`]) and the
+//! metrics endpoint's scrape-time series all read [`Stats::totals`]: the
+//! plain totals there that have labelled series (tensors, raw and wire
+//! bytes per direction, restored, decode failures) are those series
+//! summed, so no two readers can disagree.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,6 +24,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use tlc_codec::CodecId;
+use tlc_proxy::connection::ConnectionStats;
 
 use crate::counters::Families;
 use tlc_core::Direction;
@@ -28,20 +41,6 @@ pub fn ratio(raw: u64, wire: u64) -> f64 {
     }
 }
 
-/// Totals for one direction.
-#[derive(Debug, Default)]
-pub struct DirectionStats {
-    /// Tensors sent compressed.
-    pub compressed: AtomicU64,
-    /// Their size as f32, in bytes.
-    pub raw_bytes: AtomicU64,
-    /// Their size on the wire (envelopes), in bytes.
-    pub wire_bytes: AtomicU64,
-    /// Refinement passes sent with them: further 3LC frames (pushes) or
-    /// versions (pulls) over what the first pass left.
-    pub refinements: AtomicU64,
-}
-
 /// Pass-throughs of one reason.
 #[derive(Debug, Clone, Copy, Default)]
 struct Passed {
@@ -52,41 +51,87 @@ struct Passed {
 }
 
 /// Everything counted, by the sidecar that holds the tensors (encoding) or
-/// the one that asked for them (decoding).
+/// the one that asked for them (decoding). See the module's doc for where
+/// each event is kept.
 #[derive(Debug, Default)]
 pub struct Stats {
-    /// Encoding side, gradients.
-    pub push: DirectionStats,
-    /// Encoding side, model values.
-    pub pull: DirectionStats,
-    /// Decoding side: envelopes turned back into tensors.
-    pub restored: AtomicU64,
-    /// Decoding side: envelopes that could not be used.
-    pub decode_failures: AtomicU64,
+    /// The labelled series: tensors encoded and decoded, decode failures,
+    /// keyframes, calls, reloads.
+    families: Families,
+    /// Encoding side: refinement passes of pushes.
+    push_refinements: AtomicU64,
+    /// Encoding side: refinement passes of pulls.
+    pull_refinements: AtomicU64,
     /// Decoding side: original responses fetched after a failure.
-    pub fallbacks: AtomicU64,
+    fallbacks_fetched: AtomicU64,
     /// Encoding side: fallback requests answered.
-    pub fallbacks_served: AtomicU64,
+    fallbacks_served: AtomicU64,
     /// Encoding side: pull replicas reset because they drifted too far
     /// from the model.
-    pub drift_resets: AtomicU64,
-    /// Connections of every listener.
-    pub connections: tlc_proxy::connection::ConnectionStats,
+    drift_resets: AtomicU64,
     /// Responses passed through unchanged, by reason.
     passed: Mutex<BTreeMap<&'static str, Passed>>,
-    /// The labelled series only the metrics endpoint shows.
-    families: Families,
+    /// Connections of every listener, counted by the proxy.
+    connections: ConnectionStats,
 }
 
-impl Stats {
-    /// The counters of a direction.
-    pub fn direction(&self, direction: Direction) -> &DirectionStats {
+/// What one direction sent compressed (encoding side).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Sent {
+    /// Tensors sent compressed.
+    pub tensors: u64,
+    /// Their size as f32, in bytes.
+    pub raw_bytes: u64,
+    /// Their size on the wire (envelopes), in bytes.
+    pub wire_bytes: u64,
+    /// Refinement passes sent with them: further 3LC frames (pushes) or
+    /// versions (pulls) over what the first pass left.
+    pub refinements: u64,
+}
+
+impl Sent {
+    /// `raw_bytes / wire_bytes`, 0 while nothing was sent.
+    pub fn ratio(&self) -> f64 {
+        ratio(self.raw_bytes, self.wire_bytes)
+    }
+}
+
+/// Every plain total at one moment: what the admin API, the shutdown log
+/// and the scrape-time series show.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Totals {
+    /// Encoding side, gradients.
+    pub push: Sent,
+    /// Encoding side, model values.
+    pub pull: Sent,
+    /// Decoding side: envelopes turned back into tensors.
+    pub restored: u64,
+    /// Decoding side: envelopes that could not be used.
+    pub decode_failures: u64,
+    /// Decoding side: original responses fetched after a failure.
+    pub fallbacks: u64,
+    /// Encoding side: fallback requests answered.
+    pub fallbacks_served: u64,
+    /// Encoding side: pull replicas reset for drifting too far.
+    pub drift_resets: u64,
+    /// Responses passed through unchanged, by reason.
+    pub passed: BTreeMap<&'static str, u64>,
+    /// Body bytes of those the sidecar read before passing them, by
+    /// reason (only reasons whose responses were read).
+    pub passed_bytes: BTreeMap<&'static str, u64>,
+}
+
+impl Totals {
+    /// What `direction` sent compressed.
+    pub fn direction(&self, direction: Direction) -> &Sent {
         match direction {
             Direction::Push => &self.push,
             Direction::Pull => &self.pull,
         }
     }
+}
 
+impl Stats {
     /// Counts one compressed tensor: `raw` bytes as f32 sent as `wire`
     /// bytes with `codec` (the policy's choice), encoded in `took`.
     pub fn compressed(
@@ -98,10 +143,6 @@ impl Stats {
         wire: usize,
         took: Duration,
     ) {
-        let d = self.direction(direction);
-        d.compressed.fetch_add(1, Ordering::Relaxed);
-        d.raw_bytes.fetch_add(raw as u64, Ordering::Relaxed);
-        d.wire_bytes.fetch_add(wire as u64, Ordering::Relaxed);
         self.families
             .encoded(direction, codec, class, raw, wire, took);
     }
@@ -109,26 +150,26 @@ impl Stats {
     /// Counts one envelope restored for TensorFlow, decoded in `took`;
     /// `codec` is its first frame's.
     pub fn decoded(&self, direction: Direction, codec: CodecId, took: Duration) {
-        self.restored.fetch_add(1, Ordering::Relaxed);
         self.families.decoded(direction, codec, took);
     }
 
     /// Counts one envelope that could not be restored.
     pub fn decode_failed(&self, direction: Direction) {
-        self.decode_failures.fetch_add(1, Ordering::Relaxed);
         self.families.decode_failed(direction);
     }
 
     /// Counts one original response fetched after a decode failure.
     pub fn fallback_fetched(&self) {
-        self.fallbacks.fetch_add(1, Ordering::Relaxed);
+        self.fallbacks_fetched.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts `passes` refinement passes sent in `direction`.
     pub fn refined(&self, direction: Direction, passes: u64) {
-        self.direction(direction)
-            .refinements
-            .fetch_add(passes, Ordering::Relaxed);
+        let counter = match direction {
+            Direction::Push => &self.push_refinements,
+            Direction::Pull => &self.pull_refinements,
+        };
+        counter.fetch_add(passes, Ordering::Relaxed);
     }
 
     /// Counts one pull replica reset for drifting too far.
@@ -157,11 +198,6 @@ impl Stats {
         self.families.config_reloaded(ok);
     }
 
-    /// The labelled series, for the metrics endpoint.
-    pub fn families(&self) -> &Families {
-        &self.families
-    }
-
     /// Counts one response passed through for `reason`, streamed on
     /// unread (its size is not known).
     pub fn passed(&self, reason: &'static str) {
@@ -183,55 +219,80 @@ impl Stats {
         }
     }
 
-    /// Body bytes of the pass-throughs measured so far, by reason (only
-    /// reasons whose responses were read).
-    pub fn passed_bytes_by_reason(&self) -> BTreeMap<&'static str, u64> {
-        self.passed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter_map(|(reason, p)| Some((*reason, p.bytes?)))
-            .collect()
+    /// The labelled series, for the metrics endpoint to register.
+    pub fn families(&self) -> &Families {
+        &self.families
     }
 
-    /// Pass-throughs so far, by reason.
-    pub fn passed_by_reason(&self) -> BTreeMap<&'static str, u64> {
-        self.passed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|(reason, p)| (*reason, p.responses))
-            .collect()
+    /// The connections of every listener (the proxy counts them).
+    pub fn connections(&self) -> &ConnectionStats {
+        &self.connections
     }
 
-    /// One line with every counter, for the log at shutdown.
+    /// Every plain total now. The ones with labelled series are those
+    /// series summed (a lookup per label value: for readers, not for the
+    /// data path).
+    pub fn totals(&self) -> Totals {
+        let sent = |direction: Direction, refinements: &AtomicU64| {
+            let sums = self.families.encoded_sums(direction);
+            Sent {
+                tensors: sums.frames,
+                raw_bytes: sums.raw_bytes,
+                wire_bytes: sums.wire_bytes,
+                refinements: refinements.load(Ordering::Relaxed),
+            }
+        };
+        let (passed, passed_bytes) = {
+            let by_reason = self.passed.lock().unwrap_or_else(|e| e.into_inner());
+            (
+                by_reason
+                    .iter()
+                    .map(|(reason, p)| (*reason, p.responses))
+                    .collect(),
+                by_reason
+                    .iter()
+                    .filter_map(|(reason, p)| Some((*reason, p.bytes?)))
+                    .collect(),
+            )
+        };
+        Totals {
+            push: sent(Direction::Push, &self.push_refinements),
+            pull: sent(Direction::Pull, &self.pull_refinements),
+            restored: self.families.restored(),
+            decode_failures: self.families.decode_failures(),
+            fallbacks: self.fallbacks_fetched.load(Ordering::Relaxed),
+            fallbacks_served: self.fallbacks_served.load(Ordering::Relaxed),
+            drift_resets: self.drift_resets.load(Ordering::Relaxed),
+            passed,
+            passed_bytes,
+        }
+    }
+
+    /// One line with every total, for the log at shutdown.
     pub fn summary(&self) -> String {
-        let direction = |name: &str, d: &DirectionStats| {
-            let (raw, wire) = (Stats::get(&d.raw_bytes), Stats::get(&d.wire_bytes));
+        let totals = self.totals();
+        let direction = |name: &str, sent: &Sent| {
             format!(
-                "{name}: tensors={} raw_bytes={raw} wire_bytes={wire} ratio={:.1} refinements={}",
-                Stats::get(&d.compressed),
-                ratio(raw, wire),
-                Stats::get(&d.refinements),
+                "{name}: tensors={} raw_bytes={} wire_bytes={} ratio={:.1} refinements={}",
+                sent.tensors,
+                sent.raw_bytes,
+                sent.wire_bytes,
+                sent.ratio(),
+                sent.refinements,
             )
         };
         format!(
             "{}; {}; restored={} decode_failures={} fallbacks={} fallbacks_served={} drift_resets={} passed_bytes={} passed={:?}",
-            direction("push", &self.push),
-            direction("pull", &self.pull),
-            Stats::get(&self.restored),
-            Stats::get(&self.decode_failures),
-            Stats::get(&self.fallbacks),
-            Stats::get(&self.fallbacks_served),
-            Stats::get(&self.drift_resets),
-            self.passed_bytes_by_reason().values().sum::<u64>(),
-            self.passed_by_reason(),
+            direction("push", &totals.push),
+            direction("pull", &totals.pull),
+            totals.restored,
+            totals.decode_failures,
+            totals.fallbacks,
+            totals.fallbacks_served,
+            totals.drift_resets,
+            totals.passed_bytes.values().sum::<u64>(),
+            totals.passed,
         )
-    }
-
-    /// Shorthand for an atomic's value.
-    pub fn get(counter: &AtomicU64) -> u64 {
-        counter.load(Ordering::Relaxed)
     }
 }
 
@@ -275,5 +336,45 @@ mod tests {
              restored=1 decode_failures=1 fallbacks=1 fallbacks_served=2 drift_resets=0 \
              passed_bytes=300 passed={\"policy_skip\": 1, \"small\": 2}"
         );
+    }
+
+    #[test]
+    fn totals_are_the_series_summed_over_every_label() {
+        let stats = Stats::default();
+        let ms = Duration::from_millis(1);
+        // One direction, two codecs and two classes: one total.
+        for (codec, class, raw, wire) in [
+            (CodecId::ThreeLc, TensorClass::DenseGradient, 4000, 100),
+            (CodecId::Int8, TensorClass::Sparse, 800, 200),
+            (CodecId::ThreeLc, TensorClass::DenseGradient, 4000, 120),
+        ] {
+            stats.compressed(Direction::Push, codec, class, raw, wire, ms);
+        }
+        stats.decoded(Direction::Push, CodecId::ThreeLc, ms);
+        stats.decoded(Direction::Pull, CodecId::None, ms);
+        stats.decode_failed(Direction::Pull);
+        let totals = stats.totals();
+        assert_eq!(
+            *totals.direction(Direction::Push),
+            Sent {
+                tensors: 3,
+                raw_bytes: 8800,
+                wire_bytes: 420,
+                refinements: 0,
+            }
+        );
+        assert_eq!(totals.pull, Sent::default());
+        assert_eq!((totals.restored, totals.decode_failures), (2, 1));
+        // Reading the totals made no series: no pull and no other codec
+        // shows up in the exposition.
+        let mut registry = prometheus_client::registry::Registry::with_prefix("tlc");
+        stats.families().register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            !text.contains(r#"tlc_frames_total{direction="pull""#),
+            "{text}"
+        );
+        assert!(!text.contains(r#"codec="fp16""#), "{text}");
     }
 }

@@ -1,5 +1,7 @@
-//! The per-tensor view of a sidecar's contexts, for the admin API
-//! (`/v1/tensors`), `tlcctl tensors` and the per-tensor metrics.
+//! The per-tensor view of a sidecar's contexts: every context as a row for
+//! the admin API (`/v1/tensors`) and `tlcctl tensors`, the bytes each one
+//! encoded and the replicas' versions for the metrics, and one context or
+//! replica looked at on its own (for the demo's and tests' checks).
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -13,6 +15,8 @@ use tlc_codec::{Codec, Params};
 
 use crate::policy::{CodecView, Treatment};
 use tlc_context::push::{l2, scale_of};
+use tlc_context::{PullSource, PushContext, PushKey, ReplicaKey, SourceKey};
+use tlc_core::Direction;
 
 /// One tensor context and what went through it.
 #[derive(Debug, Clone, Serialize)]
@@ -59,6 +63,29 @@ pub struct TensorRow {
     pub memory_bytes: usize,
 }
 
+/// What one holder-side context encoded so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextBytes {
+    /// Push contexts (error feedback) or pull sources (replicas).
+    pub direction: Direction,
+    /// The tensor's context name.
+    pub tensor: String,
+    /// Size as f32 of the tensors it sent compressed.
+    pub raw_bytes: u64,
+    /// Size of their envelopes.
+    pub wire_bytes: u64,
+}
+
+/// The highest version among the pull replicas of each side; `None` while
+/// a side has none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReplicaVersions {
+    /// The holder's pull sources.
+    pub holder: Option<u64>,
+    /// The requester's replicas.
+    pub requester: Option<u64>,
+}
+
 /// The codec a requester saw in a frame (it has no codec settings of its own).
 fn view_of_params(params: Params) -> CodecView {
     let (sparsity, k) = match params {
@@ -80,7 +107,7 @@ impl Sidecar {
     pub fn tensors(&self) -> Vec<TensorRow> {
         let now = Instant::now();
         let mut rows = Vec::new();
-        for listing in self.push.snapshot(now, |context| {
+        for listing in self.contexts.push().snapshot(now, |context| {
             (
                 context.codec(),
                 context.counters(),
@@ -110,7 +137,7 @@ impl Sidecar {
                 memory_bytes: listing.memory_bytes,
             });
         }
-        for listing in self.pull.snapshot(now, |source| {
+        for listing in self.contexts.pull().snapshot(now, |source| {
             (
                 source.codec(),
                 source.counters(),
@@ -141,7 +168,7 @@ impl Sidecar {
                 memory_bytes: listing.memory_bytes,
             });
         }
-        for listing in self.replicas.table().snapshot(now, |replica| {
+        for listing in self.contexts.replicas().table().snapshot(now, |replica| {
             (
                 replica.counters(),
                 replica.values().map_or(0, <[f32]>::len),
@@ -226,5 +253,88 @@ impl Sidecar {
                 memory_bytes: listing.memory_bytes,
             });
         }
+    }
+
+    /// The bytes each holder-side context (push contexts, pull sources)
+    /// encoded, one entry per context. Each is locked briefly in turn.
+    pub fn encoded_by_context(&self) -> Vec<ContextBytes> {
+        let now = Instant::now();
+        let mut rows = Vec::new();
+        for listing in self
+            .contexts
+            .push()
+            .snapshot(now, |context| context.counters())
+        {
+            rows.push(ContextBytes {
+                direction: Direction::Push,
+                tensor: listing.key.tensor,
+                raw_bytes: listing.summary.raw_bytes,
+                wire_bytes: listing.summary.wire_bytes,
+            });
+        }
+        for listing in self
+            .contexts
+            .pull()
+            .snapshot(now, |source| source.counters())
+        {
+            rows.push(ContextBytes {
+                direction: Direction::Pull,
+                tensor: listing.key.tensor,
+                raw_bytes: listing.summary.raw_bytes,
+                wire_bytes: listing.summary.wire_bytes,
+            });
+        }
+        rows
+    }
+
+    /// How far the pull replicas got, on each side.
+    pub fn replica_versions(&self) -> ReplicaVersions {
+        let now = Instant::now();
+        let holder = self
+            .contexts
+            .pull()
+            .snapshot(now, |source| source.state().map(|s| s.version))
+            .into_iter()
+            .filter_map(|l| l.summary)
+            .max();
+        let requester = self
+            .contexts
+            .replicas()
+            .table()
+            .snapshot(now, |replica| replica.state().map(|s| s.version))
+            .into_iter()
+            .filter_map(|l| l.summary)
+            .max();
+        ReplicaVersions { holder, requester }
+    }
+
+    /// What `look` reads of the push context of `key`, under its lock;
+    /// `None` if there is none.
+    pub fn inspect_push_context<R>(
+        &self,
+        key: &PushKey,
+        look: impl FnOnce(&PushContext) -> R,
+    ) -> Option<R> {
+        let context = self.contexts.push().get(key, Instant::now())?;
+        let context = tlc_context::table::lock(&context);
+        Some(look(&context))
+    }
+
+    /// What `look` reads of the pull source of `key` (the holder's
+    /// replica), under its lock; `None` if there is none.
+    pub fn inspect_pull_source<R>(
+        &self,
+        key: &SourceKey,
+        look: impl FnOnce(&PullSource) -> R,
+    ) -> Option<R> {
+        let source = self.contexts.pull().get(key, Instant::now())?;
+        let source = tlc_context::table::lock(&source);
+        Some(look(&source))
+    }
+
+    /// The hash of the requester's replica of `key`, to compare with the
+    /// holder's; `None` without one.
+    pub fn replica_hash(&self, key: &ReplicaKey) -> Option<u64> {
+        self.contexts.replicas().replica_hash(key, Instant::now())
     }
 }

@@ -130,6 +130,8 @@ pub struct TrainingView {
     pub last_rewind: Option<Event>,
     /// `recovery.on_model_reset` in force.
     pub on_model_reset: &'static str,
+    /// Jobs failed because they were stuck after a rebuilt session.
+    pub stalls_failed: u64,
 }
 
 /// A step counter: one node on one holder incarnation.
@@ -370,6 +372,7 @@ impl StepWatch {
             last_reset: state.last_reset.clone(),
             last_rewind: state.last_rewind.clone(),
             on_model_reset: state.settings.on_model_reset.name(),
+            stalls_failed: state.stalls_failed,
         }
     }
 }
