@@ -1,13 +1,24 @@
 //! The body type the proxy moves: any `http_body::Body` of `Bytes`, boxed,
 //! so streamed pass-through bodies and rebuilt ones travel alike.
+//!
+//! What goes around a body is `http_body_util`'s combinators (`map_err`,
+//! boxing) and one wrapper of the proxy's own, `Holding`: a value that
+//! keeps something alive exactly as long as it lives. [`holding`] puts it
+//! around a body (a call guard, a memory charge); [`charged`] puts it
+//! around each chunk it reads (the chunk's charge). [`chunks`] is a body
+//! of its own, not a wrapper.
 
-use bytes::Bytes;
-use http_body_util::combinators::UnsyncBoxBody;
-
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::limits::budget::{Charge, ChargePoller, MemoryBudget};
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty, Full};
+use pin_project_lite::pin_project;
+
+use crate::limits::budget::{Charge, ChargePoller, MemoryBudget};
 
 /// Any error a body may fail with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -52,33 +63,50 @@ pub fn chunks(chunks: Vec<Bytes>, trailers: Option<http::HeaderMap>) -> ProxyBod
 /// to the connection, which holds at most a send buffer more per stream);
 /// with a call guard, the call counts as in progress until then.
 pub fn holding<T: Send + 'static>(body: ProxyBody, held: T) -> ProxyBody {
-    Holding { body, _held: held }.boxed_unsync()
+    Holding {
+        value: body,
+        _held: held,
+    }
+    .boxed_unsync()
 }
 
-struct Holding<T> {
-    body: ProxyBody,
-    _held: T,
+pin_project! {
+    /// A value and something kept alive exactly as long as it, dropped
+    /// right after it: a body and the call guard or [`Charge`] that lasts
+    /// until the body is done ([`holding`]), a chunk and the charge on its
+    /// bytes ([`charged`]). The value works as it did: a body gives its
+    /// frames, end and size hint, a chunk its bytes.
+    struct Holding<V, T> {
+        #[pin]
+        value: V,
+        _held: T,
+    }
 }
 
-impl<T> Unpin for Holding<T> {}
-
-impl<T> http_body::Body for Holding<T> {
-    type Data = Bytes;
-    type Error = BoxError;
+impl<V: http_body::Body, T> http_body::Body for Holding<V, T> {
+    type Data = V::Data;
+    type Error = V::Error;
 
     fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<V::Data>, V::Error>>> {
+        self.project().value.poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.value.is_end_stream()
     }
 
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
+    fn size_hint(&self) -> SizeHint {
+        self.value.size_hint()
+    }
+}
+
+/// A chunk holding its charge, as the owner of a [`Bytes`] (see [`charged`]).
+impl<T> AsRef<[u8]> for Holding<Bytes, T> {
+    fn as_ref(&self) -> &[u8] {
+        &self.value
     }
 }
 
@@ -88,7 +116,7 @@ impl<T> http_body::Body for Holding<T> {
 /// while the budget is spent, so a client that never reads its responses
 /// holds at most the budget, not every response it asked for.
 pub fn charged(body: ProxyBody, budget: &MemoryBudget) -> ProxyBody {
-    ChargedStream {
+    Charging {
         body,
         poller: budget.poller(),
         waiting: None,
@@ -96,39 +124,30 @@ pub fn charged(body: ProxyBody, budget: &MemoryBudget) -> ProxyBody {
     .boxed_unsync()
 }
 
-struct ChargedStream {
-    body: ProxyBody,
-    poller: ChargePoller,
-    /// A chunk read and waiting for its charge.
-    waiting: Option<Bytes>,
-}
-
-/// A chunk and its charge, as the owner of a [`Bytes`].
-struct ChargedChunk {
-    bytes: Bytes,
-    _charge: Charge,
-}
-
-impl AsRef<[u8]> for ChargedChunk {
-    fn as_ref(&self) -> &[u8] {
-        &self.bytes
+pin_project! {
+    /// A body whose data chunks each wait for, and then carry, their charge.
+    struct Charging<B> {
+        #[pin]
+        body: B,
+        poller: ChargePoller,
+        // A chunk read and waiting for its charge.
+        waiting: Option<Bytes>,
     }
 }
 
-impl http_body::Body for ChargedStream {
+impl<B: http_body::Body<Data = Bytes>> http_body::Body for Charging<B> {
     type Data = Bytes;
-    type Error = BoxError;
+    type Error = B::Error;
 
     fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
-        use std::task::Poll;
-        let this = &mut *self;
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.project();
         if this.waiting.is_none() {
-            match std::pin::Pin::new(&mut this.body).poll_frame(cx) {
+            match this.body.poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(chunk) => this.waiting = Some(chunk),
+                    Ok(chunk) => *this.waiting = Some(chunk),
                     Err(frame) => return Poll::Ready(Some(Ok(frame))),
                 },
                 other => return other,
@@ -138,11 +157,11 @@ impl http_body::Body for ChargedStream {
         match this.poller.poll_charge(cx, len) {
             Poll::Ready(charge) => {
                 let bytes = this.waiting.take().unwrap_or_default();
-                let chunk = Bytes::from_owner(ChargedChunk {
-                    bytes,
-                    _charge: charge,
+                let chunk = Bytes::from_owner(Holding {
+                    value: bytes,
+                    _held: charge,
                 });
-                Poll::Ready(Some(Ok(http_body::Frame::data(chunk))))
+                Poll::Ready(Some(Ok(Frame::data(chunk))))
             }
             Poll::Pending => Poll::Pending,
         }
@@ -152,7 +171,7 @@ impl http_body::Body for ChargedStream {
         self.waiting.is_none() && self.body.is_end_stream()
     }
 
-    fn size_hint(&self) -> http_body::SizeHint {
+    fn size_hint(&self) -> SizeHint {
         let mut hint = self.body.size_hint();
         let waiting = self.waiting.as_ref().map_or(0, Bytes::len) as u64;
         hint.set_lower(hint.lower().saturating_add(waiting));
@@ -163,6 +182,10 @@ impl http_body::Body for ChargedStream {
     }
 }
 
+/// A body of chunks already in memory, then trailers: a source rather than
+/// a wrapper, exact about its size and end (which hyper turns into a
+/// `content-length` and an END_STREAM on the last frame), which
+/// `http_body_util::StreamBody` is not.
 struct Chunks {
     chunks: std::vec::IntoIter<Bytes>,
     trailers: Option<http::HeaderMap>,
@@ -173,23 +196,23 @@ impl http_body::Body for Chunks {
     type Error = BoxError;
 
     fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let frame = match self.chunks.by_ref().find(|c| !c.is_empty()) {
-            Some(chunk) => Some(http_body::Frame::data(chunk)),
-            None => self.trailers.take().map(http_body::Frame::trailers),
+            Some(chunk) => Some(Frame::data(chunk)),
+            None => self.trailers.take().map(Frame::trailers),
         };
-        std::task::Poll::Ready(frame.map(Ok))
+        Poll::Ready(frame.map(Ok))
     }
 
     fn is_end_stream(&self) -> bool {
         self.chunks.as_slice().iter().all(Bytes::is_empty) && self.trailers.is_none()
     }
 
-    fn size_hint(&self) -> http_body::SizeHint {
+    fn size_hint(&self) -> SizeHint {
         let data: usize = self.chunks.as_slice().iter().map(Bytes::len).sum();
-        let mut hint = http_body::SizeHint::new();
+        let mut hint = SizeHint::new();
         hint.set_lower(data as u64);
         if self.trailers.is_none() {
             hint.set_upper(data as u64);
@@ -305,7 +328,7 @@ impl Peeked {
                 let head = futures_util::stream::iter(
                     c.chunks
                         .into_iter()
-                        .map(|c| Ok::<_, BoxError>(http_body::Frame::data(c))),
+                        .map(|c| Ok::<_, BoxError>(Frame::data(c))),
                 );
                 let tail = http_body_util::BodyStream::new(rest);
                 http_body_util::StreamBody::new(futures_util::StreamExt::chain(head, tail))
@@ -351,4 +374,113 @@ pub async fn peek_charged(
         }
     }
     Ok(Peeked::Whole(collected))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body::Body;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// Counts its drops.
+    struct Guard(Arc<AtomicUsize>);
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn trailers() -> http::HeaderMap {
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+        trailers
+    }
+
+    async fn data(body: &mut ProxyBody) -> Bytes {
+        let frame = body.frame().await.expect("a frame").expect("no error");
+        frame.into_data().expect("data")
+    }
+
+    #[tokio::test]
+    async fn a_held_value_lives_exactly_as_long_as_its_body() {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let inner = chunks(
+            vec![
+                Bytes::from_static(b"ab"),
+                Bytes::new(),
+                Bytes::from_static(b"c"),
+            ],
+            Some(trailers()),
+        );
+        let mut body = holding(inner, Guard(Arc::clone(&dropped)));
+        assert!(!body.is_end_stream());
+        assert_eq!(body.size_hint().lower(), 3);
+        assert_eq!(body.size_hint().upper(), None, "trailers follow");
+        assert_eq!(&data(&mut body).await[..], b"ab");
+        assert_eq!(&data(&mut body).await[..], b"c");
+        let last = body.frame().await.expect("a frame").expect("no error");
+        assert_eq!(last.into_trailers().expect("trailers"), trailers());
+        assert!(body.is_end_stream());
+        assert!(body.frame().await.is_none());
+        assert_eq!(dropped.load(Ordering::SeqCst), 0, "ended, but alive");
+        drop(body);
+        assert_eq!(dropped.load(Ordering::SeqCst), 1);
+
+        let body = holding(full("abc"), Guard(Arc::clone(&dropped)));
+        assert_eq!(body.size_hint().exact(), Some(3));
+        let body = holding(empty(), body);
+        assert!(body.is_end_stream());
+        assert_eq!(body.size_hint().exact(), Some(0));
+        drop(body);
+        assert_eq!(dropped.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_charged_chunk_holds_its_charge_until_its_last_reference_drops() {
+        const KIB: u64 = 1024;
+        let budget = MemoryBudget::new(8 * KIB);
+        let inner = chunks(
+            vec![
+                Bytes::from(vec![1u8; 3 << 10]),
+                Bytes::from(vec![2u8; 5 << 10]),
+                Bytes::from(vec![3u8; 1 << 10]),
+            ],
+            Some(trailers()),
+        );
+        let mut body = charged(inner, &budget);
+        assert_eq!(body.size_hint().lower(), 9 * KIB);
+        let first = data(&mut body).await;
+        assert_eq!(first.len(), 3 << 10);
+        assert_eq!(budget.in_use_bytes(), 3 * KIB);
+        let part = first.slice(..1);
+        drop(first);
+        assert_eq!(budget.in_use_bytes(), 3 * KIB, "a slice still holds it");
+        let second = data(&mut body).await;
+        assert_eq!(budget.in_use_bytes(), 8 * KIB);
+
+        // The budget is spent: the third chunk is read and waits.
+        let third = {
+            let reading = data(&mut body);
+            tokio::pin!(reading);
+            let waited = tokio::time::timeout(Duration::from_millis(50), reading.as_mut());
+            assert!(waited.await.is_err(), "waits while the budget is spent");
+            drop(second);
+            reading.await
+        };
+        assert_eq!(&third[..], &[3u8; 1 << 10][..]);
+        assert_eq!(budget.in_use_bytes(), 4 * KIB);
+        drop(part);
+        assert_eq!(budget.in_use_bytes(), KIB);
+
+        let last = body.frame().await.expect("a frame").expect("no error");
+        assert_eq!(last.into_trailers().expect("trailers"), trailers());
+        assert!(body.is_end_stream());
+        assert!(body.frame().await.is_none());
+        drop(body);
+        assert_eq!(budget.in_use_bytes(), KIB, "the chunk, not the body");
+        drop(third);
+        assert_eq!(budget.in_use_bytes(), 0);
+    }
 }

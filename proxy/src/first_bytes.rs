@@ -11,13 +11,22 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use pin_project_lite::pin_project;
+use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::oneshot;
 
+use crate::io::{Layer, Wrapped};
+
 /// A stream that reports the outcome of its first read.
-pub struct FirstBytes<S> {
-    inner: S,
-    report: Option<oneshot::Sender<bool>>,
+pub type FirstBytes<S> = Wrapped<FirstRead<S>>;
+
+pin_project! {
+    /// What [`FirstBytes`] adds to a stream: the report of its first read.
+    pub struct FirstRead<S> {
+        #[pin]
+        inner: S,
+        report: Option<oneshot::Sender<bool>>,
+    }
 }
 
 impl<S> FirstBytes<S> {
@@ -25,60 +34,47 @@ impl<S> FirstBytes<S> {
     /// `false` if the stream ends or fails first.
     pub fn new(inner: S) -> (FirstBytes<S>, oneshot::Receiver<bool>) {
         let (report, outcome) = oneshot::channel();
-        let stream = FirstBytes {
+        let stream = Wrapped::wrap(FirstRead {
             inner,
             report: Some(report),
-        };
+        });
         (stream, outcome)
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for FirstBytes<S> {
+impl<S> Layer for FirstRead<S> {
+    type Stream = S;
+
+    #[inline]
+    fn stream(self: Pin<&mut Self>) -> io::Result<Pin<&mut S>> {
+        Ok(self.project().inner)
+    }
+
+    #[inline]
+    fn stream_ref(&self) -> Option<&S> {
+        Some(&self.inner)
+    }
+
+    #[inline]
     fn poll_read(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
+    ) -> Poll<io::Result<()>>
+    where
+        S: AsyncRead,
+    {
+        let this = self.project();
         let before = buf.filled().len();
-        let result = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let result = this.inner.poll_read(cx, buf);
         if let Poll::Ready(outcome) = &result {
-            if let Some(report) = self.report.take() {
+            if let Some(report) = this.report.take() {
                 let got_data = outcome.is_ok() && buf.filled().len() > before;
                 // The receiver may have given up waiting; nothing to do then.
                 let _ = report.send(got_data);
             }
         }
         result
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for FirstBytes<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
     }
 }
 

@@ -11,6 +11,9 @@
 //! connections end without losing a byte, on shutdown or when a successor
 //! takes the listening sockets over ([`server`] ties them together).
 //! [`http_server`] serves the small HTTP/1 endpoints (admin, metrics).
+//! Whatever is put around a connection's stream is an [`io::Wrapped`]
+//! layer; whatever a body keeps alive while it lives (a call in progress,
+//! a memory charge) it keeps through [`body::holding`].
 //!
 //! The only crate of tlc besides the codec with `unsafe`: the socket
 //! option that reads a redirected connection's original destination
@@ -26,7 +29,7 @@ pub mod handler;
 pub mod handover;
 pub mod http_server;
 pub mod intercept;
-mod io;
+pub mod io;
 pub mod lifecycle;
 pub mod limits;
 pub mod linger;

@@ -18,11 +18,12 @@
 
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
+
+use crate::io::{Layer, Wrapped};
 
 /// Longest a closing connection waits for its peer to close. A peer that
 /// has read everything closes at once when it sees the FIN; this bounds a
@@ -85,8 +86,11 @@ pub async fn linger<S: AsyncRead + AsyncWrite + Unpin>(
 /// A stream lent to a connection that closes it by dropping it (hyper's):
 /// when dropped, the stream is handed back through the receiver of
 /// [`lend`] instead of being closed, so that its owner can [`linger`].
+pub type Lent<S> = Wrapped<Loan<S>>;
+
+/// What [`Lent`] adds to a stream: the way back to its owner.
 #[derive(Debug)]
-pub struct Lent<S> {
+pub struct Loan<S> {
     stream: Option<S>,
     back: Option<oneshot::Sender<S>>,
 }
@@ -94,23 +98,14 @@ pub struct Lent<S> {
 /// Lends `stream`: the receiver gets it back once the [`Lent`] is dropped.
 pub fn lend<S>(stream: S) -> (Lent<S>, oneshot::Receiver<S>) {
     let (back, returned) = oneshot::channel();
-    let lent = Lent {
+    let lent = Wrapped::wrap(Loan {
         stream: Some(stream),
         back: Some(back),
-    };
+    });
     (lent, returned)
 }
 
-impl<S> Lent<S> {
-    fn stream(&mut self) -> io::Result<&mut S> {
-        // Only `drop` takes the stream out.
-        self.stream
-            .as_mut()
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))
-    }
-}
-
-impl<S> Drop for Lent<S> {
+impl<S> Drop for Loan<S> {
     fn drop(&mut self) {
         if let (Some(stream), Some(back)) = (self.stream.take(), self.back.take()) {
             // A receiver that is gone lets the stream close here.
@@ -119,43 +114,23 @@ impl<S> Drop for Lent<S> {
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for Lent<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(self.stream()?).poll_read(cx, buf)
-    }
-}
+impl<S: Unpin> Layer for Loan<S> {
+    type Stream = S;
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Lent<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(self.stream()?).poll_write(cx, buf)
+    #[inline]
+    fn stream(self: Pin<&mut Self>) -> io::Result<Pin<&mut S>> {
+        // The stream sits in an `Option` so that `drop` can move it out,
+        // which only an `Unpin` stream allows; only `drop` takes it out.
+        self.get_mut()
+            .stream
+            .as_mut()
+            .map(Pin::new)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))
     }
 
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(self.stream()?).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.as_ref().is_some_and(|s| s.is_write_vectored())
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(self.stream()?).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(self.stream()?).poll_shutdown(cx)
+    #[inline]
+    fn stream_ref(&self) -> Option<&S> {
+        self.stream.as_ref()
     }
 }
 

@@ -12,8 +12,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use pin_project_lite::pin_project;
 use thiserror::Error;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
+
+use crate::io::{Layer, Wrapped};
 
 /// The HTTP/2 connection preface.
 pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -84,76 +87,69 @@ pub async fn read_opening<S: AsyncRead + Unpin>(
 }
 
 /// A stream with bytes already read from it put back in front.
-pub struct Prefixed<S> {
-    prefix: Vec<u8>,
-    at: usize,
-    inner: S,
+pub type Prefixed<S> = Wrapped<Prefix<S>>;
+
+pin_project! {
+    /// What [`Prefixed`] adds to a stream: the bytes to read first.
+    pub struct Prefix<S> {
+        prefix: Vec<u8>,
+        at: usize,
+        #[pin]
+        inner: S,
+    }
 }
 
 impl<S> Prefixed<S> {
     /// `inner`, whose reads start with `prefix`.
     pub fn new(prefix: Vec<u8>, inner: S) -> Prefixed<S> {
-        Prefixed {
+        Wrapped::wrap(Prefix {
             prefix,
             at: 0,
             inner,
-        }
+        })
     }
 
     /// The stream underneath (its prefix must have been read).
     pub fn get_ref(&self) -> &S {
-        &self.inner
+        &self.layer().inner
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+impl<S> Layer for Prefix<S> {
+    type Stream = S;
+
+    #[inline]
+    fn stream(self: Pin<&mut Self>) -> io::Result<Pin<&mut S>> {
+        Ok(self.project().inner)
+    }
+
+    #[inline]
+    fn stream_ref(&self) -> Option<&S> {
+        Some(&self.inner)
+    }
+
+    #[inline]
     fn poll_read(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        if self.at < self.prefix.len() {
-            let rest = &self.prefix[self.at..];
+    ) -> Poll<io::Result<()>>
+    where
+        S: AsyncRead,
+    {
+        let this = self.project();
+        if *this.at < this.prefix.len() {
+            let rest = &this.prefix[*this.at..];
             let n = rest.len().min(buf.remaining());
             buf.put_slice(&rest[..n]);
-            self.at += n;
-            if self.at == self.prefix.len() {
-                self.prefix = Vec::new();
-                self.at = 0;
+            *this.at += n;
+            if *this.at == this.prefix.len() {
+                *this.prefix = Vec::new();
+                *this.at = 0;
             }
             return Poll::Ready(Ok(()));
         }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
+        this.inner.poll_read(cx, buf)
     }
 }
 
