@@ -1,8 +1,9 @@
 //! The sidecar: what tlc does to the calls the proxy hands it.
 //!
 //! `RecvTensor` is where tensors travel, so it is the one method the
-//! sidecar looks inside; every other call is forwarded untouched. The
-//! modules, from the top down:
+//! sidecar looks inside; every other call is forwarded as it is, its
+//! messages compressed losslessly between two sidecars. The modules, from
+//! the top down:
 //!
 //! - [`sidecar`]: the [`Sidecar`] itself, the proxy's
 //!   [`Handler`](tlc_proxy::Handler): dispatch of each call, the holder side
@@ -11,6 +12,8 @@
 //! - [`policy`]: which codec, if any, each tensor gets;
 //! - [`graph`]: what each tensor is, learned from the graphs TensorFlow
 //!   registers as they pass;
+//! - [`hop`]: lossless compression of every other message between two
+//!   sidecars;
 //! - [`training`]: the global step as TensorFlow reads it: progress, stalls,
 //!   and a model that went back to its start;
 //! - [`counters`]: the labelled Prometheus series the data path updates.
@@ -22,6 +25,7 @@
 
 pub mod counters;
 pub mod graph;
+pub mod hop;
 pub mod policy;
 pub mod sidecar;
 pub mod training;

@@ -8,7 +8,9 @@
 //!   as protobufs;
 //! - [`envelope`]: what one sidecar sends the other in place of a tensor
 //!   (`ENVELOPE.md` beside this crate says it byte by byte);
-//! - [`peer`]: the `tlc-*` headers two sidecars exchange.
+//! - [`peer`]: the `tlc-*` headers two sidecars exchange;
+//! - [`hop`]: lossless compression of the other messages between two
+//!   sidecars.
 //!
 //! Each parser here reads a peer's bytes, so each has a fuzz target in
 //! `daemon/fuzz` and hostile-input tests.
@@ -17,6 +19,7 @@
 
 pub mod envelope;
 pub mod graph;
+pub mod hop;
 pub mod peer;
 pub mod tf;
 

@@ -10,6 +10,8 @@
 //! | `tlc-max: BYTES` | request | the largest tensor content (decimal bytes) the requester decodes; a larger one must come uncompressed |
 //! | `tlc-envelope: 1` | response | the response's `tensor_content` is an envelope, not the tensor |
 //! | `tlc-fallback: TOKEN` | request to [`FALLBACK_PATH`] | asks for the original response of an envelope |
+//! | `tlc-hop: 1` | request | the caller is a sidecar that restores hop-compressed responses ([`crate::hop`]); with `grpc-encoding: zstd`, this request's messages are hop-compressed |
+//! | `tlc-hop: 1` | response | a sidecar answered; with `grpc-encoding: zstd`, the response's messages are hop-compressed |
 
 use http::{HeaderMap, HeaderValue};
 
@@ -27,6 +29,9 @@ pub const MAX_TENSOR: &str = "tlc-max";
 pub const ENVELOPE: &str = "tlc-envelope";
 /// Request header of a fallback call: which response is wanted.
 pub const FALLBACK: &str = "tlc-fallback";
+/// Request and response header: a sidecar on the other end of the hop
+/// restores hop-compressed messages ([`crate::hop`]).
+pub const HOP: &str = "tlc-hop";
 /// The envelope version this build speaks.
 pub const PROTOCOL: &str = "1";
 /// gRPC path of the sidecar-to-sidecar fallback call; answered by the
@@ -131,9 +136,29 @@ pub fn has_envelope(headers: &HeaderMap) -> bool {
     headers.get(ENVELOPE).is_some_and(|v| v == PROTOCOL)
 }
 
+/// Whether the other end marked its call or answer as a sidecar's that
+/// speaks hop compression.
+pub fn speaks_hop(headers: &HeaderMap) -> bool {
+    headers.get(HOP).is_some_and(|v| v == PROTOCOL)
+}
+
+/// Whether a call marked by a sidecar ([`speaks_hop`]) carries
+/// hop-compressed messages.
+pub fn hop_compressed(headers: &HeaderMap) -> bool {
+    speaks_hop(headers)
+        && headers
+            .get("grpc-encoding")
+            .is_some_and(|v| v == crate::hop::ENCODING)
+}
+
+/// Marks `headers` as a sidecar's that speaks hop compression.
+pub fn mark_hop(headers: &mut HeaderMap) {
+    headers.insert(HOP, HeaderValue::from_static(PROTOCOL));
+}
+
 /// Removes every `tlc-*` header, so TensorFlow sees exactly what it sent.
 pub fn strip(headers: &mut HeaderMap) {
-    for name in [PEER, REPLICA, CLASS, MAX_TENSOR, ENVELOPE, FALLBACK] {
+    for name in [PEER, REPLICA, CLASS, MAX_TENSOR, ENVELOPE, FALLBACK, HOP] {
         headers.remove(name);
     }
 }

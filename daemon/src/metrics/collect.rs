@@ -40,6 +40,12 @@ struct FallbackSide {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct HopLabels {
+    way: &'static str,
+    stage: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct TableLabel {
     table: &'static str,
 }
@@ -106,6 +112,30 @@ fn register_totals(registry: &mut Registry, totals: &Totals) {
         "fallbacks",
         "Original responses fetched after a decode failure (fetched) or sent to a peer (served)",
         fallbacks,
+    );
+    let hop = Family::<HopLabels, Counter>::default();
+    for (way, counted) in [
+        ("sent", totals.hop.compressed),
+        ("received", totals.hop.restored),
+    ] {
+        for (stage, n) in [("raw", counted.raw_bytes), ("wire", counted.wire_bytes)] {
+            hop.get_or_create(&HopLabels { way, stage }).inc_by(n);
+        }
+    }
+    registry.register_with_unit(
+        "hop_compressed",
+        "Messages between sidecars that are not envelopes (control calls, integer and small \
+         tensors), compressed losslessly: bytes before (raw) and after (wire), as this sidecar \
+         sent or received them",
+        Unit::Bytes,
+        hop,
+    );
+    let hop_failures = Counter::<u64>::default();
+    hop_failures.inc_by(totals.hop.failures);
+    registry.register(
+        "hop_restore_failures",
+        "Compressed messages from a peer's sidecar that could not be restored (the call failed)",
+        hop_failures,
     );
     let drift = Counter::<u64>::default();
     drift.inc_by(totals.drift_resets);

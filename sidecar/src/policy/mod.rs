@@ -5,6 +5,7 @@
 //! [policy]
 //! parameter_jobs = ["ps"]   # jobs whose tasks hold the model
 //! min_bytes = 4096          # smaller tensors pass as they are
+//! hop_compression = true    # zstd over every other message between sidecars
 //!
 //! [policy.push]             # gradients, worker -> parameter task
 //! codec = "3lc"
@@ -231,6 +232,10 @@ pub struct PolicySettings {
     pub parameter_jobs: Vec<String>,
     /// Tensors smaller than this many bytes pass uncompressed.
     pub min_bytes: u64,
+    /// Compress, losslessly, every message between two sidecars that is
+    /// not an envelope (control calls, integer and small tensors; see
+    /// `crate::hop`).
+    pub hop_compression: bool,
     /// Codec for gradients.
     pub push: CodecSettings,
     /// Codec for model values.
@@ -261,6 +266,7 @@ impl Default for PolicySettings {
         PolicySettings {
             parameter_jobs: vec!["ps".into()],
             min_bytes: DEFAULT_MIN_BYTES,
+            hop_compression: true,
             push: CodecSettings::default(),
             pull: CodecSettings::default(),
             sparse: memoryless_default(),
@@ -423,6 +429,12 @@ impl Policy {
     /// Tensors smaller than this pass uncompressed.
     pub fn min_bytes(&self) -> u64 {
         self.min_bytes
+    }
+
+    /// Whether messages that are not envelopes are compressed losslessly
+    /// between sidecars.
+    pub fn hop_compression(&self) -> bool {
+        self.settings.hop_compression
     }
 
     /// Steps a dense tensor crosses uncompressed before its context starts.

@@ -180,6 +180,9 @@ pub struct Sidecar {
     /// metrics (certificate expiry, reloads).
     tls: std::sync::OnceLock<Arc<tlc_proxy::tls::TlsContext>>,
     recorder: Option<Arc<Recorder>>,
+    /// Requester side: the peers that answered as sidecars lately, whose
+    /// requests are compressed.
+    hop_peers: crate::hop::Peers,
 }
 
 impl Default for Sidecar {
@@ -216,6 +219,7 @@ impl Sidecar {
             budget: MemoryBudget::new(options.in_flight_bytes),
             tls: std::sync::OnceLock::new(),
             recorder: recorder.map(Arc::new),
+            hop_peers: crate::hop::Peers::default(),
         }
     }
 
@@ -309,25 +313,13 @@ impl Sidecar {
             self.stats.fallback_served();
             return self.fallbacks.serve(&request);
         }
-        if let Some(registration) = Registration::of_path(path) {
+        let request = match Registration::of_path(path) {
             // Read the graph on its way; the call goes on untouched.
-            let (parts, body) = request.into_parts();
-            let hook = self.recorder.clone().map(|recorder| {
-                Box::new(move |kind: Registration, message: &[u8]| {
-                    recorder.write_graph(kind.name(), message)
-                }) as tap::MessageHook
-            });
-            let body = tap::tap(
-                body,
-                registration,
-                self.graphs.clone(),
-                MAX_GRAPH_MESSAGE,
-                hook,
-            );
-            return forward(upstream, Request::from_parts(parts, body)).await;
-        }
-        if path != RECV_TENSOR {
-            return forward(upstream, request).await;
+            Some(registration) => self.tap(registration, request),
+            None => request,
+        };
+        if request.uri().path() != RECV_TENSOR {
+            return self.forward(role, upstream, request).await;
         }
         if let Some(recorder) = self.recorder.as_ref().filter(|_| role == Role::Outbound) {
             if let Some(n) = recorder.claim() {
@@ -342,6 +334,49 @@ impl Sidecar {
             }
         })
         .await
+    }
+
+    /// `request` with its body read on its way as a graph registration.
+    fn tap(&self, registration: Registration, request: Request<ProxyBody>) -> Request<ProxyBody> {
+        let (parts, body) = request.into_parts();
+        let hook = self.recorder.clone().map(|recorder| {
+            Box::new(move |kind: Registration, message: &[u8]| {
+                recorder.write_graph(kind.name(), message)
+            }) as tap::MessageHook
+        });
+        let body = tap::tap(
+            body,
+            registration,
+            self.graphs.clone(),
+            MAX_GRAPH_MESSAGE,
+            hook,
+        );
+        Request::from_parts(parts, body)
+    }
+
+    /// Sends `request` on to `upstream`: from the requester's side through
+    /// hop compression (marked, compressed when the policy says so, the
+    /// answer restored); from the holder's side to TensorFlow as it is.
+    pub(crate) async fn forward(
+        &self,
+        role: Role,
+        upstream: &Upstream,
+        request: Request<ProxyBody>,
+    ) -> Response<ProxyBody> {
+        match role {
+            Role::Outbound => {
+                let compress = self.policy().hop_compression();
+                crate::hop::forward(
+                    &self.hop_peers,
+                    self.stats.hop(),
+                    compress,
+                    upstream,
+                    request,
+                )
+                .await
+            }
+            Role::Inbound => forward(upstream, request).await,
+        }
     }
 
     /// The bounds this sidecar was made with.
@@ -407,7 +442,20 @@ impl Handler for Sidecar {
             }
             peer::strip(request.headers_mut());
         }
+        let mut hop_peer = false;
+        if role == Role::Inbound {
+            match crate::hop::restore_request(self.stats.hop(), request).await {
+                Ok((restored, marked)) => (request, hop_peer) = (restored, marked),
+                Err(refused) => return refused,
+            }
+        }
         let response = Arc::clone(&self).answer(role, upstream, request).await;
+        let response = if hop_peer {
+            let compress = self.policy().hop_compression();
+            crate::hop::compress_response(response, self.stats.hop(), compress)
+        } else {
+            response
+        };
         let charge =
             role == Role::Inbound && response.extensions().get::<AlreadyCharged>().is_none();
         if charge {

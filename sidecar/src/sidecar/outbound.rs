@@ -23,7 +23,6 @@ use tlc_context::Restored as Decoded;
 use tlc_core::TensorCall;
 use tlc_core::{Outcome, Role};
 use tlc_proxy::body::{self, Collected, ProxyBody};
-use tlc_proxy::forward::forward;
 use tlc_proxy::grpc_status;
 use tlc_proxy::upstream::Upstream;
 use tlc_wire::envelope::EnvelopeHeader;
@@ -49,7 +48,7 @@ pub async fn recv_tensor(
         // Not a request we understand: no peer announced, nothing changed.
         sidecar.stats.passed("request_unreadable");
         let request = Request::from_parts(parts, peeked.into_body());
-        return calls::unchanged(forward(upstream, request).await);
+        return calls::unchanged(sidecar.forward(Role::Outbound, upstream, request).await);
     };
     parts
         .headers
@@ -81,7 +80,13 @@ pub async fn recv_tensor(
         };
         parts.headers.insert(peer::REPLICA, header.to_header());
     }
-    let response = forward(upstream, Request::from_parts(parts, peeked.into_body())).await;
+    let response = sidecar
+        .forward(
+            Role::Outbound,
+            upstream,
+            Request::from_parts(parts, peeked.into_body()),
+        )
+        .await;
     // A step counter is an integer, never compressed: TensorFlow's own bytes.
     let response = if !peer::has_envelope(response.headers()) && step_reads::is_step_read(&call) {
         match step_reads::watch(&sidecar.steps, &call, response).await {

@@ -20,13 +20,14 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tlc_codec::CodecId;
 use tlc_proxy::connection::ConnectionStats;
 
 use crate::counters::Families;
+use crate::hop::{HopCounters, HopTotals};
 use tlc_core::Direction;
 use tlc_core::Outcome;
 use tlc_core::Role;
@@ -73,6 +74,8 @@ pub struct Stats {
     passed: Mutex<BTreeMap<&'static str, Passed>>,
     /// Connections of every listener, counted by the proxy.
     connections: ConnectionStats,
+    /// Hop compression, both ways (shared with the bodies that count).
+    hop: Arc<HopCounters>,
 }
 
 /// What one direction sent compressed (encoding side).
@@ -119,6 +122,8 @@ pub struct Totals {
     /// Body bytes of those the sidecar read before passing them, by
     /// reason (only reasons whose responses were read).
     pub passed_bytes: BTreeMap<&'static str, u64>,
+    /// Messages compressed and restored losslessly between sidecars.
+    pub hop: HopTotals,
 }
 
 impl Totals {
@@ -224,6 +229,12 @@ impl Stats {
         &self.families
     }
 
+    /// Hop compression's counters, for the bodies that count as they
+    /// stream.
+    pub fn hop(&self) -> &Arc<HopCounters> {
+        &self.hop
+    }
+
     /// The connections of every listener (the proxy counts them).
     pub fn connections(&self) -> &ConnectionStats {
         &self.connections
@@ -265,6 +276,7 @@ impl Stats {
             drift_resets: self.drift_resets.load(Ordering::Relaxed),
             passed,
             passed_bytes,
+            hop: self.hop.totals(),
         }
     }
 
@@ -282,7 +294,9 @@ impl Stats {
             )
         };
         format!(
-            "{}; {}; restored={} decode_failures={} fallbacks={} fallbacks_served={} drift_resets={} passed_bytes={} passed={:?}",
+            "{}; {}; restored={} decode_failures={} fallbacks={} fallbacks_served={} drift_resets={} \
+             hop_sent_raw={} hop_sent_wire={} hop_received_wire={} hop_received_raw={} hop_failures={} \
+             passed_bytes={} passed={:?}",
             direction("push", &totals.push),
             direction("pull", &totals.pull),
             totals.restored,
@@ -290,6 +304,11 @@ impl Stats {
             totals.fallbacks,
             totals.fallbacks_served,
             totals.drift_resets,
+            totals.hop.compressed.raw_bytes,
+            totals.hop.compressed.wire_bytes,
+            totals.hop.restored.wire_bytes,
+            totals.hop.restored.raw_bytes,
+            totals.hop.failures,
             totals.passed_bytes.values().sum::<u64>(),
             totals.passed,
         )
@@ -334,6 +353,7 @@ mod tests {
             "push: tensors=1 raw_bytes=4000 wire_bytes=100 ratio=40.0 refinements=0; \
              pull: tensors=1 raw_bytes=800 wire_bytes=200 ratio=4.0 refinements=3; \
              restored=1 decode_failures=1 fallbacks=1 fallbacks_served=2 drift_resets=0 \
+             hop_sent_raw=0 hop_sent_wire=0 hop_received_wire=0 hop_received_raw=0 hop_failures=0 \
              passed_bytes=300 passed={\"policy_skip\": 1, \"small\": 2}"
         );
     }
