@@ -404,6 +404,7 @@ mod tests {
             holder_incarnation: 1,
             requester_task: "/job:worker/replica:0/task:0".into(),
             direction,
+            step_id: 1,
         }
     }
 

@@ -24,4 +24,7 @@ pub struct TensorCall {
     pub requester_task: String,
     /// Pull when the holder is a parameter task, else push.
     pub direction: Direction,
+    /// The step the call belongs to (`RecvTensorRequest.step_id`): one
+    /// value for every tensor of one step of one session, across tasks.
+    pub step_id: i64,
 }

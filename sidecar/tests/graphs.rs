@@ -154,3 +154,92 @@ fn built_partitions_classify_as_built() {
     assert_eq!(class(w0, ps, "edge_10_grad_emb"), Some(TensorClass::Sparse));
     assert_eq!(class(ps, w0, "edge_9_grad_w1"), None);
 }
+
+/// The ps partitions a TF1 worker registers in synchronous embedding
+/// training with the table over two ps tasks: each ps gathers its shard's
+/// rows by the ids the worker sends, and collects the gradient rows for the
+/// same ids in a `SparseConditionalAccumulator`.
+#[test]
+fn tf1_embedding_rows_are_paired_with_their_ids() {
+    use tlc_sidecar::graph::{RowKeyed, RowRole};
+    let index = GraphIndex::default();
+    const PS1: &str = "/job:ps/replica:0/task:1";
+    for (name, ps, ids, rows, grad) in [
+        (
+            "tf1_embedding_sync_2ps_ps1_w0.register_graph.pb",
+            PS1,
+            "edge_54_embedding_lookup/DynamicPartition",
+            "edge_66_embedding_lookup/GatherV2",
+            "edge_142_gradients/embedding_lookup/GatherV2_grad/Reshape",
+        ),
+        (
+            "tf1_embedding_sync_2ps_ps0_w0.register_graph.pb",
+            PS,
+            "edge_58_embedding_lookup/DynamicPartition",
+            "edge_67_embedding_lookup/GatherV2_1",
+            "edge_137_gradients/embedding_lookup/GatherV2_1_grad/Reshape",
+        ),
+    ] {
+        let learned = index.learn_register_graph(&fixture(name)).unwrap();
+        assert_eq!(learned.conflicts, 0, "{name}");
+        let rows_of = |src: &str, dst: &str, tensor: &str| {
+            index
+                .lookup(src, dst, tensor)
+                .unwrap_or_else(|| panic!("{tensor} not classified"))
+                .rows
+        };
+        let paired = |role| {
+            Some(RowKeyed {
+                ids: ids.to_owned(),
+                role,
+            })
+        };
+        assert_eq!(rows_of(W0, ps, ids), paired(RowRole::Ids), "{name}");
+        assert_eq!(rows_of(ps, W0, rows), paired(RowRole::Gathered), "{name}");
+        assert_eq!(rows_of(W0, ps, grad), paired(RowRole::Slices), "{name}");
+        assert_eq!(class(&index, ps, W0, rows), TensorClass::Sparse);
+        // The step counter and the dense layers' tensors have no ids.
+        for other in [
+            "edge_116_sync_rep_local_step/read",
+            "edge_102_sync_rep_local_step/read",
+        ] {
+            if let Some(c) = index.lookup(W0, ps, other) {
+                assert_eq!(c.rows, None, "{other}");
+            }
+        }
+    }
+}
+
+/// Asynchronous TF1 embedding training on one ps: the gradient's indices
+/// cross as a tensor of their own, and the optimizer sums duplicates with
+/// `Unique` and `UnsortedSegmentSum` before `SparseApplyMomentum`.
+#[test]
+fn tf1_async_embedding_gradient_rows_are_paired_with_their_own_indices() {
+    use tlc_sidecar::graph::{RowKeyed, RowRole};
+    let index = GraphIndex::default();
+    let learned = index
+        .learn_register_graph(&fixture("tf1_embedding_async_1ps_w0.register_graph.pb"))
+        .unwrap();
+    assert_eq!(learned.conflicts, 0);
+    let rows_of = |src: &str, dst: &str, tensor: &str| index.lookup(src, dst, tensor).unwrap().rows;
+    let paired = |ids: &str, role| {
+        Some(RowKeyed {
+            ids: ids.to_owned(),
+            role,
+        })
+    };
+    let ids = "edge_118__recv_ids_0";
+    assert_eq!(rows_of(W0, PS, ids), paired(ids, RowRole::Ids));
+    assert_eq!(
+        rows_of(PS, W0, "edge_15_embedding_lookup"),
+        paired(ids, RowRole::Gathered)
+    );
+    let indices = "edge_29_gradients/embedding_lookup_grad/Reshape_1";
+    assert_eq!(rows_of(W0, PS, indices), paired(indices, RowRole::Ids));
+    assert_eq!(
+        rows_of(W0, PS, "edge_82_gradients/embedding_lookup_grad/Reshape"),
+        paired(indices, RowRole::Slices)
+    );
+    // The momentum hyperparameter crosses too, unpaired.
+    assert_eq!(rows_of(W0, PS, "edge_62_Momentum/momentum"), None);
+}

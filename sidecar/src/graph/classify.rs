@@ -51,6 +51,40 @@ pub struct Classified {
     /// adds to the staleness (see [`tlc_context::refine`]), and for
     /// everything that is not a dense gradient.
     pub accumulated: bool,
+    /// For a sparse tensor whose rows are named by row ids that cross
+    /// between the same two tasks in the same step: those ids, and what
+    /// this tensor is to them (see [`RowKeyed`]). `None` for every other.
+    pub rows: Option<RowKeyed>,
+}
+
+/// A tensor of embedding rows or row ids, paired by the graph.
+///
+/// A `Gather` on a parameter task whose indices arrive from a worker sends
+/// that worker the gathered rows; an `IndexedSlices` gradient arrives as
+/// values beside indices at an op that sums duplicate ids
+/// (`SparseAccumulatorApplyGradient`, `ScatterAdd`, or the
+/// `Unique`/`UnsortedSegmentSum` an optimizer puts before its sparse
+/// apply). Either way row `i` of the tensor is table row `ids[i]`, and
+/// both sidecars see the ids cross (from the worker to the parameter task)
+/// before the rows: state kept per row id is right for them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowKeyed {
+    /// The rendezvous `tensor_name` of the ids (`edge_54_.../DynamicPartition`),
+    /// sent by the worker to the parameter task.
+    pub ids: String,
+    /// What the tensor is.
+    pub role: RowRole,
+}
+
+/// What a row-keyed tensor is to its ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowRole {
+    /// The ids themselves (int64 or int32), to be remembered for the step.
+    Ids,
+    /// Rows gathered from a table by the ids (a pull).
+    Gathered,
+    /// Gradient rows for the ids, whose consumer sums duplicates (a push).
+    Slices,
 }
 
 impl Classified {
@@ -129,6 +163,17 @@ const VARIABLE_READS: &[&str] = &[
     "ReadVariableOp",
     "_ReadVariablesOp",
     "VarHandleOp",
+];
+
+/// Ops that gather rows of their first input by the ids of their second.
+const GATHERS: &[&str] = &["Gather", "GatherV2", "ResourceGather"];
+
+/// Ops that add gradient rows (input `values`) into the rows their ids
+/// (input `ids`) name, summing duplicate ids: `(op, ids, values)`.
+const ROW_SUMS: &[(&str, usize, usize)] = &[
+    ("SparseAccumulatorApplyGradient", 2, 3),
+    ("ScatterAdd", 1, 2),
+    ("ResourceScatterAdd", 1, 2),
 ];
 
 /// Dense update ops that only collect a gradient, to be averaged with
@@ -232,6 +277,88 @@ impl<'a> Body<'a> {
         }
     }
 
+    /// The node an input comes from, through pass-through ops.
+    fn source(&self, input: &str) -> Option<(usize, &'a NodeDef)> {
+        let mut name = parse_input(input)?.node;
+        for _ in 0..MAX_DEPTH {
+            let index = *self.by_name.get(name)?;
+            let node = &self.nodes[index];
+            if !PASS_THROUGH.contains(&node.op.as_str()) {
+                return Some((index, node));
+            }
+            name = parse_input(node.input.first()?)?.node;
+        }
+        None
+    }
+
+    /// The `_Recv` an input comes from, through pass-through ops.
+    fn recv_behind(&self, input: &str) -> Option<usize> {
+        self.source(input)
+            .filter(|(_, node)| is_recv(&node.op))
+            .map(|(index, _)| index)
+    }
+
+    /// For a `_Send` of rows gathered from a variable along axis 0: the
+    /// `_Recv` that brought the ids.
+    fn gathered_rows(&self, send: &NodeDef) -> Option<usize> {
+        let (_, gather) = self.source(send.input.first()?)?;
+        if !GATHERS.contains(&gather.op.as_str()) {
+            return None;
+        }
+        let (_, table) = self.source(gather.input.first()?)?;
+        if !VARIABLE_READS.contains(&table.op.as_str()) {
+            return None;
+        }
+        if gather.op == "GatherV2" {
+            // Rows only along axis 0, and without batch dimensions.
+            let (_, axis) = self.source(gather.input.get(2)?)?;
+            if axis.const_int()? != 0 {
+                return None;
+            }
+        }
+        if gather.attr.contains_key("batch_dims") && gather_batch_dims(gather) != Some(0) {
+            return None;
+        }
+        self.recv_behind(gather.input.get(1)?)
+    }
+
+    /// For a `_Recv` of gradient rows: the `_Recv` of their ids, if every
+    /// op the rows reach sums them into the rows the ids name.
+    fn slices_ids(&self, recv: usize) -> Option<usize> {
+        let name = self.nodes[recv].name.as_str();
+        let is_this = |input: Option<&String>| {
+            input
+                .and_then(|i| parse_input(i))
+                .is_some_and(|r| r.node == name && r.output == 0)
+        };
+        let mut ids = None;
+        for &consumer in &self.consumers[recv] {
+            let node = &self.nodes[consumer];
+            let found = if node.op == "UnsortedSegmentSum" && is_this(node.input.first()) {
+                // The optimizer's sum of duplicates: segment ids are
+                // `Unique(ids).idx`.
+                let segments = parse_input(node.input.get(1)?)?;
+                let unique = &self.nodes[*self.by_name.get(segments.node)?];
+                (unique.op == "Unique" && segments.output == 1)
+                    .then(|| self.recv_behind(unique.input.first()?))
+                    .flatten()
+            } else {
+                let &(_, id_input, value_input) =
+                    ROW_SUMS.iter().find(|(op, _, _)| node.op == *op)?;
+                if !is_this(node.input.get(value_input)) {
+                    return None;
+                }
+                self.recv_behind(node.input.get(id_input)?)
+            };
+            match (found, ids) {
+                (None, _) => return None,
+                (Some(f), Some(known)) if f != known => return None,
+                (Some(f), _) => ids = Some(f),
+            }
+        }
+        ids
+    }
+
     /// The class of what a `_Send` sends, from its producer chain.
     fn classify_send(&self, send: &NodeDef) -> Classified {
         let Some(first) = send.input.iter().find_map(|i| parse_input(i)) else {
@@ -252,6 +379,7 @@ impl<'a> Body<'a> {
                     output,
                     function: None,
                     accumulated: false,
+                    rows: None,
                 };
             }
             if is_sparse_op(op) {
@@ -261,6 +389,7 @@ impl<'a> Body<'a> {
                     output,
                     function: None,
                     accumulated: false,
+                    rows: None,
                 };
             }
             if !PASS_THROUGH.contains(&op) {
@@ -297,6 +426,7 @@ impl<'a> Body<'a> {
                         output: 0,
                         function: None,
                         accumulated: false,
+                        rows: None,
                     };
                 }
                 if is_dense_update(op) {
@@ -322,6 +452,7 @@ impl<'a> Body<'a> {
                 output: 0,
                 function: None,
                 accumulated: accumulated && !applied_on_arrival,
+                rows: None,
             },
             (_, Some(o)) => unknown(0, format!("feeds {} {}", o.op, o.name)),
             (None, None) => unknown(0, "received but not consumed"),
@@ -336,7 +467,13 @@ fn unknown(output: u32, reason: impl Into<String>) -> Classified {
         output,
         function: None,
         accumulated: false,
+        rows: None,
     }
+}
+
+/// A gather's `batch_dims` attribute, when it is an integer.
+fn gather_batch_dims(gather: &NodeDef) -> Option<i64> {
+    gather.attr.get("batch_dims")?.i
 }
 
 /// The task part of a device attribute, as the rendezvous key's device
@@ -354,7 +491,8 @@ pub fn classify_body(
     function: Option<&str>,
 ) -> Vec<(RendezvousTensor, Classified)> {
     let body = Body::new(nodes);
-    let mut found = Vec::new();
+    // (node index, tensor, class) of every cross-task transfer.
+    let mut found: Vec<(usize, RendezvousTensor, Classified)> = Vec::new();
     for (index, node) in nodes.iter().enumerate() {
         let op = node.op.as_str();
         if !is_send(op) && !is_recv(op) {
@@ -376,16 +514,54 @@ pub fn classify_body(
             body.classify_recv(index)
         };
         classified.function = function.map(str::to_owned);
-        found.push((
-            RendezvousTensor {
-                src_task,
-                dst_task,
-                tensor_name: tensor_name.to_owned(),
-            },
-            classified,
-        ));
+        let tensor = RendezvousTensor {
+            src_task,
+            dst_task,
+            tensor_name: tensor_name.to_owned(),
+        };
+        found.push((index, tensor, classified));
     }
-    found
+    pair_rows(&body, &mut found);
+    found.into_iter().map(|(_, t, c)| (t, c)).collect()
+}
+
+/// Marks the sparse tensors whose row ids the graph names, and those ids
+/// ([`RowKeyed`]). The ids must cross between the same two tasks as the
+/// rows, from the worker: the rows' requester (a gather) or sender (a
+/// gradient).
+fn pair_rows(body: &Body<'_>, found: &mut [(usize, RendezvousTensor, Classified)]) {
+    let mut pairs = Vec::new();
+    for (at, (index, tensor, classified)) in found.iter().enumerate() {
+        if classified.class != TensorClass::Sparse {
+            continue;
+        }
+        let node = &body.nodes[*index];
+        let (ids, role, worker) = if is_send(&node.op) {
+            (
+                body.gathered_rows(node),
+                RowRole::Gathered,
+                &tensor.dst_task,
+            )
+        } else {
+            (body.slices_ids(*index), RowRole::Slices, &tensor.src_task)
+        };
+        let Some(ids) = ids else { continue };
+        let Some(ids_at) = found.iter().position(|(i, _, _)| *i == ids) else {
+            continue;
+        };
+        let ids_tensor = &found[ids_at].1;
+        if &ids_tensor.src_task == worker && ids_tensor.dst_task != *worker {
+            pairs.push((at, ids_at, role));
+        }
+    }
+    for (at, ids_at, role) in pairs {
+        let ids = found[ids_at].1.tensor_name.clone();
+        found[ids_at].2.rows = Some(RowKeyed {
+            ids: ids.clone(),
+            role: RowRole::Ids,
+        });
+        found[at].2.rows = Some(RowKeyed { ids, role });
+    }
 }
 
 #[cfg(test)]
@@ -425,6 +601,7 @@ mod tests {
                 AttrValue {
                     s: Some(value.as_bytes().to_vec()),
                     r#type: None,
+                    ..Default::default()
                 },
             );
         }

@@ -230,11 +230,19 @@ impl GraphIndex {
                         output: classified.output,
                         function: None,
                         accumulated: false,
+                        rows: None,
                     };
                 }
                 // One graph accumulates a gradient, another applies it on
                 // arrival: refine it (more passes are never less safe).
-                Some(existing) => existing.accumulated &= classified.accumulated,
+                // Row ids are trusted only when every graph names the
+                // same ones.
+                Some(existing) => {
+                    existing.accumulated &= classified.accumulated;
+                    if existing.rows != classified.rows {
+                        existing.rows = None;
+                    }
+                }
                 None if len >= self.max_entries => {
                     learned.dropped += 1;
                     self.counters.dropped.fetch_add(1, Ordering::Relaxed);
@@ -274,6 +282,7 @@ mod tests {
                     let value = AttrValue {
                         s: Some(v.as_bytes().to_vec()),
                         r#type: None,
+                        ..Default::default()
                     };
                     (k.to_string(), value)
                 })

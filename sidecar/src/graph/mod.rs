@@ -21,6 +21,6 @@ pub mod index;
 pub mod tap;
 pub mod training;
 
-pub use classify::{Classified, RendezvousTensor, TensorClass};
+pub use classify::{Classified, RendezvousTensor, RowKeyed, RowRole, TensorClass};
 pub use index::GraphIndex;
 pub use training::Training;

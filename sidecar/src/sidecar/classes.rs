@@ -74,6 +74,7 @@ impl Sidecar {
                 output: 0,
                 function: hint.function.then(|| "(the requester's)".into()),
                 accumulated: hint.accumulated,
+                rows: None,
             },
             None => Classified {
                 class: TensorClass::Unknown,
@@ -81,6 +82,7 @@ impl Sidecar {
                 output: 0,
                 function: None,
                 accumulated: false,
+                rows: None,
             },
         }
     }

@@ -36,6 +36,7 @@ pub fn read(body: &Bytes, policy: &Policy) -> Option<TensorCall> {
         holder_incarnation: key.src_incarnation,
         requester_task: peer.prefix(),
         direction,
+        step_id: request.step_id,
     })
 }
 

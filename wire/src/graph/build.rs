@@ -25,6 +25,7 @@ fn string_attr(value: &str) -> AttrValue {
     AttrValue {
         s: Some(value.as_bytes().to_vec()),
         r#type: None,
+        ..Default::default()
     }
 }
 

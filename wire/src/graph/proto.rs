@@ -93,6 +93,12 @@ pub struct AttrValue {
     /// A data type (`T`, `tensor_type`).
     #[prost(int32, optional, tag = "6")]
     pub r#type: Option<i32>,
+    /// An integer (`batch_dims`).
+    #[prost(int64, optional, tag = "3")]
+    pub i: Option<i64>,
+    /// A tensor (a `Const`'s `value`).
+    #[prost(message, optional, tag = "8")]
+    pub tensor: Option<crate::tf::proto::TensorProto>,
 }
 
 impl NodeDef {
@@ -105,6 +111,40 @@ impl NodeDef {
     /// A type attribute, if present.
     pub fn attr_type(&self, name: &str) -> Option<i32> {
         self.attr.get(name)?.r#type
+    }
+
+    /// The single integer a scalar `Const` holds, if this is one.
+    pub fn const_int(&self) -> Option<i64> {
+        if self.op != "Const" {
+            return None;
+        }
+        let tensor = self.attr.get("value")?.tensor.as_ref()?;
+        // DT_INT32 and DT_INT64.
+        if tensor.dtype != 3 && tensor.dtype != 9 {
+            return None;
+        }
+        let scalar = tensor
+            .tensor_shape
+            .as_ref()
+            .is_none_or(|s| s.dim.is_empty());
+        if !scalar {
+            return None;
+        }
+        match (tensor.int_val.as_slice(), tensor.int64_val.as_slice()) {
+            ([v], []) => Some(i64::from(*v)),
+            ([], [v]) => Some(*v),
+            ([], []) => {
+                let c = &tensor.tensor_content;
+                match c.len() {
+                    // TensorFlow leaves every value field empty for a zero.
+                    0 => Some(0),
+                    4 => Some(i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+                    8 => Some(i64::from_le_bytes(c[..8].try_into().ok()?)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
     }
 }
 
