@@ -203,6 +203,7 @@ fn compress(
     let message =
         grpc::parse_single(collected.to_bytes(), MAX_RESPONSE).map_err(|_| "grpc_framing")?;
     let response = recv_tensor::decode_response(message).map_err(|_| "unparsable_response")?;
+    sidecar.keep_row_ids(call, Some(classified), &response);
     let tensor = recv_tensor::classify(&response).map_err(|reason| reason.label())?;
     let raw_bytes = tensor.content.len();
     span.record("raw_bytes", raw_bytes);

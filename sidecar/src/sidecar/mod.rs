@@ -24,6 +24,7 @@ pub mod inbound;
 pub mod outbound;
 pub mod record;
 pub mod request_key;
+pub mod row_ids;
 pub mod state;
 pub mod stats;
 pub mod tensor_bytes;
@@ -78,6 +79,10 @@ const RELEASE_AFTER: usize = 64 << 20;
 
 /// The call a master makes on every task when it creates a session.
 const CREATE_WORKER_SESSION: &str = "/tensorflow.WorkerService/CreateWorkerSession";
+
+/// Most bytes of row ids kept for their rows (a step's ids are a few
+/// hundred KB at most; this is the bound, not the use).
+const ROW_IDS_BYTES: usize = 64 << 20;
 
 /// How long an unused context lives by default.
 pub const DEFAULT_IDLE: Duration = Duration::from_secs(600);
@@ -183,6 +188,8 @@ pub struct Sidecar {
     /// Requester side: the peers that answered as sidecars lately, whose
     /// requests are compressed.
     hop_peers: crate::hop::Peers,
+    /// Both sides: row ids that crossed, for the rows of their step.
+    row_ids: row_ids::RowIds,
 }
 
 impl Default for Sidecar {
@@ -220,6 +227,7 @@ impl Sidecar {
             tls: std::sync::OnceLock::new(),
             recorder: recorder.map(Arc::new),
             hop_peers: crate::hop::Peers::default(),
+            row_ids: row_ids::RowIds::new(options.fallback_bytes.clamp(1 << 20, ROW_IDS_BYTES)),
         }
     }
 
@@ -376,6 +384,38 @@ impl Sidecar {
                 .await
             }
             Role::Inbound => forward(upstream, request).await,
+        }
+    }
+
+    /// Remembers the row ids in `response`, the answer to `call`, if the
+    /// graph said `call` carries ids ([`RowRole::Ids`]): both sidecars
+    /// keep them for the rows of the same step.
+    ///
+    /// [`RowRole::Ids`]: crate::graph::RowRole::Ids
+    pub(crate) fn keep_row_ids(
+        &self,
+        call: &tlc_core::TensorCall,
+        classified: Option<&crate::graph::Classified>,
+        response: &tlc_wire::tf::proto::RecvTensorResponse,
+    ) {
+        let is_ids = classified
+            .and_then(|c| c.rows.as_ref())
+            .is_some_and(|r| r.role == crate::graph::RowRole::Ids);
+        if !is_ids {
+            return;
+        }
+        let max = usize::try_from(self.options.max_tensor_bytes / 8).unwrap_or(usize::MAX);
+        match tlc_wire::tf::ids::read_ids(response, max) {
+            Ok(ids) => {
+                let key = row_ids::IdsKey {
+                    src_task: call.holder_task.clone(),
+                    dst_task: call.requester_task.clone(),
+                    tensor_name: call.tensor_name.clone(),
+                    step_id: call.step_id,
+                };
+                self.row_ids.keep(key, ids, Instant::now());
+            }
+            Err(err) => debug!(tensor = %call.tensor_name, error = %err, "row ids not kept"),
         }
     }
 

@@ -59,11 +59,10 @@ pub async fn recv_tensor(
         .insert(peer::MAX_TENSOR, peer::max_tensor_header(max_tensor));
     // What this side's graphs say the tensor is: the holder's sidecar may
     // not have seen the graph (TF2's coordinator routes registrations past it).
-    if let Some(known) =
-        sidecar
-            .graphs
-            .lookup(&call.holder_task, &call.requester_task, &call.tensor_name)
-    {
+    let known = sidecar
+        .graphs
+        .lookup(&call.holder_task, &call.requester_task, &call.tensor_name);
+    if let Some(known) = &known {
         let hint = peer::ClassHint {
             class: known.class,
             function: known.function.is_some(),
@@ -97,6 +96,10 @@ pub async fn recv_tensor(
         response
     };
     if !peer::has_envelope(response.headers()) {
+        if known.as_ref().is_some_and(|k| k.rows.is_some()) {
+            // Row ids are read on their way, for the rows of this step.
+            return calls::unchanged(keep_row_ids(sidecar, &call, known.as_ref(), response).await);
+        }
         // Not compressed: stream it through untouched.
         return calls::unchanged(response);
     }
@@ -154,6 +157,45 @@ pub async fn recv_tensor(
             sidecar.contexts.forget_replica(&call);
             recover(sidecar, upstream, failure.token).await
         }
+    }
+}
+
+/// `response` as it came, its row ids kept first if the graph says it
+/// carries some and it is read whole within the tensor bound (anything
+/// else passes unread).
+async fn keep_row_ids(
+    sidecar: &Sidecar,
+    call: &TensorCall,
+    known: Option<&crate::graph::Classified>,
+    response: Response<ProxyBody>,
+) -> Response<ProxyBody> {
+    let is_ids = known
+        .and_then(|k| k.rows.as_ref())
+        .is_some_and(|r| r.role == crate::graph::RowRole::Ids);
+    if !is_ids || response.status() != http::StatusCode::OK {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let limit = usize::try_from(sidecar.options().max_tensor_bytes)
+        .unwrap_or(usize::MAX)
+        .saturating_add(ENVELOPE_SLACK);
+    // Charged to the in-flight budget like every response read whole; one
+    // the budget cannot hold streams through unread.
+    let mut charge = sidecar.budget.empty();
+    match body::peek_charged(body, limit, Some(&mut charge)).await {
+        Ok(body::Peeked::Whole(collected)) => {
+            let message = grpc::parse_single(collected.to_bytes(), MAX_RESPONSE).ok();
+            if let Some(response) = message.and_then(|m| recv_tensor::decode_response(m).ok()) {
+                sidecar.keep_row_ids(call, known, &response);
+            }
+            let body = body::chunks(collected.chunks, collected.trailers);
+            Response::from_parts(parts, body::holding(body, charge))
+        }
+        Ok(partial) => Response::from_parts(parts, body::holding(partial.into_body(), charge)),
+        Err(err) => grpc_status::response(
+            grpc_status::UNAVAILABLE,
+            &format!("tlcd: reading the peer's response: {err}"),
+        ),
     }
 }
 

@@ -12,6 +12,7 @@
 
 pub mod fast_parse;
 pub mod grpc;
+pub mod ids;
 pub mod proto;
 pub mod recv_tensor;
 pub mod rendezvous;
