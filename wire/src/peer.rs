@@ -10,6 +10,7 @@
 //! | `tlc-max: BYTES` | request | the largest tensor content (decimal bytes) the requester decodes; a larger one must come uncompressed |
 //! | `tlc-envelope: 1` | response | the response's `tensor_content` is an envelope, not the tensor |
 //! | `tlc-fallback: TOKEN` | request to [`FALLBACK_PATH`] | asks for the original response of an envelope |
+//! | `tlc-rows: EPOCH-VERSION-BYTES` | request | for gathered rows and gradient rows the graph pairs with their ids: the requester decodes row-keyed envelopes; for gathered rows, the rows it holds (epoch in hex, `0-0` for none) and the most bytes of rows it keeps for the tensor |
 //! | `tlc-hop: 1` | request | the caller is a sidecar that restores hop-compressed responses ([`crate::hop`]); with `grpc-encoding: zstd`, this request's messages are hop-compressed |
 //! | `tlc-hop: 1` | response | a sidecar answered; with `grpc-encoding: zstd`, the response's messages are hop-compressed |
 
@@ -29,6 +30,9 @@ pub const MAX_TENSOR: &str = "tlc-max";
 pub const ENVELOPE: &str = "tlc-envelope";
 /// Request header of a fallback call: which response is wanted.
 pub const FALLBACK: &str = "tlc-fallback";
+/// Request header: the requester decodes row-keyed envelopes, and holds
+/// these rows.
+pub const ROWS: &str = "tlc-rows";
 /// Request and response header: a sidecar on the other end of the hop
 /// restores hop-compressed messages ([`crate::hop`]).
 pub const HOP: &str = "tlc-hop";
@@ -62,6 +66,46 @@ impl ReplicaHeader {
         Some(ReplicaHeader {
             epoch: u64::from_str_radix(epoch, 16).ok()?,
             version: version.parse().ok()?,
+        })
+    }
+}
+
+/// A requester's rows of one row-keyed tensor, as far as the holder needs
+/// to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowsHeader {
+    /// Epoch of the holder's mirror the rows were built from; 0 for none.
+    pub epoch: u64,
+    /// Version of the rows; 0 for none.
+    pub version: u64,
+    /// The most bytes of rows the requester keeps for this tensor.
+    pub max_bytes: u64,
+}
+
+impl RowsHeader {
+    /// `EPOCH-VERSION-BYTES`, epoch in hex.
+    pub fn to_header(self) -> HeaderValue {
+        HeaderValue::try_from(format!(
+            "{:x}-{}-{}",
+            self.epoch, self.version, self.max_bytes
+        ))
+        .unwrap_or_else(|_| HeaderValue::from_static("0-0-0"))
+    }
+
+    /// Parses `EPOCH-VERSION-BYTES`; anything else is `None` (no rows
+    /// spoken).
+    pub fn parse(value: &HeaderValue) -> Option<RowsHeader> {
+        let mut parts = value.to_str().ok()?.split('-');
+        let epoch = u64::from_str_radix(parts.next()?, 16).ok()?;
+        let version = parts.next()?.parse().ok()?;
+        let max_bytes = parts.next()?.parse().ok()?;
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(RowsHeader {
+            epoch,
+            version,
+            max_bytes,
         })
     }
 }
@@ -158,7 +202,9 @@ pub fn mark_hop(headers: &mut HeaderMap) {
 
 /// Removes every `tlc-*` header, so TensorFlow sees exactly what it sent.
 pub fn strip(headers: &mut HeaderMap) {
-    for name in [PEER, REPLICA, CLASS, MAX_TENSOR, ENVELOPE, FALLBACK, HOP] {
+    for name in [
+        PEER, REPLICA, CLASS, MAX_TENSOR, ENVELOPE, FALLBACK, HOP, ROWS,
+    ] {
         headers.remove(name);
     }
 }
@@ -210,6 +256,24 @@ mod tests {
         for junk in ["", "12", "x-1", "1-y", "1-2-3", "-5"] {
             assert_eq!(
                 ReplicaHeader::parse(&HeaderValue::from_static(junk)),
+                None,
+                "{junk}"
+            );
+        }
+    }
+
+    #[test]
+    fn rows_header_round_trips_and_rejects_junk() {
+        let header = RowsHeader {
+            epoch: 0xabc,
+            version: 7,
+            max_bytes: 1 << 30,
+        };
+        assert_eq!(header.to_header(), "abc-7-1073741824");
+        assert_eq!(RowsHeader::parse(&header.to_header()), Some(header));
+        for junk in ["", "1-2", "1-2-3-4", "x-1-2", "1--2", "1-2-"] {
+            assert_eq!(
+                RowsHeader::parse(&HeaderValue::from_static(junk)),
                 None,
                 "{junk}"
             );

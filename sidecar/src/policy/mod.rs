@@ -6,6 +6,7 @@
 //! parameter_jobs = ["ps"]   # jobs whose tasks hold the model
 //! min_bytes = 4096          # smaller tensors pass as they are
 //! hop_compression = true    # zstd over every other message between sidecars
+//! row_memory = true         # embedding rows by row id, see `sidecar::rows`
 //!
 //! [policy.push]             # gradients, worker -> parameter task
 //! codec = "3lc"
@@ -236,6 +237,11 @@ pub struct PolicySettings {
     /// not an envelope (control calls, integer and small tensors; see
     /// `crate::hop`).
     pub hop_compression: bool,
+    /// Gathered embedding rows and gradient rows that the graph pairs with
+    /// their ids get memory by row id (a mirror of the requester's rows,
+    /// an error buffer per row) and the push or pull codec; otherwise
+    /// they get `[policy.sparse]`, without memory.
+    pub row_memory: bool,
     /// Codec for gradients.
     pub push: CodecSettings,
     /// Codec for model values.
@@ -267,6 +273,7 @@ impl Default for PolicySettings {
             parameter_jobs: vec!["ps".into()],
             min_bytes: DEFAULT_MIN_BYTES,
             hop_compression: true,
+            row_memory: true,
             push: CodecSettings::default(),
             pull: CodecSettings::default(),
             sparse: memoryless_default(),
@@ -435,6 +442,20 @@ impl Policy {
     /// between sidecars.
     pub fn hop_compression(&self) -> bool {
         self.settings.hop_compression
+    }
+
+    /// Whether row-keyed tensors get memory by row id.
+    pub fn row_memory(&self) -> bool {
+        self.settings.row_memory
+    }
+
+    /// The codec of a row-keyed tensor travelling `direction`: the push
+    /// or pull codec, whose memory the rows now have.
+    pub fn row_codec(&self, direction: Direction) -> Codec {
+        match direction {
+            Direction::Push => self.push.codec,
+            Direction::Pull => self.pull.codec,
+        }
     }
 
     /// Steps a dense tensor crosses uncompressed before its context starts.

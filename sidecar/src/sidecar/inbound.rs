@@ -51,6 +51,10 @@ pub async fn recv_tensor(
             version: h.version,
         });
     let hint = peer::class(request.headers());
+    let rows = request
+        .headers()
+        .get(peer::ROWS)
+        .and_then(peer::RowsHeader::parse);
     let Some(connection) = ConnectionId::of(&request) else {
         // Every listener stamps its calls; without a connection there is
         // no way to keep a fallback for this one, so it is not compressed.
@@ -146,6 +150,7 @@ pub async fn recv_tensor(
             &classified,
             Asked {
                 replica,
+                rows,
                 max_tensor,
                 connection,
             },
@@ -176,6 +181,8 @@ pub async fn recv_tensor(
 struct Asked {
     /// The requester's replica, for a pull.
     replica: Option<ReplicaState>,
+    /// The requester's rows of a row-keyed tensor, if it speaks rows.
+    rows: Option<peer::RowsHeader>,
     /// The largest tensor the requester decodes and this side reads whole.
     max_tensor: u64,
     /// The connection the call came on, which alone may claim the fallback.
@@ -197,6 +204,7 @@ fn compress(
 ) -> Result<Vec<Bytes>, &'static str> {
     let Asked {
         replica,
+        rows,
         max_tensor,
         connection,
     } = asked;
@@ -212,25 +220,42 @@ fn compress(
         // side reads whole: it would only come back as a fallback.
         return Err("too_large");
     }
-    let (choice, treatment) = decide(sidecar, policy, call, classified, raw_bytes)?;
+    let (mut choice, treatment) = decide(sidecar, policy, call, classified, raw_bytes)?;
     let mut scratch = Vec::new();
     let values = tensor_bytes::as_f32(&tensor.content, &mut scratch);
     let token = sidecar.fallbacks.token();
-    let mut envelope = Vec::with_capacity(raw_bytes / 8 + 256);
-    let memory = memory_for(
-        sidecar, policy, call, classified, &choice, treatment, replica,
-    );
-    let encoding = Encoding {
-        codec: choice.codec,
-        memory,
-        fallback_token: token,
+    let by_rows = match treatment {
+        Treatment::Stateless => {
+            sidecar.encode_rows(call, classified, rows, &tensor.dims, values, token)
+        }
+        _ => None,
     };
-    let encoded = sidecar
-        .contexts
-        .encode(call, values, encoding, Instant::now(), &mut envelope)
-        .map_err(|refused| refused.label())?;
-    account_refinement(sidecar, call, &encoded);
-    let (took, keyframe) = (encoded.took, encoded.keyframe);
+    let (envelope, took, keyframe) = match by_rows {
+        Some(Ok(rows)) => {
+            choice.codec = rows.codec;
+            (rows.bytes, rows.took, false)
+        }
+        not_rows => {
+            if let Some(Err(reason)) = not_rows {
+                debug!(tensor = %call.tensor, reason, "rows without memory this time");
+            }
+            let mut envelope = Vec::with_capacity(raw_bytes / 8 + 256);
+            let memory = memory_for(
+                sidecar, policy, call, classified, &choice, treatment, replica,
+            );
+            let encoding = Encoding {
+                codec: choice.codec,
+                memory,
+                fallback_token: token,
+            };
+            let encoded = sidecar
+                .contexts
+                .encode(call, values, encoding, Instant::now(), &mut envelope)
+                .map_err(|refused| refused.label())?;
+            account_refinement(sidecar, call, &encoded);
+            (envelope, encoded.took, encoded.keyframe)
+        }
+    };
     let wire_bytes = envelope.len();
     let built = recv_tensor::build_response_with_content(
         &tensor.meta,

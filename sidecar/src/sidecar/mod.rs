@@ -25,6 +25,7 @@ pub mod outbound;
 pub mod record;
 pub mod request_key;
 pub mod row_ids;
+pub mod rows;
 pub mod state;
 pub mod stats;
 pub mod tensor_bytes;
@@ -190,6 +191,8 @@ pub struct Sidecar {
     hop_peers: crate::hop::Peers,
     /// Both sides: row ids that crossed, for the rows of their step.
     row_ids: row_ids::RowIds,
+    /// Both sides: memory by row id for embedding and gradient rows.
+    rows: rows::RowContexts,
 }
 
 impl Default for Sidecar {
@@ -228,6 +231,7 @@ impl Sidecar {
             recorder: recorder.map(Arc::new),
             hop_peers: crate::hop::Peers::default(),
             row_ids: row_ids::RowIds::new(options.fallback_bytes.clamp(1 << 20, ROW_IDS_BYTES)),
+            rows: rows::RowContexts::new(options.pull_limits, options.replica_limits),
         }
     }
 
@@ -442,6 +446,7 @@ impl Sidecar {
             }
         }
         let [push, pull, replicas] = self.contexts.evict(now);
+        self.rows.evict(now);
         let classes = self.classes.evict(now);
         let warmup = self.warmup.evict(now);
         debug!(

@@ -15,6 +15,7 @@ use tracing::{warn, Span};
 
 use super::request_key;
 use super::{fallback, tensor_bytes, Sidecar, MAX_RESPONSE};
+use crate::graph::RowRole;
 use crate::sidecar::calls;
 use crate::training::step_reads::{self, Watched};
 use tlc_codec::{CodecId, Limits};
@@ -70,6 +71,13 @@ pub async fn recv_tensor(
         };
         parts.headers.insert(peer::CLASS, peer::class_header(hint));
         call.tensor = known.context_name(&call.tensor, &call.tensor_name);
+        if let Some(rows) = known.rows.as_ref().filter(|r| r.role != RowRole::Ids) {
+            let announced =
+                sidecar
+                    .rows
+                    .announce(&call.holder_task, &call.tensor, rows.role, Instant::now());
+            parts.headers.insert(peer::ROWS, announced.to_header());
+        }
     }
     calls::record_call(span, &call);
     if let Some(state) = sidecar.contexts.replica_state(&call, Instant::now()) {
@@ -132,7 +140,9 @@ pub async fn recv_tensor(
             // A keyframe's or a push's values, then their copy as bytes.
             let decoding = prepared.content_len.saturating_mul(2);
             match charge.grow(decoding, sidecar.options().memory_wait).await {
-                Ok(()) => tokio::task::block_in_place(|| restore(sidecar, &call, prepared, span)),
+                Ok(()) => tokio::task::block_in_place(|| {
+                    restore(sidecar, &call, known.as_ref(), prepared, span)
+                }),
                 Err(err) => Err(fail(prepared.token, err)),
             }
         }
@@ -265,6 +275,7 @@ fn prepare(collected: &Collected, max_tensor: u64) -> Result<Prepared, Failure> 
 fn restore(
     sidecar: &Sidecar,
     call: &TensorCall,
+    known: Option<&crate::graph::Classified>,
     prepared: Prepared,
     span: &Span,
 ) -> Result<Restored, Failure> {
@@ -281,22 +292,37 @@ fn restore(
     let limits = Limits {
         max_elements: content_len / 4,
     };
+    let decoded = if super::rows::is_rows_envelope(envelope) {
+        // Embedding or gradient rows by row id, with this step's ids.
+        let started = Instant::now();
+        let values = sidecar
+            .restore_rows(call, known, envelope, &limits)
+            .map_err(|e| fail(token, e))?;
+        Decoded {
+            content: tensor_bytes::into_bytes(values),
+            codec: super::rows::first_codec(envelope),
+            keyframe: false,
+            took: started.elapsed(),
+        }
+    } else {
+        sidecar
+            .contexts
+            .restore(
+                call,
+                envelope,
+                &limits,
+                Instant::now(),
+                tensor_bytes::into_bytes,
+                tensor_bytes::copy_to_bytes,
+            )
+            .map_err(|e| fail(token, e))?
+    };
     let Decoded {
         content,
         codec,
         keyframe,
         took,
-    } = sidecar
-        .contexts
-        .restore(
-            call,
-            envelope,
-            &limits,
-            Instant::now(),
-            tensor_bytes::into_bytes,
-            tensor_bytes::copy_to_bytes,
-        )
-        .map_err(|e| fail(token, e))?;
+    } = decoded;
     if content.len() as u64 != content_len {
         return Err(fail(token, "decoded tensor has the wrong size"));
     }
