@@ -77,6 +77,42 @@ pub struct Totals {
     pub fallbacks_served: u64,
     /// Tensors passed as TensorFlow sent them, by reason (`small`, ...).
     pub passed: BTreeMap<String, u64>,
+    /// Embedding and gradient rows sent by row id (encoding side).
+    #[serde(default)]
+    pub rows: RowTotals,
+    /// Messages that are not envelopes, compressed losslessly between
+    /// sidecars.
+    #[serde(default)]
+    pub hop: HopTotals,
+}
+
+/// Rows sent by row id (encoding side).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RowTotals {
+    /// Distinct rows the requester held: sent as deltas.
+    pub hits: u64,
+    /// Distinct rows sent whole (new to the requester), and pushed rows.
+    pub new: u64,
+    /// Rows dropped from mirrors and error buffers by their bound.
+    pub evictions: u64,
+    /// Row-keyed tensors sent without memory because their ids were not
+    /// seen.
+    pub without_ids: u64,
+}
+
+/// Lossless compression between sidecars, both ways.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HopTotals {
+    /// Bytes of the messages this sidecar compressed, before.
+    pub sent_raw_bytes: u64,
+    /// The same, after.
+    pub sent_wire_bytes: u64,
+    /// Bytes of the compressed messages this sidecar restored, as they came.
+    pub received_wire_bytes: u64,
+    /// The same, restored.
+    pub received_raw_bytes: u64,
+    /// Compressed messages that could not be restored.
+    pub failures: u64,
 }
 
 /// Totals of one direction.
@@ -146,10 +182,13 @@ pub struct Contexts {
     pub pull: TableSize,
     /// Replicas of pulled values (requester side).
     pub replicas: TableSize,
+    /// Row mirrors and row error buffers, both sides.
+    #[serde(default)]
+    pub rows: TableSize,
 }
 
 /// The size of one table of contexts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TableSize {
     /// How many contexts.
     pub contexts: u64,

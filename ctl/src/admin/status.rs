@@ -37,7 +37,10 @@ fn render(answers: &[Read<'_, Status>]) -> String {
     let mut text = table::render(&columns, &rows);
     for (target, status) in answers {
         let Some(status) = status else { continue };
-        for line in training(target, &status.training) {
+        for line in training(target, &status.training)
+            .into_iter()
+            .chain(rows_and_hop(target, status))
+        {
             text.push_str(&line);
             text.push('\n');
         }
@@ -74,6 +77,38 @@ fn training(target: &str, training: &Training) -> Vec<String> {
             reset.from,
             reset.to,
             utc_time(reset.unix_time),
+        ));
+    }
+    lines
+}
+
+/// What a sidecar did by row id and on the hop; nothing where it did
+/// nothing.
+fn rows_and_hop(target: &str, status: &Status) -> Vec<String> {
+    let mut lines = Vec::new();
+    let rows = &status.totals.rows;
+    let distinct = rows.hits + rows.new;
+    if distinct > 0 || status.contexts.rows.contexts > 0 {
+        lines.push(format!(
+            "{target}: rows: {} held in {} context(s), {} of {} distinct rows sent as deltas ({:.0}%), {} evicted, {} tensor(s) without ids",
+            fmt::byte_count(status.contexts.rows.memory_bytes),
+            status.contexts.rows.contexts,
+            rows.hits,
+            distinct,
+            100.0 * rows.hits as f64 / distinct.max(1) as f64,
+            rows.evictions,
+            rows.without_ids,
+        ));
+    }
+    let hop = &status.totals.hop;
+    if hop.sent_raw_bytes + hop.received_raw_bytes > 0 || hop.failures > 0 {
+        lines.push(format!(
+            "{target}: hop: sent {} as {}, received {} as {}, {} failure(s)",
+            fmt::byte_count(hop.sent_raw_bytes),
+            fmt::byte_count(hop.sent_wire_bytes),
+            fmt::byte_count(hop.received_raw_bytes),
+            fmt::byte_count(hop.received_wire_bytes),
+            hop.failures,
         ));
     }
     lines

@@ -88,6 +88,13 @@ pub fn contexts(sidecar: &Sidecar) -> Contexts {
         push: table(sizes.push),
         pull: table(sizes.pull),
         replicas: table(sizes.replicas),
+        rows: {
+            let rows = sidecar.row_contexts().sizes();
+            TableSize {
+                contexts: rows.iter().map(|t| t.contexts as u64).sum(),
+                memory_bytes: rows.iter().map(|t| t.memory_bytes as u64).sum(),
+            }
+        },
     }
 }
 
@@ -112,6 +119,23 @@ pub fn totals(sidecar: &Sidecar) -> Totals {
             .into_iter()
             .map(|(reason, n)| (reason.to_string(), n))
             .collect(),
+        rows: {
+            let c = &sidecar.row_contexts().counters;
+            let read = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+            api::status::RowTotals {
+                hits: read(&c.hits),
+                new: read(&c.misses),
+                evictions: read(&c.evictions),
+                without_ids: read(&c.no_ids),
+            }
+        },
+        hop: api::status::HopTotals {
+            sent_raw_bytes: totals.hop.compressed.raw_bytes,
+            sent_wire_bytes: totals.hop.compressed.wire_bytes,
+            received_wire_bytes: totals.hop.restored.wire_bytes,
+            received_raw_bytes: totals.hop.restored.raw_bytes,
+            failures: totals.hop.failures,
+        },
     }
 }
 

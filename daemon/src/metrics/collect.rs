@@ -46,6 +46,11 @@ struct HopLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RowKind {
+    kind: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct TableLabel {
     table: &'static str,
 }
@@ -70,6 +75,7 @@ pub fn registry(sidecar: &Sidecar) -> Registry {
     register_totals(&mut registry, &sidecar.stats().totals());
     register_policy(&mut registry, sidecar);
     register_tables(&mut registry, sidecar);
+    register_rows(&mut registry, sidecar);
     register_tensors(&mut registry, sidecar);
     super::held::register(&mut registry, sidecar);
     super::training::register(&mut registry, sidecar);
@@ -208,15 +214,51 @@ impl Collector for PolicyCodecs {
     }
 }
 
-/// Sizes of the three context tables, and how far replicas got.
+/// What the row-keyed path did (encoding side).
+fn register_rows(registry: &mut Registry, sidecar: &Sidecar) {
+    let counters = &sidecar.row_contexts().counters;
+    let read = |a: &AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    let rows = Family::<RowKind, Counter>::default();
+    for (kind, n) in [("delta", read(&counters.hits)), ("new", read(&counters.misses))] {
+        rows.get_or_create(&RowKind { kind }).inc_by(n);
+    }
+    registry.register(
+        "rows",
+        "Distinct embedding or gradient rows sent by row id: delta (the requester held the row) \
+         or new (sent whole; every pushed row)",
+        rows,
+    );
+    for (name, help, n) in [
+        (
+            "rows_evicted",
+            "Rows dropped from row mirrors and row error buffers by their bound",
+            read(&counters.evictions),
+        ),
+        (
+            "rows_without_ids",
+            "Row-keyed tensors sent without memory because their step's ids were not seen",
+            read(&counters.no_ids),
+        ),
+    ] {
+        let counter = Counter::<u64>::default();
+        counter.inc_by(n);
+        registry.register(name, help, counter);
+    }
+}
+
+/// Sizes of the context tables, and how far replicas got.
 fn register_tables(registry: &mut Registry, sidecar: &Sidecar) {
     let contexts = Family::<TableLabel, Gauge>::default();
     let memory = Family::<TableLabel, Gauge>::default();
     let sizes = sidecar.table_sizes();
+    let [row_sources, row_mirrors, row_errors] = sidecar.row_contexts().sizes();
     for (table, stats) in [
         ("push", sizes.push),
         ("pull", sizes.pull),
         ("replica", sizes.replicas),
+        ("row_source", row_sources),
+        ("row_mirror", row_mirrors),
+        ("row_error", row_errors),
     ] {
         let label = TableLabel { table };
         contexts
@@ -228,7 +270,9 @@ fn register_tables(registry: &mut Registry, sidecar: &Sidecar) {
     }
     registry.register(
         "contexts",
-        "Tensor contexts held: push (error buffers), pull (sources), replica (requester replicas)",
+        "Tensor contexts held: push (error buffers), pull (sources), replica (requester replicas), \
+         row_source / row_mirror / row_error (rows by row id: the holder's mirror of a requester's \
+         rows, the requester's own, gradient rows' error buffers)",
         contexts,
     );
     registry.register_with_unit(

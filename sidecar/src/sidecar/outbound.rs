@@ -295,12 +295,12 @@ fn restore(
     let decoded = if super::rows::is_rows_envelope(envelope) {
         // Embedding or gradient rows by row id, with this step's ids.
         let started = Instant::now();
-        let values = sidecar
+        let (values, codec) = sidecar
             .restore_rows(call, known, envelope, &limits)
             .map_err(|e| fail(token, e))?;
         Decoded {
             content: tensor_bytes::into_bytes(values),
-            codec: super::rows::first_codec(envelope),
+            codec,
             keyframe: false,
             took: started.elapsed(),
         }

@@ -304,7 +304,7 @@ impl Sidecar {
         known: Option<&Classified>,
         envelope: &[u8],
         limits: &Limits,
-    ) -> Result<Vec<f32>, String> {
+    ) -> Result<(Vec<f32>, tlc_codec::CodecId), String> {
         let rows = known
             .and_then(|k| k.rows.as_ref())
             .ok_or("a row-keyed envelope for a tensor this side's graphs do not pair with ids")?;
@@ -314,10 +314,14 @@ impl Sidecar {
             .ok_or("a row-keyed envelope whose ids this side did not see")?;
         let parsed = Envelope::parse(envelope, limits).map_err(|e| e.to_string())?;
         let section = parsed.rows().ok_or("a row-keyed envelope without rows")?;
+        let codec = parsed
+            .frames()
+            .last()
+            .map_or(tlc_codec::CodecId::None, |f| f.header.codec());
         let mut values = Vec::new();
         UNIQUES.with(|uniques| {
             let mut uniques = uniques.borrow_mut();
-            match parsed.header().kind {
+            match parsed.header.kind {
                 Kind::RowsPush => restore_push(&ids, &parsed, &mut uniques, &mut values)
                     .map(|_| ())
                     .map_err(|e| e.to_string()),
@@ -331,7 +335,7 @@ impl Sidecar {
                         peer: call.holder_task.clone(),
                         tensor: call.tensor.clone(),
                     };
-                    let header = parsed.header();
+                    let header = parsed.header;
                     let now = Instant::now();
                     let mirror = self
                         .rows
@@ -356,7 +360,7 @@ impl Sidecar {
                 _ => Err("not a row-keyed envelope".to_owned()),
             }
         })?;
-        Ok(values)
+        Ok((values, codec))
     }
 
     /// The row contexts, for counters and tables.
@@ -369,16 +373,4 @@ impl Sidecar {
 pub fn is_rows_envelope(envelope: &[u8]) -> bool {
     tlc_wire::envelope::EnvelopeHeader::parse(envelope)
         .is_ok_and(|h| matches!(h.kind, Kind::RowsPull | Kind::RowsPush))
-}
-
-/// The codec of a row-keyed envelope's deltas or rows (its last frame),
-/// for counters; `none` if it cannot be read.
-pub fn first_codec(envelope: &[u8]) -> tlc_codec::CodecId {
-    let limits = Limits {
-        max_elements: u64::MAX,
-    };
-    Envelope::parse(envelope, &limits)
-        .ok()
-        .and_then(|e| e.frames().last().map(|f| f.header.codec()))
-        .unwrap_or(tlc_codec::CodecId::None)
 }
