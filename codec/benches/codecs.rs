@@ -1,14 +1,17 @@
 //! Encode and decode throughput of every codec against memcpy of the same
-//! buffer, on gradient-like data pushed through one context.
+//! buffer, on gradient-like data pushed through one context. 3LC runs also
+//! with the entropy stage (`3lc_s1_zstd`), and at 512K values besides 4M.
 //!
 //! `cargo bench -p tlc-codec --bench codecs` (add `-- 3lc` to filter).
 
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use tlc_codec::{Codec, Encoder, Feedback, Frame, Limits, Sparsity, TopKPercent};
+use tlc_codec::{Codec, Encoder, EntropyStage, Feedback, Frame, Limits, Sparsity, TopKPercent};
 
 const ELEMENTS: usize = 4 << 20;
+/// The smaller size 3LC is also measured at (a 1024 x 512 weight matrix).
+const SMALL: usize = 512 << 10;
 
 /// Heavy-tailed values centred on zero, typically around 1e-3.
 fn gradient_like(n: usize, seed: u64) -> Vec<f32> {
@@ -29,25 +32,74 @@ fn gradient_like(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-fn codecs() -> Vec<(String, Codec)> {
+fn codecs() -> Vec<(String, Codec, EntropyStage)> {
+    let off = EntropyStage::Off;
     let mut list = vec![
-        ("none".to_string(), Codec::None),
-        ("fp16".to_string(), Codec::Fp16),
-        ("int8".to_string(), Codec::Int8),
-        ("terngrad".to_string(), Codec::TernGrad { seed: 1 }),
-        ("onebit".to_string(), Codec::OneBit),
+        ("none".to_string(), Codec::None, off),
+        ("fp16".to_string(), Codec::Fp16, off),
+        ("int8".to_string(), Codec::Int8, off),
+        ("terngrad".to_string(), Codec::TernGrad { seed: 1 }, off),
+        ("onebit".to_string(), Codec::OneBit, off),
         (
             "topk5".to_string(),
             Codec::TopK {
                 percent: TopKPercent::P5,
             },
+            off,
         ),
     ];
     for s in [1.0, 1.75] {
         let sparsity = Sparsity::new(s).expect("valid sparsity");
-        list.push((format!("3lc_s{s}"), Codec::ThreeLc { sparsity }));
+        list.push((format!("3lc_s{s}"), Codec::ThreeLc { sparsity }, off));
+        list.push((
+            format!("3lc_s{s}_zstd"),
+            Codec::ThreeLc { sparsity },
+            EntropyStage::Zstd,
+        ));
     }
     list
+}
+
+fn make_encoder(codec: Codec, stage: EntropyStage) -> Encoder {
+    let mut encoder = Encoder::new(codec, Feedback::default_for(&codec));
+    encoder.set_entropy_stage(stage);
+    encoder
+}
+
+/// Encode and decode of 3LC at 512K values, in a group of its own (the
+/// throughput differs from the 4M one).
+fn bench_small(c: &mut Criterion, name: &str, codec: Codec, stage: EntropyStage) {
+    let tensors: Vec<Vec<f32>> = (0..4).map(|s| gradient_like(SMALL, s)).collect();
+    let mut group = c.benchmark_group(name);
+    group.throughput(Throughput::Bytes((SMALL * 4) as u64));
+    let mut encoder = make_encoder(codec, stage);
+    let mut frame = Vec::with_capacity(SMALL * 4 + 64);
+    let mut step = 0;
+    group.bench_function(BenchmarkId::new("encode", "512K"), |b| {
+        b.iter(|| {
+            frame.clear();
+            step = (step + 1) % tensors.len();
+            encoder
+                .encode(black_box(&tensors[step]), &mut frame)
+                .expect("encodes");
+        })
+    });
+    // As below: the 8th tensor through a fresh context.
+    let mut fresh = make_encoder(codec, stage);
+    for step in 0..8 {
+        frame.clear();
+        fresh
+            .encode(&tensors[step % tensors.len()], &mut frame)
+            .expect("encodes");
+    }
+    let mut out = vec![0f32; SMALL];
+    group.bench_function(BenchmarkId::new("decode", "512K"), |b| {
+        b.iter(|| {
+            let parsed = Frame::parse(black_box(&frame), &Limits::default()).expect("parses");
+            parsed.decode_into(&mut out).expect("decodes");
+        })
+    });
+    group.finish();
 }
 
 fn bench(c: &mut Criterion) {
@@ -62,11 +114,14 @@ fn bench(c: &mut Criterion) {
     });
     group.finish();
 
-    for (name, codec) in codecs() {
+    for (name, codec, stage) in codecs() {
+        if let Codec::ThreeLc { .. } = codec {
+            bench_small(c, &format!("{name}_512K"), codec, stage);
+        }
         let mut group = c.benchmark_group(name.as_str());
         group.throughput(Throughput::Bytes(bytes));
         group.sample_size(20);
-        let mut encoder = Encoder::new(codec, Feedback::default_for(&codec));
+        let mut encoder = make_encoder(codec, stage);
         let mut frame = Vec::with_capacity(ELEMENTS * 4 + 64);
         let mut step = 0;
         group.bench_function(BenchmarkId::new("encode", "4M"), |b| {
@@ -98,7 +153,7 @@ fn bench(c: &mut Criterion) {
         }
         // Decode a frame from a fixed point of the stream (the 8th tensor
         // through a fresh context), not whatever the encode loop left.
-        let mut fresh = Encoder::new(codec, Feedback::default_for(&codec));
+        let mut fresh = make_encoder(codec, stage);
         for step in 0..8 {
             frame.clear();
             fresh

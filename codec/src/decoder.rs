@@ -1,15 +1,26 @@
-//! Decoding: a parsed frame's payload through the codec its parameters
-//! name. The layer above both the frame format (`frame`, which parses and
-//! checks) and the codec registry (`dispatch`, which decodes a payload),
+//! Decoding: a parsed frame's payload through the entropy stage, if the
+//! frame uses it, and the codec its parameters name. The layer above the
+//! frame format (`frame`, which parses and checks), the entropy stage
+//! (`entropy`) and the codec registry (`dispatch`, which decodes a payload),
 //! as `encoder` is on the encoding side.
 
-use crate::dispatch;
+use std::borrow::Cow;
+
 use crate::error::DecodeError;
 use crate::frame::{Frame, Limits};
+use crate::{dispatch, entropy};
 
 // An inherent impl outside `frame`, so that `frame` stays pure layout and
 // parsing and never calls into the codecs.
-impl Frame<'_> {
+impl<'a> Frame<'a> {
+    /// The codec payload: the stored bytes of a plain frame, or what the
+    /// entropy stage's coded bytes decode to (exactly `raw_len` bytes,
+    /// allocated only after `raw_len` passed the checks of
+    /// [`Frame::parse`]).
+    pub fn codec_payload(&self) -> Result<Cow<'a, [u8]>, DecodeError> {
+        entropy::codec_payload(self.payload, self.header.raw_len.is_some())
+    }
+
     /// Decodes the payload into `out`, which must hold exactly
     /// `header.elements` values. On error `out` holds unspecified values and
     /// must not be used.
@@ -20,7 +31,8 @@ impl Frame<'_> {
                 actual: out.len(),
             });
         }
-        dispatch::decode(&self.header.params, self.payload, out)
+        let payload = self.codec_payload()?;
+        dispatch::decode(&self.header.params, &payload, out)
     }
 }
 

@@ -3,6 +3,7 @@
 
 use crate::codec::Codec;
 use crate::dispatch::{self, Scratch};
+use crate::entropy::{self, EntropyStage};
 use crate::error::EncodeError;
 use crate::frame::{FrameHeader, FrameWriter};
 use crate::terngrad;
@@ -47,6 +48,8 @@ pub struct Encoder {
     residual: Vec<f32>,
     frames: u64,
     sample: Vec<f32>,
+    entropy: EntropyStage,
+    coded: Vec<u8>,
 }
 
 impl Encoder {
@@ -58,7 +61,24 @@ impl Encoder {
             residual: Vec::new(),
             frames: 0,
             sample: Vec::new(),
+            entropy: EntropyStage::Off,
+            coded: Vec::new(),
         }
+    }
+
+    /// Whether payloads go through the entropy stage ([`EntropyStage::Off`]
+    /// for a new encoder).
+    pub fn entropy_stage(&self) -> EntropyStage {
+        self.entropy
+    }
+
+    /// Turns the entropy stage on or off from the next tensor on. With
+    /// [`EntropyStage::Zstd`] a frame uses the stage only when that makes
+    /// it smaller, and a reader built before the stage cannot read such a
+    /// frame (see [`EntropyStage`]). The error buffer is not affected: the
+    /// stage is lossless.
+    pub fn set_entropy_stage(&mut self, stage: EntropyStage) {
+        self.entropy = stage;
     }
 
     /// The codec the next tensor will be encoded with.
@@ -95,6 +115,10 @@ impl Encoder {
     }
 
     /// Encodes one tensor and appends its frame to `out`.
+    ///
+    /// With the entropy stage on ([`set_entropy_stage`](Self::set_entropy_stage))
+    /// the payload is zstd-coded when that makes the frame smaller; the
+    /// codec's output underneath, and so the error buffer, is the same.
     ///
     /// A tensor whose length differs from the previous one starts a new
     /// error buffer (a shape change resets the context). On error the
@@ -143,8 +167,15 @@ impl Encoder {
             allowed_squared_error,
         };
         let e = feedback.then_some(residual.as_mut_slice());
-        let result = dispatch::encode(&self.codec, values, e, scratch, out)
-            .and_then(|params| writer.finish(out, params, feedback, values.len()));
+        let stage = self.entropy;
+        let coded = &mut self.coded;
+        let result = dispatch::encode(&self.codec, values, e, scratch, out).and_then(|params| {
+            let raw_len = match stage {
+                EntropyStage::Off => None,
+                EntropyStage::Zstd => entropy::encode(out, writer.payload_start(), coded),
+            };
+            writer.finish(out, params, feedback, raw_len, values.len())
+        });
         match result {
             Ok(header) => {
                 if reshaped {

@@ -107,6 +107,13 @@ pub enum DecodeError {
     /// non-zero padding digit).
     #[error("corrupt payload: {0}")]
     CorruptPayload(&'static str),
+    /// The entropy stage (flags bit 1) is malformed: fewer than 4 stored
+    /// bytes, no coded bytes, coded bytes zstd refuses (the reason is
+    /// zstd's), or coded bytes that expand to a length other than
+    /// `raw_len`. A `raw_len` the codec and `n` do not allow is a
+    /// [`DecodeError::PayloadLength`].
+    #[error("entropy stage: {0}")]
+    Entropy(&'static str),
     /// The output buffer has the wrong length for the frame.
     #[error("output holds {actual} values but the frame has {expected}")]
     OutputLength {

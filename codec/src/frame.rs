@@ -5,6 +5,7 @@
 //! [`Limits`] before anything is allocated or decoded.
 
 use crate::codec::CodecId;
+use crate::entropy;
 use crate::error::{DecodeError, EncodeError};
 
 // `Params` lives in `params`, below both the frame and the codecs; the
@@ -23,6 +24,7 @@ pub const FIXED_HEADER_LEN: usize = 21;
 pub const TRAILER_LEN: usize = 4;
 
 const FLAG_FEEDBACK: u8 = 0x01;
+const FLAG_ENTROPY: u8 = 0x02;
 
 /// Everything the header of a frame says.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -33,8 +35,13 @@ pub struct FrameHeader {
     pub feedback: bool,
     /// Number of values in the tensor.
     pub elements: u64,
-    /// Length of the codec payload in bytes.
+    /// Bytes stored after the parameters: the codec payload, or with the
+    /// entropy stage `raw_len` and the coded bytes.
     pub payload_len: u32,
+    /// With the entropy stage (flags bit 1), the length of the codec
+    /// payload before it (`raw_len`, checked against the codec and `n`);
+    /// `None` for a plain frame.
+    pub raw_len: Option<u32>,
 }
 
 impl FrameHeader {
@@ -46,6 +53,12 @@ impl FrameHeader {
     /// Bytes of header before the payload (fixed part and parameters).
     pub fn header_len(&self) -> usize {
         FIXED_HEADER_LEN + Params::wire_len(self.codec())
+    }
+
+    /// Length of the codec payload: `raw_len` with the entropy stage,
+    /// `payload_len` without.
+    pub fn codec_payload_len(&self) -> u32 {
+        self.raw_len.unwrap_or(self.payload_len)
     }
 
     /// Bytes of the whole frame: header, payload and checksum.
@@ -75,15 +88,18 @@ impl Default for Limits {
 pub struct Frame<'a> {
     /// The header fields.
     pub header: FrameHeader,
-    /// The codec payload.
+    /// The `payload_len` bytes stored after the parameters: the codec
+    /// payload of a plain frame; `raw_len` and the coded bytes with the
+    /// entropy stage ([`Frame::codec_payload`] decodes either).
     pub payload: &'a [u8],
 }
 
 impl<'a> Frame<'a> {
     /// Parses the frame at the start of `bytes` (trailing bytes are left for
     /// the next frame: see [`FrameHeader::frame_len`]). Checks magic,
-    /// version, codec, dtype, flags, the element limit, the parameters, the
-    /// payload length for the codec, and the checksum.
+    /// version, codec, dtype, flags, the element limit, the checksum, the
+    /// parameters, and the payload length for the codec (with the entropy
+    /// stage, the declared `raw_len`).
     pub fn parse(bytes: &'a [u8], limits: &Limits) -> Result<Frame<'a>, DecodeError> {
         let truncated = |needed: u64| DecodeError::Truncated {
             needed,
@@ -104,7 +120,7 @@ impl<'a> Frame<'a> {
             return Err(DecodeError::UnsupportedDtype(fixed[6]));
         }
         let flags = fixed[7];
-        if flags & !FLAG_FEEDBACK != 0 {
+        if flags & !(FLAG_FEEDBACK | FLAG_ENTROPY) != 0 {
             return Err(DecodeError::ReservedFlags(flags));
         }
         let mut elements_bytes = [0u8; 8];
@@ -143,20 +159,25 @@ impl<'a> Frame<'a> {
             return Err(DecodeError::Checksum { stored, computed });
         }
         let params = Params::parse(codec, &bytes[FIXED_HEADER_LEN..header_len], elements)?;
+        let payload = &bytes[header_len..body_len];
+        let raw_len = if flags & FLAG_ENTROPY != 0 {
+            Some(entropy::split(payload)?.0)
+        } else {
+            None
+        };
         let header = FrameHeader {
             params,
             feedback: flags & FLAG_FEEDBACK != 0,
             elements,
             payload_len,
+            raw_len,
         };
         check_payload_len(&header)?;
-        Ok(Frame {
-            header,
-            payload: &bytes[header_len..body_len],
-        })
+        Ok(Frame { header, payload })
     }
 
-    /// Payload bits per tensor value (header and checksum not counted).
+    /// Payload bits per tensor value: the stored bytes, so after the entropy
+    /// stage if the frame uses it (header and checksum not counted).
     pub fn payload_bits_per_value(&self) -> f64 {
         if self.header.elements == 0 {
             0.0
@@ -166,10 +187,11 @@ impl<'a> Frame<'a> {
     }
 }
 
-/// Checks that the payload length is possible for the codec and count.
+/// Checks that the codec payload's length (`raw_len` with the entropy
+/// stage) is possible for the codec and count.
 fn check_payload_len(header: &FrameHeader) -> Result<(), DecodeError> {
     let n = header.elements;
-    let actual = u64::from(header.payload_len);
+    let actual = u64::from(header.codec_payload_len());
     let bitmap = n.div_ceil(8);
     let quartic = n.div_ceil(5);
     let exact = match header.params {
@@ -226,11 +248,15 @@ impl FrameWriter {
         self.start + self.header_len
     }
 
+    /// Fills in the header for the payload now in `out` and appends the
+    /// checksum. `raw_len` is `Some` when the entropy stage has replaced the
+    /// codec payload by `raw_len` and the coded bytes.
     pub(crate) fn finish(
         self,
         out: &mut Vec<u8>,
         params: Params,
         feedback: bool,
+        raw_len: Option<u32>,
         elements: usize,
     ) -> Result<FrameHeader, EncodeError> {
         let payload_len = out.len() - self.payload_start();
@@ -241,13 +267,15 @@ impl FrameWriter {
             feedback,
             elements: elements as u64,
             payload_len,
+            raw_len,
         };
         let head = &mut out[self.start..self.payload_start()];
         head[..4].copy_from_slice(&MAGIC);
         head[4] = VERSION;
         head[5] = params.codec() as u8;
         head[6] = DTYPE_F32;
-        head[7] = if feedback { FLAG_FEEDBACK } else { 0 };
+        head[7] = (if feedback { FLAG_FEEDBACK } else { 0 })
+            | (if raw_len.is_some() { FLAG_ENTROPY } else { 0 });
         head[8..16].copy_from_slice(&header.elements.to_le_bytes());
         head[16..20].copy_from_slice(&payload_len.to_le_bytes());
         head[20] = Params::wire_len(params.codec()) as u8;

@@ -9,6 +9,9 @@
 //! - [`Frame::parse`] and [`decode`] check a frame against caller [`Limits`]
 //!   and decode it, returning a typed [`DecodeError`] for anything hostile.
 //!
+//! An encoder may also pass each payload through an entropy stage (zstd,
+//! [`EntropyStage`], off by default); decoding handles both kinds of frame.
+//!
 //! The frame layout is documented byte by byte in `FORMAT.md`.
 
 #![warn(missing_docs)]
@@ -18,6 +21,7 @@ mod codec;
 mod decoder;
 mod dispatch;
 mod encoder;
+mod entropy;
 mod error;
 pub mod feedback;
 pub mod float16;
@@ -35,6 +39,7 @@ pub mod topk;
 pub use codec::{Codec, CodecId, Sparsity, TopKPercent};
 pub use decoder::decode;
 pub use encoder::{Encoder, Feedback};
+pub use entropy::{EntropyStage, RAW_LEN_BYTES, ZSTD_LEVEL};
 pub use error::{DecodeError, EncodeError, SpecError};
 pub use frame::{Frame, FrameHeader, Limits};
 pub use params::Params;

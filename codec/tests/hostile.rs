@@ -256,7 +256,7 @@ fn bad_dtype() {
 
 #[test]
 fn reserved_flags() {
-    for flags in [0x02, 0x03, 0x80, 0xff] {
+    for flags in [0x04, 0x06, 0x80, 0xff] {
         let mut frame = three_lc(7, vec![202, 94]);
         frame.flags = flags;
         assert_eq!(

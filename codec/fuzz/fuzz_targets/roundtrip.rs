@@ -1,13 +1,19 @@
 //! Arbitrary f32 tensors and codec settings through one encoder: whatever
 //! encodes must decode, to the right length, to finite values when the
 //! input was finite, and with feedback the residual must be `acc - decoded`.
-//! An encode error must be one the input deserves.
+//! An encode error must be one the input deserves. With the entropy stage
+//! on, a twin encoder with it off must give the same result: the same
+//! values and residual, and either the same frame or one whose stage
+//! decodes to the twin's payload and is smaller.
 
 #![no_main]
 
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use tlc_codec::{decode, Codec, EncodeError, Encoder, Feedback, Limits, Sparsity, TopKPercent};
+use tlc_codec::{
+    decode, Codec, EncodeError, Encoder, EntropyStage, Feedback, Frame, Limits, Sparsity,
+    TopKPercent,
+};
 
 const LIMITS: Limits = Limits {
     max_elements: 1 << 16,
@@ -42,6 +48,9 @@ fn run(data: &[u8]) -> Result<()> {
             Feedback::Off
         },
     );
+    if u.arbitrary()? {
+        encoder.set_entropy_stage(EntropyStage::Zstd);
+    }
     let steps = u.int_in_range(1u8..=3)?;
     let n = u.int_in_range(0usize..=2000)?;
     let mut x = Vec::with_capacity(n);
@@ -80,8 +89,36 @@ fn check(encoder: &mut Encoder, x: &[f32]) {
     };
     let finite = acc.iter().all(|a| a.is_finite());
     let max = acc.iter().fold(0f32, |m, a| m.max(a.abs()));
+    let mut twin = encoder.clone();
+    twin.set_entropy_stage(EntropyStage::Off);
+    let mut plain = Vec::new();
+    let twin_result = twin.encode(x, &mut plain);
     let mut out = Vec::new();
-    match encoder.encode(x, &mut out) {
+    let result = encoder.encode(x, &mut out);
+    match (&result, &twin_result) {
+        (Ok(header), Ok(plain_header)) => {
+            assert_eq!(
+                bits(encoder.residual()),
+                bits(twin.residual()),
+                "{codec}: the stage changed the residual"
+            );
+            match header.raw_len {
+                None => assert_eq!(out, plain, "{codec}: plain frames differ"),
+                Some(raw_len) => {
+                    assert_eq!(encoder.entropy_stage(), EntropyStage::Zstd);
+                    assert_eq!(raw_len, plain_header.payload_len);
+                    assert!(header.payload_len < raw_len, "{codec}: the stage grew");
+                    let staged = Frame::parse(&out, &LIMITS).expect("own frame parses");
+                    let payload = staged.codec_payload().expect("own stage decodes");
+                    let twin_frame = Frame::parse(&plain, &LIMITS).expect("twin parses");
+                    assert_eq!(&payload[..], twin_frame.payload, "{codec}: stage payload");
+                }
+            }
+        }
+        (Err(a), Err(b)) => assert_eq!(a, b, "{codec}: the stage changed the error"),
+        _ => panic!("{codec}: the stage changed whether the tensor encodes"),
+    }
+    match result {
         Ok(header) => {
             assert_eq!(header.frame_len(), out.len());
             let mut values = Vec::new();
@@ -121,6 +158,10 @@ fn check(encoder: &mut Encoder, x: &[f32]) {
         }
         Err(err) => panic!("{codec}: {err}"),
     }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|v| v.to_bits()).collect()
 }
 
 fuzz_target!(|data: &[u8]| {
