@@ -12,7 +12,7 @@ use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
-use tlc_codec::{Codec, CodecId, Feedback, Limits};
+use tlc_codec::{Codec, CodecId, EntropyStage, Feedback, Limits};
 use tlc_core::TensorCall;
 use tlc_wire::envelope::{EnvelopeError, EnvelopeHeader, Kind, HEADER_LEN};
 
@@ -61,6 +61,9 @@ pub struct Encoding {
     pub memory: Memory,
     /// Written into the envelope, for a fallback to the original.
     pub fallback_token: u64,
+    /// Whether frames may carry the entropy stage (the requester reads
+    /// it; see `codec/FORMAT.md`).
+    pub entropy: EntropyStage,
 }
 
 /// What one encode did, for the caller's counters.
@@ -185,6 +188,7 @@ impl Contexts {
             codec,
             memory,
             fallback_token,
+            entropy,
         } = encoding;
         let raw_bytes = 4 * values.len();
         let mut encoded = Encoded {
@@ -208,6 +212,7 @@ impl Contexts {
                     })
                     .ok_or(EncodeRefused::Budget)?;
                 let mut context = lock(&context);
+                context.set_entropy_stage(entropy);
                 let started = Instant::now();
                 let pushed = context
                     .encode(values, codec, refine, fallback_token, out)
@@ -231,6 +236,7 @@ impl Contexts {
                     })
                     .ok_or(EncodeRefused::Budget)?;
                 let mut source = lock(&source);
+                source.set_entropy_stage(entropy);
                 let started = Instant::now();
                 let before = source.counters();
                 let served = source
@@ -246,7 +252,7 @@ impl Contexts {
             }
             Memory::None => {
                 let started = Instant::now();
-                encode_stateless(values, codec, fallback_token, out)
+                encode_stateless(values, codec, entropy, fallback_token, out)
                     .map_err(|_| EncodeRefused::Codec)?;
                 encoded.took = started.elapsed();
             }
@@ -424,6 +430,7 @@ mod tests {
             codec: three_lc(),
             memory,
             fallback_token: 9,
+            entropy: EntropyStage::Off,
         }
     }
 

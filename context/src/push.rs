@@ -7,7 +7,9 @@
 //! frames up.
 
 use thiserror::Error;
-use tlc_codec::{Codec, DecodeError, EncodeError, Encoder, Feedback, FrameHeader, Limits, Params};
+use tlc_codec::{
+    Codec, DecodeError, EncodeError, Encoder, EntropyStage, Feedback, FrameHeader, Limits, Params,
+};
 
 use super::refine::{relative_to, sum_of_squares, Refinement};
 use super::table::ContextMemory;
@@ -77,6 +79,11 @@ impl PushContext {
             counters: PushCounters::default(),
             zeros: Vec::new(),
         }
+    }
+
+    /// Whether the frames from now on may carry the entropy stage.
+    pub fn set_entropy_stage(&mut self, stage: EntropyStage) {
+        self.encoder.set_entropy_stage(stage);
     }
 
     /// Encodes one gradient through the error buffer and appends a push
@@ -205,16 +212,13 @@ impl PushContext {
 pub fn encode_stateless(
     values: &[f32],
     codec: Codec,
+    entropy: EntropyStage,
     fallback_token: u64,
     out: &mut Vec<u8>,
 ) -> Result<PushEncoded, EncodeError> {
-    PushContext::new(codec, Feedback::Off).encode(
-        values,
-        codec,
-        Refinement::OFF,
-        fallback_token,
-        out,
-    )
+    let mut context = PushContext::new(codec, Feedback::Off);
+    context.set_entropy_stage(entropy);
+    context.encode(values, codec, Refinement::OFF, fallback_token, out)
 }
 
 impl ContextMemory for PushContext {

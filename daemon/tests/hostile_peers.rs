@@ -14,7 +14,7 @@ use http::{HeaderMap, Request};
 use hyper::body::Incoming;
 use support::tf::{recv, response_body, start_tensor_server};
 use support::Client;
-use tlc_codec::{Codec, Sparsity};
+use tlc_codec::{Codec, EntropyStage, Sparsity};
 use tlc_context::encode_stateless;
 use tlc_core::Role;
 use tlc_daemon::config::{Config, Route};
@@ -132,7 +132,7 @@ async fn decoding_stays_within_the_tensor_bound_and_the_in_flight_budget() {
     let codec = Codec::ThreeLc {
         sparsity: Sparsity::ONE,
     };
-    encode_stateless(&[0.0; 1000], codec, 7, &mut small).unwrap();
+    encode_stateless(&[0.0; 1000], codec, EntropyStage::Off, 7, &mut small).unwrap();
     let bomb = envelope_body(&[100_000_000], small);
     let sidecar = Arc::new(Sidecar::new(Policy::default(), options, None));
     let holder = start_holder(bomb, 1000).await;
@@ -153,7 +153,7 @@ async fn decoding_stays_within_the_tensor_bound_and_the_in_flight_budget() {
     // so they take turns instead of holding 12 x 64 MB.
     let zeros = vec![0.0f32; 8 << 20];
     let mut envelope = Vec::new();
-    encode_stateless(&zeros, codec, 9, &mut envelope).unwrap();
+    encode_stateless(&zeros, codec, EntropyStage::Off, 9, &mut envelope).unwrap();
     drop(zeros);
     let wire = envelope.len();
     let body = envelope_body(&[8 << 20], envelope);

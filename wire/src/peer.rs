@@ -11,6 +11,7 @@
 //! | `tlc-envelope: 1` | response | the response's `tensor_content` is an envelope, not the tensor |
 //! | `tlc-fallback: TOKEN` | request to [`FALLBACK_PATH`] | asks for the original response of an envelope |
 //! | `tlc-rows: EPOCH-VERSION-BYTES` | request | for gathered rows and gradient rows the graph pairs with their ids: the requester decodes row-keyed envelopes; for gathered rows, the rows it holds (epoch in hex, `0-0` for none) and the most bytes of rows it keeps for the tensor |
+//! | `tlc-entropy: zstd` | request | the requester reads frames with the entropy stage (`codec/FORMAT.md`) |
 //! | `tlc-hop: 1` | request | the caller is a sidecar that restores hop-compressed responses ([`crate::hop`]); with `grpc-encoding: zstd`, this request's messages are hop-compressed |
 //! | `tlc-hop: 1` | response | a sidecar answered; with `grpc-encoding: zstd`, the response's messages are hop-compressed |
 
@@ -30,6 +31,8 @@ pub const MAX_TENSOR: &str = "tlc-max";
 pub const ENVELOPE: &str = "tlc-envelope";
 /// Request header of a fallback call: which response is wanted.
 pub const FALLBACK: &str = "tlc-fallback";
+/// Request header: the requester reads frames with the entropy stage.
+pub const ENTROPY: &str = "tlc-entropy";
 /// Request header: the requester decodes row-keyed envelopes, and holds
 /// these rows.
 pub const ROWS: &str = "tlc-rows";
@@ -168,6 +171,11 @@ pub fn max_tensor(headers: &HeaderMap) -> Option<u64> {
 /// The `tlc-max` value for `bytes`.
 pub fn max_tensor_header(bytes: u64) -> HeaderValue {
     HeaderValue::from(bytes)
+}
+
+/// Whether the requester reads frames with the entropy stage.
+pub fn reads_entropy(headers: &HeaderMap) -> bool {
+    headers.get(ENTROPY).is_some_and(|v| v == "zstd")
 }
 
 /// Whether a request came from a sidecar that speaks our envelope version.

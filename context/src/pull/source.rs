@@ -8,7 +8,7 @@ use std::num::NonZeroU64;
 use bytes::Bytes;
 use thiserror::Error;
 use tlc_codec::frame::{FIXED_HEADER_LEN, TRAILER_LEN};
-use tlc_codec::{Codec, DecodeError, EncodeError, Encoder, Feedback, Limits};
+use tlc_codec::{Codec, DecodeError, EncodeError, Encoder, EntropyStage, Feedback, Limits};
 
 use super::{add_delta, replica_hash, ReplicaState, DEFAULT_CACHE_LEN};
 use crate::refine::{relative_to, sum_of_squares, Refinement};
@@ -174,6 +174,11 @@ impl PullSource {
             counters: PullCounters::default(),
             last_scale: None,
         }
+    }
+
+    /// Whether the deltas encoded from now on may carry the entropy stage.
+    pub fn set_entropy_stage(&mut self, stage: EntropyStage) {
+        self.encoder.set_entropy_stage(stage);
     }
 
     /// Brings the replica up to `value` (a new version if it changed) and

@@ -22,7 +22,7 @@
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use tlc_codec::{Codec, EncodeError, Limits};
+use tlc_codec::{Codec, EncodeError, EntropyStage, Limits};
 use tlc_context::{decode_push, encode_stateless};
 use tlc_sidecar::sidecar::tensor_bytes;
 use tlc_sidecar::sidecar::MAX_RESPONSE;
@@ -139,7 +139,7 @@ fn envelope_hop(tensor: &FloatTensor, rebuilt: &EncodedResponse) {
     let values = tensor_bytes::as_f32(&tensor.content, &mut scratch);
     let token = 0x0123_4567_89ab_cdef;
     let mut envelope = Vec::new();
-    match encode_stateless(values, Codec::None, token, &mut envelope) {
+    match encode_stateless(values, Codec::None, EntropyStage::Off, token, &mut envelope) {
         Ok(_) => {}
         Err(EncodeError::NonFinite) => {
             assert!(values.iter().any(|v| !v.is_finite()));

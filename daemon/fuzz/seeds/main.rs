@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use prost::Message;
-use tlc_codec::{Codec, Feedback, Sparsity};
+use tlc_codec::{Codec, EntropyStage, Feedback, Sparsity};
 use tlc_context::pull::PullSource;
 use tlc_context::{encode_stateless, PassScale, PushContext, Refinement};
 use tlc_demo::wire;
@@ -116,7 +116,7 @@ fn envelope() -> Result<Seeds> {
         three_lc,
     ] {
         let mut out = Vec::new();
-        encode_stateless(&gradient, codec, 3, &mut out)?;
+        encode_stateless(&gradient, codec, EntropyStage::Off, 3, &mut out)?;
         seeds.push((format!("push-{}", codec.id().name()), 1000, out));
     }
     let mut context = PushContext::new(three_lc, Feedback::On);
@@ -128,7 +128,7 @@ fn envelope() -> Result<Seeds> {
     // A zero-run 3LC push of the largest tensor the target's limits allow.
     let zeros = vec![0f32; 1 << 18];
     let mut out = Vec::new();
-    encode_stateless(&zeros, three_lc, 5, &mut out)?;
+    encode_stateless(&zeros, three_lc, EntropyStage::Off, 5, &mut out)?;
     seeds.push(("push-zeros-max".into(), 1 << 18, out));
 
     Ok(seeds

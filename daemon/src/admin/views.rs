@@ -121,7 +121,8 @@ pub fn totals(sidecar: &Sidecar) -> Totals {
             .collect(),
         rows: {
             let c = &sidecar.row_contexts().counters;
-            let read = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+            let read =
+                |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
             api::status::RowTotals {
                 hits: read(&c.hits),
                 new: read(&c.misses),

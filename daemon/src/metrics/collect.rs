@@ -219,7 +219,10 @@ fn register_rows(registry: &mut Registry, sidecar: &Sidecar) {
     let counters = &sidecar.row_contexts().counters;
     let read = |a: &AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
     let rows = Family::<RowKind, Counter>::default();
-    for (kind, n) in [("delta", read(&counters.hits)), ("new", read(&counters.misses))] {
+    for (kind, n) in [
+        ("delta", read(&counters.hits)),
+        ("new", read(&counters.misses)),
+    ] {
         rows.get_or_create(&RowKind { kind }).inc_by(n);
     }
     registry.register(

@@ -19,6 +19,7 @@ use crate::graph::{Classified, Training};
 use crate::policy::{CodecChoice, Decision, Policy, Treatment};
 use crate::sidecar::calls;
 use crate::training::step_reads::{self, Watched};
+use tlc_codec::EntropyStage;
 use tlc_context::{Encoded, Encoding, Memory, ReplicaState};
 use tlc_core::TensorCall;
 use tlc_core::{Outcome, Role};
@@ -55,6 +56,7 @@ pub async fn recv_tensor(
         .headers()
         .get(peer::ROWS)
         .and_then(peer::RowsHeader::parse);
+    let entropy = peer::reads_entropy(request.headers());
     let Some(connection) = ConnectionId::of(&request) else {
         // Every listener stamps its calls; without a connection there is
         // no way to keep a fallback for this one, so it is not compressed.
@@ -151,6 +153,7 @@ pub async fn recv_tensor(
             Asked {
                 replica,
                 rows,
+                entropy,
                 max_tensor,
                 connection,
             },
@@ -183,6 +186,8 @@ struct Asked {
     replica: Option<ReplicaState>,
     /// The requester's rows of a row-keyed tensor, if it speaks rows.
     rows: Option<peer::RowsHeader>,
+    /// Whether the requester reads frames with the entropy stage.
+    entropy: bool,
     /// The largest tensor the requester decodes and this side reads whole.
     max_tensor: u64,
     /// The connection the call came on, which alone may claim the fallback.
@@ -205,6 +210,7 @@ fn compress(
     let Asked {
         replica,
         rows,
+        entropy,
         max_tensor,
         connection,
     } = asked;
@@ -247,6 +253,11 @@ fn compress(
                 codec: choice.codec,
                 memory,
                 fallback_token: token,
+                entropy: if entropy && policy.entropy() {
+                    EntropyStage::Zstd
+                } else {
+                    EntropyStage::Off
+                },
             };
             let encoded = sidecar
                 .contexts

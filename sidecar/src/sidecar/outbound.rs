@@ -58,6 +58,9 @@ pub async fn recv_tensor(
     parts
         .headers
         .insert(peer::MAX_TENSOR, peer::max_tensor_header(max_tensor));
+    parts
+        .headers
+        .insert(peer::ENTROPY, http::HeaderValue::from_static("zstd"));
     // What this side's graphs say the tensor is: the holder's sidecar may
     // not have seen the graph (TF2's coordinator routes registrations past it).
     let known = sidecar

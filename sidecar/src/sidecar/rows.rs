@@ -129,7 +129,7 @@ impl RowContexts {
     }
 
     /// Rows and bytes held: holder mirrors, requester mirrors, error buffers.
-    pub fn sizes(&self) -> [tlc_context::TableStats; 3] {
+    pub fn sizes(&self) -> [tlc_context::table::TableStats; 3] {
         [
             self.sources.stats(),
             self.mirrors.stats(),
