@@ -129,6 +129,10 @@ pub enum RestoreError {
     /// A pull envelope came for a call that is not a pull.
     #[error("pull envelope for a call that is not a pull")]
     NotAPull,
+    /// A rows envelope: restored with the call's lookup ids through
+    /// [`crate::rows`], not here.
+    #[error("{0} envelope: rows are restored with their lookup ids (tlc_context::rows)")]
+    Rows(Kind),
 }
 
 /// The bounds of the three tables.
@@ -281,6 +285,7 @@ impl Contexts {
                 (content, first_frame_codec(envelope))
             }
             (Kind::Chain | Kind::Keyframe, None) => return Err(RestoreError::NotAPull),
+            (Kind::RowsPull | Kind::RowsPush, _) => return Err(RestoreError::Rows(header.kind)),
         };
         Ok(Restored {
             content,

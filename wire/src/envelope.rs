@@ -9,24 +9,28 @@
 //! |---:|---:|---|---|
 //! | 0 | 4 | magic | ASCII `TLCE` |
 //! | 4 | 1 | version | `1` |
-//! | 5 | 1 | kind | `1` push, `2` pull delta chain, `3` pull keyframe |
+//! | 5 | 1 | kind | `1` push, `2` pull delta chain, `3` pull keyframe, `4` rows pull, `5` rows push |
 //! | 6 | 2 | reserved | must be `0` |
 //! | 8 | 8 | fallback token | u64; lets the receiver ask the sender sidecar for the original response |
 //! | 16 | 8 | epoch | u64; pull: random per sender-sidecar start, never 0; push: 0 |
-//! | 24 | 8 | base_version | u64; chain: the version the receiver's replica must be at (≥ 1); else 0 |
-//! | 32 | 8 | target_version | u64; pull: the version after applying (≥ 1); push: 0 |
-//! | 40 | 4 | frame count | u32; push 1, keyframe 1, chain `target - base` (0: up to date) |
+//! | 24 | 8 | base_version | u64; chain: the version the receiver's replica must be at (≥ 1); rows pull: the mirror's version (0: empty); else 0 |
+//! | 32 | 8 | target_version | u64; pull: the version after applying (≥ 1; rows pull: base + 1); push: 0 |
+//! | 40 | 4 | frame count | u32; push 1 to 8, keyframe 1, chain `target - base` (0: up to date), rows pull 2, rows push 1 |
 //! | 44 | 4 | crc32c | CRC-32C of bytes `0..44` |
-//! | 48 | … | frames | `frame count` tlc frames back to back (`codec/FORMAT.md`), nothing after |
+//! | 48 | 32 | rows section | rows kinds only: see [`crate::rows`] |
+//! | 48 or 80 | … | frames | `frame count` tlc frames back to back (`codec/FORMAT.md`), nothing after |
 //!
 //! Parsing ([`Envelope::parse`]) checks everything a receiver relies on
 //! before it touches any state: header checksum, kind-specific fields,
 //! every frame's own header, limits and checksum, that the frames fill the
-//! buffer exactly, that a keyframe is lossless (codec `none`), and that the
-//! frames of a chain all have the same length.
+//! buffer exactly, that a keyframe is lossless (codec `none`), that the
+//! frames of a chain all have the same length, and for the rows kinds the
+//! rows section and that each frame holds the values it declares.
 
 use thiserror::Error;
 use tlc_codec::{CodecId, DecodeError, Frame, Limits};
+
+use crate::rows::{RowsSection, ROWS_SECTION_LEN};
 
 /// The four bytes every envelope starts with.
 pub const MAGIC: [u8; 4] = *b"TLCE";
@@ -48,6 +52,13 @@ pub enum Kind {
     Chain = 2,
     /// The replica itself at `target_version`: one lossless (`none`) frame.
     Keyframe = 3,
+    /// Gathered rows, for a mirror of the rows the requester holds: one
+    /// version step (`target = base + 1`), a rows section, then two frames,
+    /// the new rows' keyframes and the held rows' deltas.
+    RowsPull = 4,
+    /// IndexedSlices gradient values, one row per distinct id: a rows
+    /// section, then one frame.
+    RowsPush = 5,
 }
 
 impl Kind {
@@ -57,6 +68,8 @@ impl Kind {
             1 => Some(Kind::Push),
             2 => Some(Kind::Chain),
             3 => Some(Kind::Keyframe),
+            4 => Some(Kind::RowsPull),
+            5 => Some(Kind::RowsPush),
             _ => None,
         }
     }
@@ -67,7 +80,15 @@ impl Kind {
             Kind::Push => "push",
             Kind::Chain => "chain",
             Kind::Keyframe => "keyframe",
+            Kind::RowsPull => "rows-pull",
+            Kind::RowsPush => "rows-push",
         }
+    }
+
+    /// Whether envelopes of this kind carry a rows section
+    /// ([`crate::rows`]) between the header and the frames.
+    pub fn has_rows(self) -> bool {
+        matches!(self, Kind::RowsPull | Kind::RowsPush)
     }
 }
 
@@ -95,8 +116,10 @@ pub enum EnvelopeError {
     /// A format version this reader does not understand.
     #[error("unsupported envelope version {0} (this reader reads version 1)")]
     UnsupportedVersion(u8),
-    /// A kind byte other than 1, 2 or 3.
-    #[error("unknown envelope kind {0} (known: 1 push, 2 chain, 3 keyframe)")]
+    /// A kind byte other than 1 to 5.
+    #[error(
+        "unknown envelope kind {0} (known: 1 push, 2 chain, 3 keyframe, 4 rows-pull, 5 rows-push)"
+    )]
     UnknownKind(u8),
     /// The reserved bytes are not zero.
     #[error("reserved envelope bytes are {0:#06x}, must be 0")]
@@ -156,6 +179,43 @@ pub enum EnvelopeError {
         /// Element count of the first frame.
         first: u64,
     },
+    /// The rows section's checksum does not match.
+    #[error(
+        "rows section checksum mismatch: section says {stored:#010x}, bytes give {computed:#010x}"
+    )]
+    RowsChecksum {
+        /// CRC32C stored in the section.
+        stored: u32,
+        /// CRC32C computed over its first 28 bytes.
+        computed: u32,
+    },
+    /// A rows section field breaks a rule (see [`crate::rows`]).
+    #[error("invalid rows section: {reason}")]
+    Rows {
+        /// The rule broken.
+        reason: &'static str,
+    },
+    /// A rows section declares more values than the caller's limit.
+    #[error("{rows} rows of {dim} values exceed the limit of {limit} values")]
+    RowsTooLarge {
+        /// Rows (distinct ids, or positions).
+        rows: u32,
+        /// Values per row.
+        dim: u32,
+        /// The caller's `max_elements`.
+        limit: u64,
+    },
+    /// A frame of a rows envelope holds another number of values than its
+    /// rows section declares.
+    #[error("rows frame {index} has {elements} values, the rows section declares {expected}")]
+    RowsFrameLength {
+        /// Position of the frame.
+        index: u32,
+        /// Its element count.
+        elements: u64,
+        /// The count the section declares.
+        expected: u64,
+    },
 }
 
 /// Most frames a push envelope may carry: the gradient's frame and its
@@ -202,6 +262,39 @@ impl EnvelopeHeader {
             epoch,
             base_version: 0,
             target_version: version,
+            frame_count: 1,
+        }
+    }
+
+    /// The header of a rows pull taking a mirror from `base` (0: empty) to
+    /// `target`, which must be `base + 1` (two frames). Fails if not, or if
+    /// `epoch` is 0.
+    pub fn rows_pull(
+        fallback_token: u64,
+        epoch: u64,
+        base: u64,
+        target: u64,
+    ) -> Result<EnvelopeHeader, EnvelopeError> {
+        let header = EnvelopeHeader {
+            kind: Kind::RowsPull,
+            fallback_token,
+            epoch,
+            base_version: base,
+            target_version: target,
+            frame_count: 2,
+        };
+        header.validate()?;
+        Ok(header)
+    }
+
+    /// The header of a rows push (one frame).
+    pub fn rows_push(fallback_token: u64) -> EnvelopeHeader {
+        EnvelopeHeader {
+            kind: Kind::RowsPush,
+            fallback_token,
+            epoch: 0,
+            base_version: 0,
+            target_version: 0,
             frame_count: 1,
         }
     }
@@ -269,6 +362,20 @@ impl EnvelopeHeader {
                         kind,
                         reason: "target version is below base version",
                     })?
+            }
+            Kind::RowsPull => {
+                field(self.epoch != 0, "epoch 0 is reserved for pushes")?;
+                field(
+                    self.base_version.checked_add(1) == Some(self.target_version),
+                    "a rows pull is one version step: target = base + 1",
+                )?;
+                2
+            }
+            Kind::RowsPush => {
+                field(self.epoch == 0, "a push carries no epoch")?;
+                field(self.base_version == 0, "a push carries no base version")?;
+                field(self.target_version == 0, "a push carries no target version")?;
+                1
             }
         };
         if u64::from(self.frame_count) != expected {
@@ -352,6 +459,7 @@ pub struct Envelope<'a> {
     // entry per 25 input bytes (the smallest frame), so this is bounded by
     // the input, never by the declared count.
     frames: Vec<Frame<'a>>,
+    rows: Option<RowsSection>,
 }
 
 impl<'a> Envelope<'a> {
@@ -359,11 +467,28 @@ impl<'a> Envelope<'a> {
     /// header (see [`EnvelopeHeader::parse`]), then every frame with
     /// [`Frame::parse`] against `limits`, that there are exactly
     /// `frame_count` of them with nothing after, that a keyframe's frame is
-    /// lossless and that a chain's frames all have the same length.
+    /// lossless and that a chain's frames all have the same length. A rows
+    /// envelope's rows section is checked before its frames
+    /// ([`RowsSection::parse`], [`RowsSection::check`] against `limits`),
+    /// and each frame's element count against the section's after them.
     pub fn parse(bytes: &'a [u8], limits: &Limits) -> Result<Envelope<'a>, EnvelopeError> {
         let header = EnvelopeHeader::parse(bytes)?;
         let mut frames = Vec::new();
         let mut rest = &bytes[HEADER_LEN..];
+        let mut rows = None;
+        if header.kind.has_rows() {
+            let needed = HEADER_LEN + ROWS_SECTION_LEN;
+            if bytes.len() < needed {
+                return Err(EnvelopeError::Truncated {
+                    needed,
+                    available: bytes.len(),
+                });
+            }
+            let section = RowsSection::parse(rest)?;
+            section.check(&header, limits)?;
+            rest = &rest[ROWS_SECTION_LEN..];
+            rows = Some(section);
+        }
         for index in 0..header.frame_count {
             let frame = Frame::parse(rest, limits)
                 .map_err(|source| EnvelopeError::Frame { index, source })?;
@@ -381,6 +506,19 @@ impl<'a> Envelope<'a> {
                     return Err(EnvelopeError::KeyframeCodec(codec));
                 }
             }
+            Kind::RowsPull | Kind::RowsPush => {
+                let expected = rows.map(|r| r.frame_elements(header.kind));
+                let expected = expected.as_ref().map_or(&[][..], |e| e.as_slice());
+                for ((index, frame), &expected) in (0u32..).zip(&frames).zip(expected) {
+                    if frame.header.elements != expected {
+                        return Err(EnvelopeError::RowsFrameLength {
+                            index,
+                            elements: frame.header.elements,
+                            expected,
+                        });
+                    }
+                }
+            }
             Kind::Push | Kind::Chain => {
                 let first = frames.first().map_or(0, |f| f.header.elements);
                 for (index, frame) in (0u32..).zip(&frames) {
@@ -394,7 +532,17 @@ impl<'a> Envelope<'a> {
                 }
             }
         }
-        Ok(Envelope { header, frames })
+        Ok(Envelope {
+            header,
+            frames,
+            rows,
+        })
+    }
+
+    /// The rows section of a rows envelope (kinds 4 and 5), checked;
+    /// `None` for the other kinds.
+    pub fn rows(&self) -> Option<RowsSection> {
+        self.rows
     }
 
     /// The frames, in the order they are to be applied.
@@ -409,11 +557,47 @@ impl<'a> Envelope<'a> {
 }
 
 /// Appends a whole envelope: `header` (validated) and then `frames`, which
-/// must be exactly `header.frame_count` complete frames. Used where the
+/// must be exactly `header.frame_count` complete frames; not for the rows
+/// kinds, whose section goes between (write the header,
+/// [`RowsSection::write`], then the frames). Used where the
 /// frames already exist as bytes (the pull side's cache); the push side
 /// writes the header and lets the encoder append its frame directly.
 pub fn write_envelope<B: AsRef<[u8]>>(
     header: &EnvelopeHeader,
+    frames: &[B],
+    out: &mut Vec<u8>,
+) -> Result<(), EnvelopeError> {
+    if header.kind.has_rows() {
+        return Err(EnvelopeError::Field {
+            kind: header.kind,
+            reason: "a rows envelope carries a rows section (write_rows_envelope)",
+        });
+    }
+    write_parts(header, None, frames, out)
+}
+
+/// Appends a whole rows envelope: `header` (validated, a rows kind),
+/// `section` and then `frames`, which must be exactly `header.frame_count`
+/// complete frames. The encoders of `tlc_context::rows` write the parts
+/// themselves; this is for tests and tools.
+pub fn write_rows_envelope<B: AsRef<[u8]>>(
+    header: &EnvelopeHeader,
+    section: &RowsSection,
+    frames: &[B],
+    out: &mut Vec<u8>,
+) -> Result<(), EnvelopeError> {
+    if !header.kind.has_rows() {
+        return Err(EnvelopeError::Field {
+            kind: header.kind,
+            reason: "only rows envelopes carry a rows section",
+        });
+    }
+    write_parts(header, Some(section), frames, out)
+}
+
+fn write_parts<B: AsRef<[u8]>>(
+    header: &EnvelopeHeader,
+    section: Option<&RowsSection>,
     frames: &[B],
     out: &mut Vec<u8>,
 ) -> Result<(), EnvelopeError> {
@@ -426,8 +610,11 @@ pub fn write_envelope<B: AsRef<[u8]>>(
         });
     }
     let len: usize = frames.iter().map(|f| f.as_ref().len()).sum();
-    out.reserve(HEADER_LEN + len);
+    out.reserve(HEADER_LEN + ROWS_SECTION_LEN + len);
     header.write(out);
+    if let Some(section) = section {
+        section.write(out);
+    }
     for frame in frames {
         out.extend_from_slice(frame.as_ref());
     }

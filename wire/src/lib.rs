@@ -8,6 +8,8 @@
 //!   as protobufs;
 //! - [`envelope`]: what one sidecar sends the other in place of a tensor
 //!   (`ENVELOPE.md` beside this crate says it byte by byte);
+//! - [`rows`]: the rows section of the rows envelopes (gathered rows and
+//!   IndexedSlices values, with state per row id);
 //! - [`peer`]: the `tlc-*` headers two sidecars exchange;
 //! - [`hop`]: lossless compression of the other messages between two
 //!   sidecars.
@@ -21,6 +23,8 @@ pub mod envelope;
 pub mod graph;
 pub mod hop;
 pub mod peer;
+pub mod rows;
 pub mod tf;
 
 pub use envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind};
+pub use rows::{ids_hash, RowsSection};

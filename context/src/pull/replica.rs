@@ -31,8 +31,9 @@ pub enum ApplyError {
     /// The envelope is malformed (checked before anything changes).
     #[error("bad pull envelope: {0}")]
     Envelope(#[from] EnvelopeError),
-    /// A well-formed push envelope where a pull answer was expected.
-    #[error("expected a pull envelope, got a push")]
+    /// A well-formed push envelope (or a rows envelope, which
+    /// [`crate::rows`] applies) where a chain or keyframe was expected.
+    #[error("expected a pull envelope (chain or keyframe), got a push or rows envelope")]
     NotAPull,
     /// A chain for a replica this side does not have.
     #[error("chain from {need:?} but no replica here")]
@@ -175,7 +176,7 @@ impl Replica {
             version: h.target_version,
         };
         match h.kind {
-            Kind::Push => Err(ApplyError::NotAPull),
+            Kind::Push | Kind::RowsPull | Kind::RowsPush => Err(ApplyError::NotAPull),
             Kind::Keyframe => {
                 let mut values = Vec::new();
                 for (index, frame) in (0u32..).zip(parsed.frames()) {
