@@ -292,8 +292,8 @@ fn check_values(ids: &[i64], values: &[f32], dim: usize) -> Result<(), RowsError
     Ok(())
 }
 
-/// The frame just appended at `out[start..]`, decoded into `into` (whose
-/// length is the frame's): what the requester will decode.
+/// A frame this side just encoded, decoded into `into` (whose length is
+/// the frame's) exactly as the requester will decode it.
 fn decode_own(frame: &[u8], into: &mut [f32]) -> Result<(), RowsError> {
     let limits = tlc_codec::Limits {
         max_elements: into.len() as u64,

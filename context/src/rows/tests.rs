@@ -500,3 +500,47 @@ fn a_million_ids_stay_within_the_bound() {
     assert!(holder.bytes() <= max_rows * (4 * dim + 64), "{per_row}");
     assert!(holder.bytes() >= max_rows * 4 * dim * 9 / 10);
 }
+
+#[test]
+fn wire_bytes_per_row_for_zipf_ids() {
+    // A quick measurement (printed with --nocapture): a rows pull against
+    // the stateless fp16 of every position, for Zipf-like lookups.
+    let (dim, k) = (32, 512);
+    let mut holder = RowMirror::new(11, dim, 5_000);
+    let mut rng = Rng(0x5eed);
+    let (mut wire_bytes, mut fp16_bytes, mut unique, mut hits) = (0, 0, 0, 0);
+    let mut u = Uniques::new();
+    let mut wire = Vec::new();
+    for step in 0..60u64 {
+        let ids: Vec<i64> = (0..k).map(|_| rng.zipf(20_000)).collect();
+        let values = gather(&ids, step, dim);
+        wire.clear();
+        let e = holder
+            .encode(
+                &ids,
+                &values,
+                &Codec::Fp16,
+                &three_lc(),
+                0,
+                &mut u,
+                &mut wire,
+            )
+            .unwrap();
+        if step >= 10 {
+            wire_bytes += wire.len();
+            fp16_bytes += 2 * ids.len() * dim;
+            unique += e.unique;
+            hits += e.hits;
+        }
+    }
+    println!(
+        "rows pull: {:.1} bytes per position, {:.1} per distinct row ({:.0}% held); \
+         stateless fp16: {:.1} per position ({:.2}x)",
+        wire_bytes as f64 / (50 * k) as f64,
+        wire_bytes as f64 / unique as f64,
+        100.0 * hits as f64 / unique as f64,
+        fp16_bytes as f64 / (50 * k) as f64,
+        fp16_bytes as f64 / wire_bytes as f64,
+    );
+    assert!(wire_bytes < fp16_bytes);
+}
