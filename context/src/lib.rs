@@ -7,6 +7,9 @@
 //! - [`push`]: gradients (error feedback on the worker side);
 //! - [`pull`]: model values (a shared replica per tensor on the parameter
 //!   side, one replica per holder and tensor on the worker side);
+//! - [`rows`]: gathered embedding rows and IndexedSlices values, with state
+//!   per row id (a mirror per requester for pulls, an error per row for
+//!   pushes);
 //! - [`refine`]: how far a context's memory may lag (further 3LC passes);
 //! - [`table`]: keeps contexts bounded by age and memory.
 //!
@@ -18,6 +21,7 @@ pub mod contexts;
 pub mod pull;
 pub mod push;
 pub mod refine;
+pub mod rows;
 pub mod table;
 
 pub use contexts::{
@@ -29,4 +33,5 @@ pub use pull::{
 };
 pub use push::{decode_push, encode_stateless, PushContext, PushError, PushKey};
 pub use refine::{PassScale, Refinement};
+pub use rows::{restore_push, RowErrors, RowMirror, RowsApplied, RowsEncoded, RowsError, Uniques};
 pub use table::{ContextMemory, ContextTable, TableLimits};

@@ -1,0 +1,249 @@
+//! The push side of row contexts: [`RowErrors`], the holder's error buffer
+//! per row id for one pushed IndexedSlices values tensor, and
+//! [`restore_push`], the requester's stateless decode.
+
+use std::time::Instant;
+
+use tlc_codec::{Codec, Encoder, Feedback};
+use tlc_wire::envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind};
+use tlc_wire::rows::{ids_hash, RowsSection};
+
+use super::store::RowStore;
+use super::{check_values, decode_own, section_u32, RowsApplied, RowsEncoded, RowsError, Uniques};
+use crate::table::ContextMemory;
+
+/// The holder's error buffer per row id for one pushed IndexedSlices values
+/// tensor whose consumer sums duplicate ids (SparseAccumulatorApplyGradient,
+/// ScatterAdd, UnsortedSegmentSum).
+///
+/// Each push sends one row per distinct id, the sum of that id's values
+/// plus the error the row carried; what the codec could not send stays as
+/// the row's error until the id is pushed again. Rows untouched for longest
+/// are evicted past `max_rows`, by a step counter, their error lost.
+#[derive(Debug, Clone)]
+pub struct RowErrors {
+    step: u64,
+    store: RowStore,
+}
+
+impl RowErrors {
+    /// No errors yet, for rows of `dim` values, at most `max_rows` of them.
+    pub fn new(dim: usize, max_rows: usize) -> RowErrors {
+        RowErrors {
+            step: 0,
+            store: RowStore::new(dim, max_rows),
+        }
+    }
+
+    /// Values per row.
+    pub fn dim(&self) -> usize {
+        self.store.dim()
+    }
+
+    /// Rows with an error buffer.
+    pub fn rows(&self) -> usize {
+        self.store.rows()
+    }
+
+    /// Memory held: error values, per-row overhead (id, step, map entry),
+    /// and the struct itself. Bounded through `max_rows`.
+    pub fn bytes(&self) -> usize {
+        std::mem::size_of::<RowErrors>() + self.store.bytes()
+    }
+
+    /// Rows evicted so far (their error lost).
+    pub fn evictions(&self) -> u64 {
+        self.store.evictions()
+    }
+
+    /// The error carried for `id`, if any.
+    pub fn error(&self, id: i64) -> Option<&[f32]> {
+        self.store.get(id).map(|slot| self.store.row(slot))
+    }
+
+    /// Sums the values of duplicate ids per distinct id (first-appearance
+    /// order, additions in position order), adds each row's carried error,
+    /// encodes the distinct rows as one frame with `codec` (3LC), keeps
+    /// `sum + error − decoded` as each row's new error, and appends a
+    /// rows-push envelope to `out`.
+    ///
+    /// On error (more distinct ids than `max_rows`, a value the codec
+    /// refuses) the errors and `out` are as they were, and the caller
+    /// sends the values with the stateless codec.
+    pub fn encode(
+        &mut self,
+        ids: &[i64],
+        values: &[f32],
+        codec: &Codec,
+        fallback_token: u64,
+        uniques: &mut Uniques,
+        out: &mut Vec<u8>,
+    ) -> Result<RowsEncoded, RowsError> {
+        let started = Instant::now();
+        let dim = self.store.dim();
+        check_values(ids, values, dim)?;
+        let max_rows = self.store.max_rows();
+        let Uniques { ids: u, rows: s } = uniques;
+        u.compute(ids);
+        let unique = u.unique.len();
+        if unique > max_rows {
+            return Err(RowsError::TooManyRows { unique, max_rows });
+        }
+        let section = RowsSection {
+            ids_hash: ids_hash(ids),
+            positions: section_u32("positions", ids.len())?,
+            unique: section_u32("unique", unique)?,
+            hits: 0,
+            dim: section_u32("dim", dim)?,
+            max_rows: 0,
+        };
+        // acc = per-id sum of the values + the row's carried error.
+        s.keys.clear();
+        s.keys.resize(unique * dim, 0.0);
+        for (&j, row) in u.index.iter().zip(values.chunks_exact(dim)) {
+            let at = j as usize * dim;
+            for (a, v) in s.keys[at..at + dim].iter_mut().zip(row) {
+                *a += *v;
+            }
+        }
+        s.held.clear();
+        s.new.clear();
+        for ((j, &id), acc) in (0u32..).zip(&u.unique).zip(s.keys.chunks_exact_mut(dim)) {
+            match self.store.get(id) {
+                Some(slot) => {
+                    for (a, e) in acc.iter_mut().zip(self.store.row(slot)) {
+                        *a += *e;
+                    }
+                    s.held.push((j, slot));
+                }
+                None => s.new.push(j),
+            }
+        }
+        let start = out.len();
+        EnvelopeHeader::rows_push(fallback_token).write(out);
+        section.write(out);
+        let frame = out.len();
+        let encoded = Encoder::new(*codec, Feedback::Off)
+            .encode(&s.keys, out)
+            .map_err(RowsError::from)
+            .and_then(|_| {
+                s.deltas.resize(s.keys.len(), 0.0);
+                decode_own(&out[frame..], &mut s.deltas)
+            });
+        if let Err(err) = encoded {
+            out.truncate(start);
+            return Err(err);
+        }
+        // From here on nothing fails: the new errors, touched at this step.
+        self.step += 1;
+        let step = self.step;
+        for &(j, slot) in &s.held {
+            let at = j as usize * dim;
+            let (acc, sent) = (&s.keys[at..at + dim], &s.deltas[at..at + dim]);
+            for ((e, a), d) in self.store.row_mut(slot).iter_mut().zip(acc).zip(sent) {
+                *e = *a - *d;
+            }
+            self.store.touch(slot, step);
+        }
+        let evicted = self.store.evict(step, s.new.len(), unique, &mut s.versions);
+        // The new rows' errors, computed into the accumulator in place
+        // (it is not needed any more).
+        for &j in &s.new {
+            let at = j as usize * dim;
+            let (acc, sent) = (&mut s.keys[at..at + dim], &s.deltas[at..at + dim]);
+            for (a, d) in acc.iter_mut().zip(sent) {
+                *a -= *d;
+            }
+            self.store.insert(u.unique[j as usize], step, acc);
+        }
+        Ok(RowsEncoded {
+            unique,
+            hits: 0,
+            evicted,
+            took: started.elapsed(),
+        })
+    }
+}
+
+impl ContextMemory for RowErrors {
+    fn memory_bytes(&self) -> usize {
+        self.bytes()
+    }
+}
+
+/// Requester of a push: decodes a parsed rows-push envelope for `ids` into
+/// `ids.len() * dim` values in `values_out` (cleared first): each distinct
+/// id's decoded row at the id's first position, zeros at its later
+/// duplicates, so that a consumer summing duplicate ids gets the decoded
+/// row per id. Checks first that the ids are the envelope's (count, hash,
+/// distinct ids). On error `values_out` is unspecified and the caller falls
+/// back to the original response.
+pub fn restore_push(
+    ids: &[i64],
+    envelope: &Envelope<'_>,
+    uniques: &mut Uniques,
+    values_out: &mut Vec<f32>,
+) -> Result<RowsApplied, RowsError> {
+    let h = envelope.header;
+    if h.kind != Kind::RowsPush {
+        return Err(RowsError::WrongKind {
+            expected: Kind::RowsPush,
+            got: h.kind,
+        });
+    }
+    let section = envelope.rows().ok_or(RowsError::NoSection)?;
+    if u64::from(section.positions) != ids.len() as u64 {
+        return Err(RowsError::Positions {
+            have: ids.len(),
+            got: section.positions,
+        });
+    }
+    let hash = ids_hash(ids);
+    if hash != section.ids_hash {
+        return Err(RowsError::IdsHash {
+            have: hash,
+            got: section.ids_hash,
+        });
+    }
+    let Uniques { ids: u, rows: s } = uniques;
+    u.compute(ids);
+    let unique = u.unique.len();
+    if unique as u64 != u64::from(section.unique) {
+        return Err(RowsError::Unique {
+            have: unique,
+            got: section.unique,
+        });
+    }
+    let Some(frame) = envelope.frames().first() else {
+        return Err(RowsError::Envelope(EnvelopeError::FrameCount {
+            kind: h.kind,
+            declared: h.frame_count,
+            expected: 1,
+        }));
+    };
+    // Envelope::parse bounded unique·dim and positions·dim by the caller's
+    // limits and checked the frame holds unique·dim values.
+    let dim = usize::try_from(section.dim).map_err(|_| RowsError::TooLarge {
+        what: "dim",
+        value: usize::MAX,
+    })?;
+    s.keys.resize(unique * dim, 0.0);
+    frame.decode_into(&mut s.keys)?;
+    values_out.clear();
+    values_out.resize(ids.len() * dim, 0.0);
+    // Distinct ids are numbered in first-appearance order: a position is
+    // its id's first exactly when its index is the next number.
+    let mut next = 0u32;
+    for (&j, out) in u.index.iter().zip(values_out.chunks_exact_mut(dim)) {
+        if j == next {
+            let at = j as usize * dim;
+            out.copy_from_slice(&s.keys[at..at + dim]);
+            next += 1;
+        }
+    }
+    Ok(RowsApplied {
+        unique,
+        hits: 0,
+        evicted: 0,
+    })
+}
