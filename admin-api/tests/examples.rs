@@ -10,7 +10,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Number, Value};
 use tlc_admin_api::status::{
-    Contexts, DirectionTotals, Listener, Reloads, Role, StepEvent, TableSize, Totals, Training,
+    Contexts, DirectionTotals, HopTotals, Listener, Reloads, Role, RowTotals, StepEvent, TableSize,
+    Totals, Training,
 };
 use tlc_admin_api::{
     CodecView, ConfigPatch, ConfigView, Directions, ErrorBody, LogLevel, PolicyChanged,
@@ -121,6 +122,19 @@ fn status_example() -> Status {
             fallbacks: 0,
             fallbacks_served: 0,
             passed: BTreeMap::from([("small".to_string(), 480)]),
+            rows: RowTotals {
+                hits: 5120,
+                new: 880,
+                evictions: 0,
+                without_ids: 0,
+            },
+            hop: HopTotals {
+                sent_raw_bytes: 1843200,
+                sent_wire_bytes: 204800,
+                received_wire_bytes: 98304,
+                received_raw_bytes: 614400,
+                failures: 0,
+            },
         },
         training: Training {
             global_step: Some(99),
@@ -138,6 +152,7 @@ fn status_example() -> Status {
             push: table(4, 4771840),
             pull: table(2, 2385920),
             replicas: table(0, 0),
+            rows: table(1, 786432),
         },
         log_filter: "info".into(),
         log_format: "human".into(),

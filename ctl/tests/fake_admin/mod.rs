@@ -321,6 +321,8 @@ pub fn status(push_raw: u64, push_wire: u64) -> Value {
             fallbacks: 1,
             fallbacks_served: 0,
             passed: [("small".to_string(), 480)].into(),
+            rows: Default::default(),
+            hop: Default::default(),
         },
         training: Training {
             global_step: Some(99),
@@ -338,6 +340,7 @@ pub fn status(push_raw: u64, push_wire: u64) -> Value {
             push: table(4, 4771840),
             pull: table(0, 0),
             replicas: table(0, 0),
+            rows: table(0, 0),
         },
         log_filter: "info".into(),
         log_format: "human".into(),
