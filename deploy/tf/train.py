@@ -60,7 +60,7 @@ PARTITIONED = ("embedding", "widedeep")
 # on some seeds without tlcd (93.2 / 93.6 / 17.6% at 300 steps, seeds 0-2);
 # a third of it trained on all (92.0 / 93.4 / 90.6%). bnconv's 0.05 gave
 # 88.5 and 86.3% asynchronously at 200 steps without tlcd (81.0 and 83.9%
-# through it), 0.02 gave 93.6% (93.3% through tlcd).
+# through it), 0.02 gave 93.6 and 93.0% (93.3 and 92.3% through tlcd).
 ASYNC_DEFAULTS = {"resnet": {"lr": 0.001}, "bnconv": {"lr": 0.02}}
 
 
