@@ -3,14 +3,16 @@
 # (run_local.sh) and once with one tlcd per task (run_with_tlcd.sh), same
 # seed and steps, one TF job at a time, and prints a table: accuracy and
 # loss without / through tlcd, tensor bytes per direction (raw and on the
-# sidecar hop), ratios, decode failures, fallbacks, keyframes, step time.
+# sidecar hop), ratios, every byte between tasks as the kernel counted it
+# (hop bytes), decode failures, fallbacks, keyframes, step time.
 #
 #   deploy/tf/models.sh [--cases LIST] [--steps N] [--config FILE] [--out DIR]
 #                       [--tlcd PATH] [--check] [--timeout S] [--tls] [-- train.py flags]
 #
 #   --cases LIST   comma-separated MODEL-MODE-<N>ps[@STEPS], MODEL mlp,
-#                  embedding or resnet, MODE sync or async, N ps tasks
-#                  (embedding: the table is split into one shard per ps);
+#                  embedding, widedeep, resnet or bnconv (train.py --model),
+#                  MODE sync or async, N ps tasks (embedding, widedeep: each
+#                  table is split into one shard per ps);
 #                  @STEPS overrides --steps for that case. Default:
 #                  mlp-sync-1ps,embedding-sync-1ps,embedding-sync-2ps,
 #                  resnet-sync-1ps,mlp-async-1ps,embedding-async-1ps
@@ -47,6 +49,19 @@
 # drift resets = the totals line's drift_resets (tlcd that has them);
 # refinements = further 3LC passes sent (policy.refine; newer tlcd).
 # Step time = run_local.sh's training-loop seconds per local step.
+#
+# Hop bytes are the kernel's: every TCP byte between tasks (calls, requests,
+# ids, tensors, framing), counted by iptables rules in a chain of their own
+# (TLC_MODELS_HOP, from OUTPUT for -o lo -p tcp), set up before each run and
+# removed after it (and on exit), on the peer-facing ports: TF's listeners
+# without sidecars (2222...), the sidecars' inbound listeners through tlcd
+# (4322...; TF to its own sidecar is not counted). As --dport: the request
+# direction (the dialler's calls and RecvTensor requests); as --sport: the
+# response direction (RecvTensor responses). "hop MB" is TCP payload: IP
+# bytes less 52 per packet (IPv4 + TCP + timestamps on loopback; IPv6, also
+# counted where ip6tables works, 72); "w/ hdr" the IP bytes; hop ratio =
+# without / through tlcd. Needs root and iptables, otherwise "hop bytes:
+# unavailable (needs root and iptables)" and the columns are "-".
 #
 # Exit status: 0 if every run finished (and, with --check, every case
 # passed); 1 otherwise, with the reasons on stderr. Runs use run_local.sh's
@@ -95,8 +110,8 @@ IFS=, read -r -a case_list <<<"$cases"
 ((${#case_list[@]})) || die "--cases is empty"
 declare -A c_model=() c_mode=() c_ps=() c_steps=()
 for c in "${case_list[@]}"; do
-    [[ $c =~ ^(mlp|embedding|resnet)-(sync|async)-([1-9])ps(@([1-9][0-9]*))?$ ]] ||
-        die "bad case '$c': want MODEL-MODE-<N>ps[@STEPS], MODEL mlp|embedding|resnet, MODE sync|async, e.g. embedding-sync-2ps"
+    [[ $c =~ ^(mlp|embedding|widedeep|resnet|bnconv)-(sync|async)-([1-5])ps(@([1-9][0-9]*))?$ ]] ||
+        die "bad case '$c': want MODEL-MODE-<N>ps[@STEPS], MODEL mlp|embedding|widedeep|resnet|bnconv, MODE sync|async, N 1-5, e.g. embedding-sync-2ps"
     c_model[$c]=${BASH_REMATCH[1]} c_mode[$c]=${BASH_REMATCH[2]} c_ps[$c]=${BASH_REMATCH[3]}
     c_steps[$c]=${BASH_REMATCH[5]:-$steps}
 done
@@ -117,13 +132,76 @@ rm -f "$OUT"/results.{md,json} "$OUT"/runs.tsv
 } >"$OUT/meta.txt"
 echo "models: ${#case_list[@]} case(s), results in $OUT (tlcd $(sed -n 's/^tlcd_sha256=//p' "$OUT/meta.txt" | cut -c1-12))"
 
+# Hop bytes: iptables counting rules in their own chain, jumped to from
+# OUTPUT for TCP on lo (a loopback packet passes OUTPUT once), matching the
+# peer-facing ports of the run: as --dport (request direction: the dialler's
+# packets, calls and RecvTensor requests) and as --sport (response
+# direction: the listener's packets, RecvTensor responses). Without tlcd
+# those are TF's own ports (2222...), through tlcd the sidecars' inbound
+# ports (4322...), so TF-to-its-own-sidecar traffic (5322..., 2322...) is not
+# counted. IPv6 (::1) is counted too where ip6tables works.
+HOP_CHAIN=TLC_MODELS_HOP
+hop_tools=()
+if ((EUID == 0)) && command -v iptables >/dev/null && iptables -w -nL OUTPUT >/dev/null 2>&1; then
+    hop_tools=(iptables)
+    command -v ip6tables >/dev/null && ip6tables -w -nL OUTPUT >/dev/null 2>&1 && hop_tools+=(ip6tables)
+else
+    echo "models: hop bytes: unavailable (needs root and iptables)"
+fi
+hop_stop() { # removes the chain and every jump to it (also a killed run's)
+    local ipt
+    for ipt in "${hop_tools[@]}"; do
+        while "$ipt" -w -D OUTPUT -o lo -p tcp -j "$HOP_CHAIN" 2>/dev/null; do :; done
+        "$ipt" -w -F "$HOP_CHAIN" 2>/dev/null || true
+        "$ipt" -w -X "$HOP_CHAIN" 2>/dev/null || true
+    done
+}
+hop_start() { # LOW HIGH: counts TCP to and from ports LOW..HIGH on lo
+    local ipt
+    hop_stop
+    for ipt in "${hop_tools[@]}"; do
+        if ! { "$ipt" -w -N "$HOP_CHAIN" &&
+            "$ipt" -w -A "$HOP_CHAIN" -p tcp --dport "$1:$2" -j RETURN &&
+            "$ipt" -w -A "$HOP_CHAIN" -p tcp --sport "$1:$2" -j RETURN &&
+            "$ipt" -w -I OUTPUT -o lo -p tcp -j "$HOP_CHAIN"; }; then
+            hop_stop
+            return 1
+        fi
+    done
+}
+hop_read() { # FILE: "family direction packets bytes" lines
+    local ipt
+    : >"$1"
+    for ipt in "${hop_tools[@]}"; do
+        "$ipt" -w -nvxL "$HOP_CHAIN" | awk -v fam="$([[ $ipt == iptables ]] && echo ipv4 || echo ipv6)" '
+            / dpts?:/ { print fam, "request", $1, $2 }
+            / spts?:/ { print fam, "response", $1, $2 }' >>"$1" || return 1
+    done
+}
+if ((${#hop_tools[@]})); then
+    hop_stop # a chain a killed run left behind
+    trap hop_stop EXIT
+    trap 'exit 130' INT TERM
+fi
+
 failed_runs=()
-# run CASE KIND: one run, its console output in OUT/CASE/KIND.out; appends
-# "case kind status seconds load" to runs.tsv.
+# run CASE KIND: one run, its console output in OUT/CASE/KIND.out, its hop
+# counters in OUT/CASE/KIND.hop; appends "case kind status seconds load" to
+# runs.tsv.
 run() {
-    local c=$1 kind=$2 dir=$OUT/$1/$2 rc=0 t0 t1 load
+    local c=$1 kind=$2 dir=$OUT/$1/$2 rc=0 t0 t1 load hop=0 low=2222
+    local ntasks=$((c_ps[$c] + 2))
     local args=(--model "${c_model[$c]}" --mode "${c_mode[$c]}" --steps "${c_steps[$c]}" "${train_args[@]}")
     mkdir -p "$dir"
+    rm -f "$OUT/$c/$kind.hop"
+    if ((${#hop_tools[@]})); then
+        # TF's ports without sidecars (run_local.sh's 2222...), the sidecars'
+        # inbound ports through tlcd (run_with_tlcd.sh's 4322...).
+        [[ $kind == base ]] || low=4322
+        if hop_start "$low" $((low + ntasks - 1)); then hop=1; else
+            echo "models: $c $kind: hop bytes: unavailable (could not add iptables rules)" >&2
+        fi
+    fi
     load=$(cut -d' ' -f1 /proc/loadavg)
     t0=$(date +%s.%N)
     if [[ $kind == base ]]; then
@@ -137,6 +215,10 @@ run() {
             >"$OUT/$c/$kind.out" 2>&1 || rc=$?
     fi
     t1=$(date +%s.%N)
+    if ((hop)); then
+        hop_read "$OUT/$c/$kind.hop" || { echo "models: $c $kind: could not read the hop counters" >&2; rm -f "$OUT/$c/$kind.hop"; }
+        hop_stop
+    fi
     printf '%s\t%s\t%s\t%.1f\t%s\n' "$c" "$kind" "$rc" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$load" >>"$OUT/runs.tsv"
     if ((rc)); then
         echo "models: $c: the run $([[ $kind == base ]] && echo without sidecars || echo through tlcd) FAILED (exit $rc; output $OUT/$c/$kind.out, logs $dir):" >&2
@@ -145,6 +227,12 @@ run() {
     else
         echo "models: $c $(printf '%-4s' "$kind") $(grep -a '^tf-run' "$OUT/$c/$kind.out" | tail -n 1 | sed 's/ out=[^ ]*//') [$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%d", b - a }') s]"
     fi
+    [[ -s $OUT/$c/$kind.hop ]] && awk -v c="$c" -v k="$kind" '
+        { p[$2] += $3; b[$2] += $4; h[$2] += $3 * ($1 == "ipv4" ? 52 : 72) }
+        END { printf "models: %s %-4s hop bytes: request %.2f MB, response %.2f MB (TCP payload; %.2f MB with headers, %d packets)\n",
+              c, k, (b["request"] - h["request"]) / 1e6, (b["response"] - h["response"]) / 1e6,
+              (b["request"] + b["response"]) / 1e6, p["request"] + p["response"] }' "$OUT/$c/$kind.hop"
+    return 0
 }
 
 for c in "${case_list[@]}"; do
@@ -201,6 +289,34 @@ def sidecars(d):
     return tot
 
 
+# TCP/IP header bytes per packet on loopback with TCP timestamps (the
+# Linux default): IPv4 20 + TCP 20 + 12 options; IPv6 40 + 20 + 12.
+# SYN and SYN-ACK carry 8 more option bytes, counted here as payload.
+HEADER = {"ipv4": 52, "ipv6": 72}
+
+
+def hop(path):
+    """The kernel's counts of a run's peer-to-peer TCP: per direction packets,
+    bytes (IP packets, headers included) and payload (bytes less the headers)."""
+    try:
+        lines = open(path).read().split()
+    except OSError:
+        return None
+    h = {d: {"packets": 0, "bytes": 0, "payload": 0} for d in ("request", "response")}
+    h["ipv6_packets"] = 0
+    for fam, direction, packets, size in zip(*[iter(lines)] * 4):
+        packets, size = int(packets), int(size)
+        h[direction]["packets"] += packets
+        h[direction]["bytes"] += size
+        h[direction]["payload"] += size - HEADER[fam] * packets
+        if fam == "ipv6":
+            h["ipv6_packets"] += packets
+    h["payload"] = h["request"]["payload"] + h["response"]["payload"]
+    h["bytes"] = h["request"]["bytes"] + h["response"]["bytes"]
+    h["packets"] = h["request"]["packets"] + h["response"]["packets"]
+    return h
+
+
 rows, problems = [], []
 for c in cases:
     model, mode, ps = re.match(r"(\w+)-(\w+)-(\d)ps", c).groups()
@@ -215,6 +331,7 @@ for c in cases:
                                        "test_loss", "wall_seconds", "params", "problems")})
         if kind == "tlcd":
             r.update(sidecars(f"{out}/{c}/{kind}"))
+        r["hop"] = hop(f"{out}/{c}/{kind}.hop")
         row[kind] = r
     b, t = row["base"], row["tlcd"]
     for name, r in (("without sidecars", b), ("through tlcd", t)):
@@ -222,6 +339,8 @@ for c in cases:
             problems.append(f"{c}: the run {name} failed (exit {r['exit']}{'; ' + '; '.join(r['problems']) if r.get('problems') else ''})")
     if t.get("missing") and t["exit"] == 0:
         problems.append(f"{c}: no counters from {', '.join(t['missing'])} (a tlcd did not shut down cleanly?)")
+    if b.get("hop") and t.get("hop") and t["hop"]["payload"] > 0:
+        row["hop_ratio"] = round(b["hop"]["payload"] / t["hop"]["payload"], 3)
     if b.get("test_accuracy") is not None and t.get("test_accuracy") is not None:
         row["accuracy_delta_points"] = round((t["test_accuracy"] - b["test_accuracy"]) * 100, 2)
     row["check"] = []
@@ -248,7 +367,8 @@ def fmt(x, spec, scale=1.0):
 
 head = ["case", "model", "mode", "ps", "run", "steps (local)", "test acc", "Δ acc (pts)", "test loss",
         "push raw MB", "push wire MB", "push ratio", "pull raw MB", "pull wire MB", "pull ratio",
-        "passed MB", "all ratio", "refinements",
+        "passed MB", "all ratio",
+        "hop req MB", "hop resp MB", "hop MB", "hop MB w/ hdr", "hop ratio", "refinements",
         "decode fail", "fallbacks", "keyframes", "drift resets", "step ms", "TF wall s", "run wall s"]
 lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 for row in rows:
@@ -256,6 +376,7 @@ for row in rows:
         r = row[kind]
         tl = kind == "tlcd"
         sc = tl and not r.get("missing")  # this run's sidecar counters are all there
+        h = r.get("hop")
         steps = "-" if r.get("global_step") is None else f"{r['global_step']} ({'/'.join(map(str, r.get('local_steps') or []))})"
         cells = [row["case"], row["model"], row["mode"], str(row["ps_tasks"]), label, steps,
                  fmt(r.get("test_accuracy"), ".2%"),
@@ -268,6 +389,9 @@ for row in rows:
                  mb(r.get("passed_bytes")) if sc else "-",
                  ratio(r.get("push_raw", 0) + r.get("pull_raw", 0) + r.get("passed_bytes", 0),
                        r.get("push_wire", 0) + r.get("pull_wire", 0) + r.get("passed_bytes", 0)) if sc else "-",
+                 mb(h["request"]["payload"]) if h else "-", mb(h["response"]["payload"]) if h else "-",
+                 mb(h["payload"]) if h else "-", mb(h["bytes"]) if h else "-",
+                 fmt(row.get("hop_ratio"), ".2f") if tl else "",
                  str(r.get("refinements", "-")) if sc else "-",
                  str(r.get("decode_failures", "-")) if sc else "-", str(r.get("fallbacks", "-")) if sc else "-",
                  str(r.get("keyframes_served", "-")) if sc else "-",
@@ -285,6 +409,12 @@ md = [f"# train.py models through tlcd", "",
       "left uncompressed (small, not float, dead...); all ratio: every tensor byte, compressed and passed, against "
       "what crossed. Refinements: further 3LC passes (policy.refine). Keyframes: pull keyframes served. "
       "Drift resets: lossless keyframes sent because a pull replica drifted (newer tlcd only). "
+      "Hop: every TCP byte between tasks as the kernel counted it (iptables on lo, the peer-facing ports: "
+      "TF's without sidecars, the sidecars' inbound ports through tlcd, so not TF to its own sidecar): "
+      "control calls, requests, ids, tensors, HTTP/2 and gRPC framing, TLS; req = the dialler's packets "
+      "(calls, RecvTensor requests), resp = the listener's (responses, tensors); MB = TCP payload "
+      "(IP bytes less 52 per packet), w/ hdr = IP bytes; hop ratio = hop MB without / through tlcd; "
+      "'-' = not measured (needs root and iptables). "
       "Step ms: training loop per local step. TF wall: first task start to last exit; run wall: the whole "
       "run_local.sh / run_with_tlcd.sh call.", ""] + lines + [""]
 checks = [f"- {row['case']}: " + "; ".join(row["check"]) for row in rows if row["check"]]

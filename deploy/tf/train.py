@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Parameter-server training (sync or async) of an MLP, an embedding model or a ResNet.
+"""Parameter-server training (sync or async) of an MLP, embedding models or conv nets.
 
 Plain TensorFlow 1.x-style between-graph replication (tf.compat.v1 on TF 2.x):
 tf.train.Server, replica_device_setter, SyncReplicasOptimizer (or each worker
@@ -21,9 +21,13 @@ local proxy port. Worker 0 is the chief.
 Models (--model): mlp (default) on scikit-learn's digits; embedding, a
 bag-of-tokens classifier reading a 20000 x 32 table on the ps with
 tf.nn.embedding_lookup (sparse IndexedSlices gradients; split over the ps
-tasks with --partition); resnet, a ResNet-20-style conv net on generated
-32x32x3 images. The data of the last two are generated deterministically
-from fixed seeds, so every task and every run sees the same examples.
+tasks with --partition); widedeep, a wide-and-deep click model over five
+multi-hot fields (tf.nn.embedding_lookup_sparse on partitioned tables,
+Adagrad); resnet, a ResNet-20-style conv net on generated 32x32x3 images;
+bnconv, a small conv net with hand-built batch norm (moving statistics on
+the ps) on the same images. The data of all but mlp are generated
+deterministically from fixed seeds, so every task and every run sees the
+same examples.
 """
 
 import argparse
@@ -39,18 +43,25 @@ PROCESS_START = time.time()
 SPLIT_SEED = 0
 TEST_FRACTION = 0.2
 
-MODELS = ("mlp", "embedding", "resnet")
+MODELS = ("mlp", "embedding", "widedeep", "resnet", "bnconv")
 # Per-model defaults of the flags that default to None.
 MODEL_DEFAULTS = {
-    "mlp": {"batch": 64, "lr": 0.1, "momentum": 0.9},
-    "embedding": {"batch": 128, "lr": 1.0, "momentum": 0.9},
-    "resnet": {"batch": 32, "lr": 0.003, "momentum": 0.9},
+    "mlp": {"batch": 64, "lr": 0.1, "momentum": 0.9, "optimizer": "momentum"},
+    "embedding": {"batch": 128, "lr": 1.0, "momentum": 0.9, "optimizer": "momentum", "embed_dim": 32},
+    "widedeep": {"batch": 128, "lr": 0.5, "momentum": 0.0, "optimizer": "adagrad", "embed_dim": 16},
+    "resnet": {"batch": 32, "lr": 0.003, "momentum": 0.9, "optimizer": "momentum"},
+    "bnconv": {"batch": 32, "lr": 0.05, "momentum": 0.9, "optimizer": "momentum"},
 }
+OPTIMIZERS = ("momentum", "adagrad", "ftrl")
+# Models whose tables --partition splits.
+PARTITIONED = ("embedding", "widedeep")
 # Asynchronous training applies each worker's gradient on arrival against a
 # model that moved since it was read: the ResNet's synchronous rate diverged
 # on some seeds without tlcd (93.2 / 93.6 / 17.6% at 300 steps, seeds 0-2);
-# a third of it trained on all (92.0 / 93.4 / 90.6%).
-ASYNC_DEFAULTS = {"resnet": {"lr": 0.001}}
+# a third of it trained on all (92.0 / 93.4 / 90.6%). bnconv's 0.05 gave
+# 88.5 and 86.3% asynchronously at 200 steps without tlcd (81.0 and 83.9%
+# through it), 0.02 gave 93.6 and 93.0% (93.3 and 92.3% through tlcd).
+ASYNC_DEFAULTS = {"resnet": {"lr": 0.001}, "bnconv": {"lr": 0.02}}
 
 
 def parse_args(argv=None):
@@ -61,25 +72,33 @@ def parse_args(argv=None):
     p.add_argument("--ps", help="HOST:PORT[,HOST:PORT...] as this task sees them (default: $TF_CONFIG's)")
     p.add_argument("--workers", help="HOST:PORT,HOST:PORT... as this task sees them (default: $TF_CONFIG's)")
     p.add_argument("--model", choices=MODELS, default="mlp",
-                   help="mlp (digits), embedding (sparse lookups in a table on the ps) or resnet (default mlp)")
+                   help="mlp (digits), embedding (sparse lookups in a table on the ps), widedeep (multi-hot "
+                        "fields over partitioned tables, Adagrad), resnet (ResNet-20 on generated images) or "
+                        "bnconv (a conv net with batch norm, the same images) (default mlp)")
     p.add_argument("--mode", choices=["sync", "async"], default="sync",
                    help="sync: SyncReplicasOptimizer averages one gradient per worker per global step; "
                         "async: every worker applies its own gradients (default sync)")
     p.add_argument("--steps", type=int, default=200,
                    help="global steps (default 200); in async mode the workers share them")
     p.add_argument("--batch", type=int, default=None,
-                   help="per-worker batch size (default: mlp 64, embedding 128, resnet 32)")
+                   help="per-worker batch size (default: mlp 64, embedding and widedeep 128, resnet and "
+                        "bnconv 32)")
     p.add_argument("--lr", type=float, default=None,
-                   help="learning rate (default: mlp 0.1, embedding 1.0, resnet 0.003 sync / 0.001 async)")
+                   help="learning rate (default: mlp 0.1, embedding 1.0, widedeep 0.5, resnet 0.003 sync / "
+                        "0.001 async, bnconv 0.05 sync / 0.02 async)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
+                   help="momentum (SGD with --momentum), adagrad or ftrl (default: widedeep adagrad, "
+                        "the others momentum)")
     p.add_argument("--momentum", type=float, default=None,
                    help="SGD momentum, 0 for plain SGD (default 0.9)")
     p.add_argument("--hidden", type=int, default=1024,
                    help="mlp: width of the first hidden layer; the second is half (default 1024: 596,490 params)")
     p.add_argument("--vocab", type=int, default=20000, help="embedding: rows of the table (default 20000)")
-    p.add_argument("--embed-dim", type=int, default=32, help="embedding: columns of the table (default 32)")
+    p.add_argument("--embed-dim", type=int, default=None,
+                   help="embedding, widedeep: columns of the tables (default: embedding 32, widedeep 16)")
     p.add_argument("--partition", type=int, default=0,
-                   help="embedding: split the table into N shards with fixed_size_partitioner, placed over "
-                        "the ps tasks (default 0: one shard per ps task)")
+                   help="embedding, widedeep: split each table into N shards with fixed_size_partitioner, "
+                        "placed over the ps tasks (default 0: one shard per ps task)")
     p.add_argument("--checkpoint-dir", default=None,
                    help="the chief writes checkpoints here and a rebuilt session restores the last one "
                         "(MonitoredTrainingSession checkpoint_dir; default: none)")
@@ -107,8 +126,8 @@ def parse_args(argv=None):
             setattr(args, key, value)
     if args.partition < 0:
         p.error("--partition must be 0 (one shard per ps task) or a number of shards")
-    if args.partition > 1 and args.model != "embedding":
-        p.error("--partition applies to --model embedding only")
+    if args.partition > 1 and args.model not in PARTITIONED:
+        p.error(f"--partition applies to --model {' and '.join(PARTITIONED)} only")
     args.ps_hosts = [h for h in args.ps.split(",") if h]
     args.worker_hosts = [h for h in args.workers.split(",") if h]
     if not args.ps_hosts or not args.worker_hosts:
@@ -341,6 +360,133 @@ def build_embedding(tf, args, shards):
     return (ids, segments, y), loss, accuracy
 
 
+# ---- widedeep: a wide-and-deep click model over multi-hot fields ----
+
+# Fixed, seed-independent data, as for the embedding model.
+WD_DATA_SEED = 3
+# Rows of each field's tables: the ids of a field follow a Zipf-like law, so
+# a few hundred rows are looked up in nearly every step and most hardly ever.
+WD_VOCABS = (50000, 30000, 20000, 10000, 10000)
+WD_MAX_IDS = 4  # ids per field and example: 1 to 4
+WD_LATENT = 4  # dimensions of the generator's hidden id vectors (field interactions)
+WD_SIGNAL_RANKS = 500  # the most frequent ids of each field carry the signal ...
+WD_RARE_SCALE = 0.2  # ... the others a fifth of it
+WD_INTERACTION = 0.5  # weight of the pairwise field interactions in the score
+WD_NOISE = 0.3  # scale of the logistic label noise
+WD_TRAIN, WD_TEST = 60000, 5000
+WD_EVAL_CHUNK = 1000
+WD_HIDDEN = (64, 32)
+WD_INIT_STDDEV = 0.05
+
+
+def widedeep_data():
+    """Click-like examples: WD_VOCABS[f] ids per field f, 1-4 of them per
+    example and field (multi-hot), drawn from a Zipf-like law over a fixed
+    permutation of the ids. Every id has a hidden effect and a hidden vector
+    (standard normal for the 500 most frequent ids of a field, a fifth of
+    that for the rest); an example's score is the sum over fields of the
+    mean effect of its ids, plus half the dot products of the fields' mean
+    hidden vectors for the pairs (0, 1) and (2, 3) (what the deep part can
+    learn and a linear model cannot); the label is 1 where the score plus
+    logistic noise is above the median score (half the labels are 1). The
+    best possible accuracy is about 86 %; about 85 % knowing only the 500
+    frequent ids of each field, 84 % with the linear part only.
+
+    Returns (fields, labels) for train and test: fields a list, per field, of
+    an int64 array [examples, WD_MAX_IDS] of ids padded with -1."""
+    import numpy as np
+
+    rng = np.random.default_rng(WD_DATA_SEED)
+    n = WD_TRAIN + WD_TEST
+    score = np.zeros(n)
+    fields, hidden = [], []
+    for vocab in WD_VOCABS:
+        token_of_rank = rng.permutation(vocab).astype(np.int64)
+        weight = 1.0 / (np.arange(vocab) + 10.0)
+        lengths = rng.integers(1, WD_MAX_IDS + 1, n)
+        mask = np.arange(WD_MAX_IDS)[None, :] < lengths[:, None]
+        ranks = np.zeros((n, WD_MAX_IDS), np.int64)
+        ranks[mask] = rng.choice(vocab, size=int(lengths.sum()), p=weight / weight.sum())
+        scale = np.where(np.arange(vocab) < WD_SIGNAL_RANKS, 1.0, WD_RARE_SCALE)  # by rank
+        effect = rng.normal(0.0, 1.0, vocab) * scale
+        vectors = rng.normal(0.0, 1.0, (vocab, WD_LATENT)) * scale[:, None]
+        score += np.where(mask, effect[ranks], 0.0).sum(1) / lengths
+        hidden.append(np.where(mask[..., None], vectors[ranks], 0.0).sum(1) / lengths[:, None])
+        fields.append(np.where(mask, token_of_rank[ranks], -1))
+    score += WD_INTERACTION * ((hidden[0] * hidden[1]).sum(1) + (hidden[2] * hidden[3]).sum(1))
+    labels = (score + rng.logistic(0.0, WD_NOISE, n) > np.median(score)).astype(np.int64)
+    return ([f[:WD_TRAIN] for f in fields], labels[:WD_TRAIN],
+            [f[WD_TRAIN:] for f in fields], labels[WD_TRAIN:])
+
+
+def widedeep_feed(placeholders, fields, labels, idx):
+    """A feed dict of examples idx: one SparseTensorValue of ids per field."""
+    import numpy as np
+
+    *sparse, y = placeholders
+    feed = {y: labels[idx]}
+    for ph, ids in zip(sparse, fields):
+        rows = ids[idx]
+        present = rows >= 0
+        feed[ph] = (np.argwhere(present).astype(np.int64), rows[present], np.array(rows.shape, np.int64))
+    return feed
+
+
+def widedeep_batches(placeholders, fields, labels, batch, seed):
+    """Endless shuffled epochs over this worker's shard, as feed dicts."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    while True:
+        order = rng.permutation(len(labels))
+        for start in range(0, len(order) - batch + 1, batch):
+            yield widedeep_feed(placeholders, fields, labels, order[start:start + batch])
+
+
+def build_widedeep(tf, args, shards):
+    """Wide and deep (Cheng et al. 2016): per field a deep table
+    [vocab, embed_dim] (tf.nn.embedding_lookup_sparse, combiner mean) and a
+    wide table [vocab, 1] (the same ids, combiner sum: a linear model over
+    the sparse ids), each split into `shards` with fixed_size_partitioner
+    (one Gather per shard on its ps, over the unique ids of the batch); the
+    concatenated means go through a ReLU MLP (64, 32) whose output is added
+    to the wide part's: one logit, sigmoid cross entropy. The tables'
+    gradients are IndexedSlices over the unique ids."""
+    tf.compat.v1.set_random_seed(args.seed)
+    sparse = [tf.compat.v1.sparse_placeholder(tf.int64, [None, WD_MAX_IDS], name=f"field{f}")
+              for f in range(len(WD_VOCABS))]
+    y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
+    partitioner = tf.compat.v1.fixed_size_partitioner(shards) if shards > 1 else None
+    deep, wide = [], []
+    for f, (ids, vocab) in enumerate(zip(sparse, WD_VOCABS)):
+        table = tf.compat.v1.get_variable(
+            f"deep/field{f}", [vocab, args.embed_dim], tf.float32,
+            tf.compat.v1.random_normal_initializer(stddev=WD_INIT_STDDEV, seed=args.seed + f),
+            partitioner=partitioner)
+        deep.append(tf.compat.v1.nn.embedding_lookup_sparse(
+            table, ids, None, partition_strategy="div", combiner="mean"))
+        linear = tf.compat.v1.get_variable(
+            f"wide/field{f}", [vocab, 1], tf.float32, tf.compat.v1.zeros_initializer(), partitioner=partitioner)
+        wide.append(tf.compat.v1.nn.embedding_lookup_sparse(
+            linear, ids, None, partition_strategy="div", combiner="sum"))
+    h = tf.concat(deep, 1)
+    sizes = [len(WD_VOCABS) * args.embed_dim, *WD_HIDDEN, 1]
+    for i, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:])):
+        w = tf.compat.v1.get_variable(
+            f"deep/w{i}", [fan_in, fan_out], tf.float32,
+            tf.compat.v1.glorot_uniform_initializer(seed=args.seed + 100 + i))
+        b = tf.compat.v1.get_variable(f"deep/b{i}", [fan_out], tf.float32, tf.compat.v1.zeros_initializer())
+        h = tf.matmul(h, w) + b
+        if i < len(sizes) - 2:
+            h = tf.nn.relu(h)
+    bias = tf.compat.v1.get_variable("wide/bias", [1], tf.float32, tf.compat.v1.zeros_initializer())
+    logit = tf.squeeze(h + tf.add_n(wide) + bias, 1)
+    labels = tf.cast(y, tf.float32)
+    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logit))
+    accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.cast(logit > 0, tf.int64), y), tf.float32))
+    return (*sparse, y), loss, accuracy
+
+
 # ---- resnet: a ResNet-20-style conv net on generated images ----
 
 IMG_DATA_SEED = 2
@@ -421,13 +567,87 @@ def build_resnet(tf, args):
     return (x, y), loss, accuracy
 
 
+# ---- bnconv: a small conv net with hand-built batch norm ----
+
+BN_WIDTHS = ((32, 1), (64, 2), (128, 2))  # (channels, stride) of the 3x3 convs
+BN_DECAY = 0.95  # of the moving mean and variance, per update (each worker's step updates them)
+BN_EPSILON = 1e-3
+
+
+def build_bnconv(tf, args):
+    """Three 3x3 convs (32, 64, 128 channels; strides 1, 2, 2), each followed
+    by batch norm and a ReLU, global average pooling and a dense layer, on
+    the resnet's images. Batch norm is built by hand (Keras 3 took
+    tf.compat.v1.layers.batch_normalization away): gamma and beta are
+    trained; the moving mean and variance are non-trainable variables on the
+    ps, moved towards each training batch's moments by AssignSub ops that
+    run with every step. The net is built twice over the same variables:
+    once normalising by the batch's moments (training), once by the moving
+    statistics (the test loss and accuracy).
+
+    Returns the placeholders, the training loss and accuracy, the moving
+    statistics' update ops, and the inference loss and accuracy."""
+    tf.compat.v1.set_random_seed(args.seed)
+    x = tf.compat.v1.placeholder(tf.float32, [None, 32, 32, 3], name="x")
+    y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
+    updates = []
+
+    def batch_norm(h, training):
+        channels = int(h.shape[-1])
+        gamma = tf.compat.v1.get_variable("gamma", [channels], tf.float32, tf.compat.v1.ones_initializer())
+        beta = tf.compat.v1.get_variable("beta", [channels], tf.float32, tf.compat.v1.zeros_initializer())
+        moving_mean = tf.compat.v1.get_variable(
+            "moving_mean", [channels], tf.float32, tf.compat.v1.zeros_initializer(), trainable=False)
+        moving_var = tf.compat.v1.get_variable(
+            "moving_variance", [channels], tf.float32, tf.compat.v1.ones_initializer(), trainable=False)
+        if training:
+            mean, var = tf.nn.moments(h, [0, 1, 2])
+            # What moving_averages.assign_moving_average does: v -= (v - x) * (1 - decay).
+            updates.append(tf.compat.v1.assign_sub(moving_mean, (moving_mean - mean) * (1.0 - BN_DECAY)))
+            updates.append(tf.compat.v1.assign_sub(moving_var, (moving_var - var) * (1.0 - BN_DECAY)))
+        else:
+            mean, var = moving_mean, moving_var
+        return tf.nn.batch_normalization(h, mean, var, beta, gamma, BN_EPSILON)
+
+    def net(training):
+        seeds = iter(range(args.seed, args.seed + 100))
+        with tf.compat.v1.variable_scope("bnconv", reuse=tf.compat.v1.AUTO_REUSE):
+            h = x
+            for i, (width, stride) in enumerate(BN_WIDTHS):
+                with tf.compat.v1.variable_scope(f"conv{i + 1}"):
+                    kernel = tf.compat.v1.get_variable(
+                        "kernel", [3, 3, int(h.shape[-1]), width], tf.float32,
+                        tf.compat.v1.variance_scaling_initializer(
+                            scale=2.0, mode="fan_in", distribution="truncated_normal", seed=next(seeds)))
+                    h = tf.nn.conv2d(h, kernel, [1, stride, stride, 1], "SAME")
+                    with tf.compat.v1.variable_scope("bn"):
+                        h = tf.nn.relu(batch_norm(h, training))
+            h = tf.reduce_mean(h, [1, 2])
+            w = tf.compat.v1.get_variable(
+                "logits/kernel", [BN_WIDTHS[-1][0], IMG_CLASSES], tf.float32,
+                tf.compat.v1.glorot_uniform_initializer(seed=next(seeds)))
+            b = tf.compat.v1.get_variable("logits/bias", [IMG_CLASSES], tf.float32, tf.compat.v1.zeros_initializer())
+            logits = tf.matmul(h, w) + b
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(logits, 1), y), tf.float32))
+        return loss, accuracy
+
+    loss, accuracy = net(training=True)
+    test_loss, test_accuracy = net(training=False)
+    return (x, y), loss, accuracy, updates, (test_loss, test_accuracy)
+
+
 class Workload:
     """What run_worker needs of a model: its loss and accuracy, feed dicts
-    for training steps, and the test set as (feed dict, examples) chunks."""
+    for training steps, and the test set as (feed dict, examples) chunks;
+    optionally ops to run with every training step (batch norm's moving
+    statistics) and a test loss and accuracy of their own (inference mode)."""
 
-    def __init__(self, loss, accuracy, train_feeds, test_feeds, info):
+    def __init__(self, loss, accuracy, train_feeds, test_feeds, info, updates=(), test=None):
         self.loss, self.accuracy = loss, accuracy
         self.train_feeds, self.test_feeds, self.info = train_feeds, test_feeds, info
+        self.updates = list(updates)
+        self.test_loss, self.test_accuracy = test or (loss, accuracy)
 
 
 def load_workload_data(args, num_workers):
@@ -436,6 +656,11 @@ def load_workload_data(args, num_workers):
         return load_data(args, num_workers)
     if args.model == "embedding":
         data = embedding_data(args.vocab)
+    elif args.model == "widedeep":
+        fields, train_y, test_fields, test_y = widedeep_data()
+        if args.job == "worker":
+            fields, train_y = [f[args.task::num_workers] for f in fields], train_y[args.task::num_workers]
+        return fields, train_y, test_fields, test_y
     else:
         data = image_data()
     train_x, train_y, test_x, test_y = data
@@ -462,11 +687,35 @@ def build_workload(tf, args, data, num_ps):
             test.append(({ids: i, segments: s, y: yb}, len(yb)))
         return Workload(loss, accuracy, train, test,
                         {"partitions": shards, "vocab": args.vocab, "embed_dim": args.embed_dim})
-    (x, y), loss, accuracy = build_resnet(tf, args)
+    if args.model == "widedeep":
+        shards = args.partition or num_ps
+        placeholders, loss, accuracy = build_widedeep(tf, args, shards)
+        train = widedeep_batches(placeholders, x_train, y_train, args.batch, seed)
+        test = [(widedeep_feed(placeholders, x_test, y_test, range(i, min(i + WD_EVAL_CHUNK, len(y_test)))),
+                 len(y_test[i:i + WD_EVAL_CHUNK])) for i in range(0, len(y_test), WD_EVAL_CHUNK)]
+        return Workload(loss, accuracy, train, test,
+                        {"partitions": shards, "vocab": list(WD_VOCABS), "embed_dim": args.embed_dim})
+    updates, test_metrics = (), None
+    if args.model == "bnconv":
+        (x, y), loss, accuracy, updates, test_metrics = build_bnconv(tf, args)
+    else:
+        (x, y), loss, accuracy = build_resnet(tf, args)
     train = ({x: xb, y: yb} for xb, yb in batches(x_train, y_train, args.batch, seed=seed))
     test = [({x: x_test[i:i + IMG_EVAL_CHUNK], y: y_test[i:i + IMG_EVAL_CHUNK]}, len(y_test[i:i + IMG_EVAL_CHUNK]))
             for i in range(0, len(y_test), IMG_EVAL_CHUNK)]
-    return Workload(loss, accuracy, train, test, {})
+    return Workload(loss, accuracy, train, test, {}, updates=updates, test=test_metrics)
+
+
+def make_optimizer(tf, args):
+    """The optimizer each worker applies (inside SyncReplicasOptimizer when
+    synchronous)."""
+    if args.optimizer == "adagrad":
+        return tf.compat.v1.train.AdagradOptimizer(args.lr)
+    if args.optimizer == "ftrl":
+        return tf.compat.v1.train.FtrlOptimizer(args.lr)
+    if args.momentum:
+        return tf.compat.v1.train.MomentumOptimizer(args.lr, args.momentum)
+    return tf.compat.v1.train.GradientDescentOptimizer(args.lr)
 
 
 def run_ps(tf, args, cluster, config):
@@ -614,10 +863,7 @@ def run_worker(tf, args, cluster, config):
         global_step = tf.compat.v1.train.get_or_create_global_step()
         work = build_workload(tf, args, data, num_ps)
         loss, accuracy = work.loss, work.accuracy
-        if args.momentum:
-            base = tf.compat.v1.train.MomentumOptimizer(args.lr, args.momentum)
-        else:
-            base = tf.compat.v1.train.GradientDescentOptimizer(args.lr)
+        base = make_optimizer(tf, args)
         if sync:
             # Every global step averages exactly one gradient from each worker
             # (as long as both keep up; the optimizer counts gradients, not
@@ -635,6 +881,9 @@ def run_worker(tf, args, cluster, config):
             # Asynchronous: each worker applies its own gradient to the
             # variables on the ps, and each application counts a global step.
             train_op = base.minimize(loss, global_step=global_step)
+        if work.updates:
+            # Batch norm's moving statistics, updated with every local step.
+            train_op = tf.group(train_op, *work.updates)
     params = sum(int(v.shape.num_elements()) for v in tf.compat.v1.trainable_variables())
     placed = {}
     for v in tf.compat.v1.trainable_variables():
@@ -717,6 +966,7 @@ def run_worker(tf, args, cluster, config):
             "step_seconds": round(seconds / local_steps, 5) if local_steps else None,
             "startup_seconds": round(started - PROCESS_START, 3),
             "params": params, "batch": args.batch, "lr": args.lr, "momentum": args.momentum,
+            "optimizer": args.optimizer,
             "hidden": args.hidden if args.model == "mlp" else None, "grpc_compression": args.grpc_compression,
             "model": args.model, "mode": args.mode, "num_workers": num_workers, "num_ps": num_ps,
             "sessions": len(watch.sessions), "session_steps": watch.sessions,
@@ -724,7 +974,7 @@ def run_worker(tf, args, cluster, config):
         }
         result.update(work.info)
         if is_chief:
-            test_loss, test_acc = evaluate(sess, loss, accuracy, work.test_feeds)
+            test_loss, test_acc = evaluate(sess, work.test_loss, work.test_accuracy, work.test_feeds)
             result["test_loss"] = round(float(test_loss), 5)
             result["test_accuracy"] = round(float(test_acc), 5)
         log(args, f"stopped after {local_steps} local steps, global step {step}, closing")
