@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use tlc_codec::{Codec, Encoder, Feedback};
+use tlc_codec::{Codec, Encoder, EntropyStage, Feedback};
 use tlc_wire::envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind};
 use tlc_wire::rows::{ids_hash, RowsSection};
 
@@ -31,6 +31,7 @@ pub struct RowMirror {
     epoch: u64,
     version: u64,
     store: RowStore,
+    entropy: EntropyStage,
 }
 
 impl RowMirror {
@@ -42,7 +43,14 @@ impl RowMirror {
             epoch,
             version: 0,
             store: RowStore::new(dim, max_rows),
+            entropy: EntropyStage::Off,
         }
+    }
+
+    /// Whether frames from now on may carry the entropy stage (the holder's
+    /// side; the requester reads either).
+    pub fn set_entropy_stage(&mut self, stage: EntropyStage) {
+        self.entropy = stage;
     }
 
     /// Requester: the empty mirror a rows pull from version 0 applies to,
@@ -188,7 +196,7 @@ impl RowMirror {
         let start = out.len();
         header.write(out);
         section.write(out);
-        if let Err(err) = encode_frames(keyframe_codec, delta_codec, s, out) {
+        if let Err(err) = encode_frames(keyframe_codec, delta_codec, self.entropy, s, out) {
             out.truncate(start);
             return Err(err);
         }
@@ -358,13 +366,18 @@ fn partition(store: &RowStore, unique: &[i64], s: &mut RowScratch) {
 fn encode_frames(
     keyframe_codec: &Codec,
     delta_codec: &Codec,
+    entropy: EntropyStage,
     s: &mut RowScratch,
     out: &mut Vec<u8>,
 ) -> Result<(), RowsError> {
     let keyframes = out.len();
-    Encoder::new(*keyframe_codec, Feedback::Off).encode(&s.keys, out)?;
+    let mut encoder = Encoder::new(*keyframe_codec, Feedback::Off);
+    encoder.set_entropy_stage(entropy);
+    encoder.encode(&s.keys, out)?;
     let deltas = out.len();
-    Encoder::new(*delta_codec, Feedback::Off).encode(&s.deltas, out)?;
+    let mut encoder = Encoder::new(*delta_codec, Feedback::Off);
+    encoder.set_entropy_stage(entropy);
+    encoder.encode(&s.deltas, out)?;
     decode_own(&out[keyframes..deltas], &mut s.keys)?;
     decode_own(&out[deltas..], &mut s.deltas)?;
     Ok(())

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use tlc_codec::{Codec, Encoder, Feedback};
+use tlc_codec::{Codec, Encoder, EntropyStage, Feedback};
 use tlc_wire::envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind};
 use tlc_wire::rows::{ids_hash, RowsSection};
 
@@ -24,6 +24,7 @@ use crate::table::ContextMemory;
 pub struct RowErrors {
     step: u64,
     store: RowStore,
+    entropy: EntropyStage,
 }
 
 impl RowErrors {
@@ -32,7 +33,13 @@ impl RowErrors {
         RowErrors {
             step: 0,
             store: RowStore::new(dim, max_rows),
+            entropy: EntropyStage::Off,
         }
+    }
+
+    /// Whether frames from now on may carry the entropy stage.
+    pub fn set_entropy_stage(&mut self, stage: EntropyStage) {
+        self.entropy = stage;
     }
 
     /// Values per row.
@@ -123,7 +130,9 @@ impl RowErrors {
         EnvelopeHeader::rows_push(fallback_token).write(out);
         section.write(out);
         let frame = out.len();
-        let encoded = Encoder::new(*codec, Feedback::Off)
+        let mut encoder = Encoder::new(*codec, Feedback::Off);
+        encoder.set_entropy_stage(self.entropy);
+        let encoded = encoder
             .encode(&s.keys, out)
             .map_err(RowsError::from)
             .and_then(|_| {

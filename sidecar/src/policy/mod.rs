@@ -303,6 +303,10 @@ pub enum Treatment {
     Replica,
     /// Anything else: encoded on its own, nothing remembered.
     Stateless,
+    /// Embedding or gradient rows the graph pairs with their ids: memory
+    /// by row id (a stateless tensor the sidecar could key by its ids;
+    /// never a policy's decision).
+    RowMemory,
 }
 
 impl Treatment {
@@ -501,7 +505,9 @@ impl Policy {
     /// overrides: the direction's for dense tensors, the class's otherwise.
     pub fn codec_for_class(&self, direction: Direction, class: TensorClass) -> CodecChoice {
         match (Treatment::of(direction, class), class) {
-            (Treatment::ErrorFeedback | Treatment::Replica, _) => self.codec_for(direction),
+            (Treatment::ErrorFeedback | Treatment::Replica | Treatment::RowMemory, _) => {
+                self.codec_for(direction)
+            }
             (Treatment::Stateless, TensorClass::Sparse) => self.sparse,
             (Treatment::Stateless, _) => self.unknown,
         }

@@ -139,7 +139,7 @@ impl Sidecar {
         record.treatment = encoded.map(|(treatment, ..)| treatment);
         if let Some((treatment, codec, raw, wire)) = encoded {
             record.codec = codec;
-            if treatment == Treatment::Stateless {
+            if matches!(treatment, Treatment::Stateless | Treatment::RowMemory) {
                 record.frames += 1;
                 record.raw_bytes += raw as u64;
                 record.wire_bytes += wire as u64;

@@ -226,19 +226,25 @@ fn compress(
         // side reads whole: it would only come back as a fallback.
         return Err("too_large");
     }
-    let (mut choice, treatment) = decide(sidecar, policy, call, classified, raw_bytes)?;
+    let (mut choice, mut treatment) = decide(sidecar, policy, call, classified, raw_bytes)?;
     let mut scratch = Vec::new();
     let values = tensor_bytes::as_f32(&tensor.content, &mut scratch);
     let token = sidecar.fallbacks.token();
+    let entropy = if entropy && policy.entropy() {
+        EntropyStage::Zstd
+    } else {
+        EntropyStage::Off
+    };
     let by_rows = match treatment {
         Treatment::Stateless => {
-            sidecar.encode_rows(call, classified, rows, &tensor.dims, values, token)
+            sidecar.encode_rows(call, classified, rows, &tensor.dims, values, token, entropy)
         }
         _ => None,
     };
     let (envelope, took, keyframe) = match by_rows {
         Some(Ok(rows)) => {
             choice.codec = rows.codec;
+            treatment = Treatment::RowMemory;
             (rows.bytes, rows.took, false)
         }
         not_rows => {
@@ -253,11 +259,7 @@ fn compress(
                 codec: choice.codec,
                 memory,
                 fallback_token: token,
-                entropy: if entropy && policy.entropy() {
-                    EntropyStage::Zstd
-                } else {
-                    EntropyStage::Off
-                },
+                entropy,
             };
             let encoded = sidecar
                 .contexts
@@ -375,6 +377,7 @@ fn memory_for(
                 .refine()
                 .pull(sidecar.graphs.training(&call.holder_task) == Training::Synchronous),
         },
-        Treatment::Stateless => Memory::None,
+        // Rows are encoded through their own contexts, never here.
+        Treatment::Stateless | Treatment::RowMemory => Memory::None,
     }
 }

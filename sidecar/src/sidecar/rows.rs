@@ -5,7 +5,8 @@
 //! - A pull of gathered rows goes through a mirror of the rows the
 //!   requester holds, kept bit-identically by both sidecars
 //!   ([`tlc_context::rows::RowMirror`]): a held row gets a delta with the
-//!   pull codec, a new row a lossless keyframe. The requester announces
+//!   pull codec, a new row a keyframe with `[policy.sparse]`'s codec
+//!   (what every row got before: fp16 by default). The requester announces
 //!   its mirror in `tlc-rows`; any disagreement starts a new one.
 //! - A push of gradient rows goes through an error buffer per row id
 //!   ([`tlc_context::rows::RowErrors`]), duplicate ids summed first, as
@@ -21,7 +22,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tlc_codec::{Codec, Limits};
+use tlc_codec::{Codec, EntropyStage, Limits};
 use tlc_context::rows::{restore_push, RowErrors, RowMirror, Uniques};
 use tlc_context::{ContextMemory, ContextTable, TableLimits};
 use tlc_core::TensorCall;
@@ -30,7 +31,7 @@ use tlc_wire::peer::RowsHeader;
 
 use super::row_ids::IdsKey;
 use super::Sidecar;
-use crate::graph::{Classified, RowRole};
+use crate::graph::{Classified, RowRole, TensorClass};
 
 /// What one row costs beyond its values (hash map slot, bookkeeping): the
 /// bound on rows is computed with it.
@@ -203,6 +204,7 @@ impl Sidecar {
         dims: &[u64],
         values: &[f32],
         token: u64,
+        entropy: EntropyStage,
     ) -> Option<Result<RowsEnvelope, &'static str>> {
         let rows = classified.rows.as_ref()?;
         let asked = asked?;
@@ -216,6 +218,10 @@ impl Sidecar {
         };
         let width = row_width(dims, ids.len(), values.len())?;
         let codec = policy.row_codec(call.direction);
+        // A row new to the requester gets what sparse rows got before.
+        let keyframe = policy
+            .codec_for_class(call.direction, TensorClass::Sparse)
+            .codec;
         let now = Instant::now();
         let key = RowsKey {
             peer: call.requester_task.clone(),
@@ -247,10 +253,11 @@ impl Sidecar {
                             max_rows,
                         ));
                     }
+                    mirror.0.set_entropy_stage(entropy);
                     Some(mirror.0.encode(
                         &ids,
                         values,
-                        &Codec::None,
+                        &keyframe,
                         &codec,
                         token,
                         &mut uniques,
@@ -265,6 +272,7 @@ impl Sidecar {
                     if errors.0.rows() > 0 && errors.0.dim() != width {
                         *errors = Errors(RowErrors::new(width, max_rows));
                     }
+                    errors.0.set_entropy_stage(entropy);
                     Some(
                         errors
                             .0

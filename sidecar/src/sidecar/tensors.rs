@@ -228,6 +228,7 @@ impl Sidecar {
             let record = listing.summary;
             let treatment = match record.treatment {
                 Some(Treatment::Stateless) => "stateless",
+                Some(Treatment::RowMemory) => "row_memory",
                 None => "passed",
                 // Listed with their context above.
                 Some(Treatment::ErrorFeedback | Treatment::Replica) => continue,
