@@ -63,8 +63,13 @@ pub enum HopError {
 thread_local! {
     // One context per thread: making one costs more than compressing a
     // small message.
-    static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> = const { RefCell::new(None) };
-    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+    static COMPRESSOR: RefCell<Option<zstd::zstd_safe::CCtx<'static>>> = const { RefCell::new(None) };
+    static DECOMPRESSOR: RefCell<Option<zstd::zstd_safe::DCtx<'static>>> = const { RefCell::new(None) };
+}
+
+/// Names a message that may serve as a reference: its xxh3-64.
+pub fn reference_id(message: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(message)
 }
 
 /// Compresses `message` into `out` (cleared first). Returns whether it is
@@ -72,6 +77,13 @@ thread_local! {
 /// [`MIN_MESSAGE`]`..=`[`MAX_MESSAGE`] or did not shrink, and `out` is then
 /// to be ignored.
 pub fn compress(message: &[u8], out: &mut Vec<u8>) -> bool {
+    compress_with(message, None, out)
+}
+
+/// [`compress`] with `reference`, a message the reader also holds, as
+/// zstd's raw-content dictionary: a control call that repeats the one
+/// before but for a step number shrinks to a few bytes.
+pub fn compress_with(message: &[u8], reference: Option<&[u8]>, out: &mut Vec<u8>) -> bool {
     out.clear();
     if !(MIN_MESSAGE..=MAX_MESSAGE).contains(&message.len()) {
         return false;
@@ -79,22 +91,25 @@ pub fn compress(message: &[u8], out: &mut Vec<u8>) -> bool {
     out.reserve(zstd::zstd_safe::compress_bound(message.len()));
     COMPRESSOR.with(|slot| {
         let mut slot = slot.borrow_mut();
-        let compressor = match slot.as_mut() {
+        let cctx = match slot.as_mut() {
             Some(c) => c,
-            None => match zstd::bulk::Compressor::new(LEVEL) {
-                Ok(c) => slot.insert(c),
-                Err(_) => return false,
+            None => match zstd::zstd_safe::CCtx::try_create() {
+                Some(c) => slot.insert(c),
+                None => return false,
             },
         };
-        match compressor.compress_to_buffer(message, out) {
-            Ok(len) => len < message.len(),
-            Err(_) => false,
-        }
+        let done = cctx.compress_using_dict(out, message, reference.unwrap_or_default(), LEVEL);
+        matches!(done, Ok(len) if len < message.len())
     })
 }
 
 /// Restores a message [`compress`] made.
 pub fn decompress(data: &[u8]) -> Result<Vec<u8>, HopError> {
+    decompress_with(data, None)
+}
+
+/// Restores a message [`compress_with`] made with `reference`.
+pub fn decompress_with(data: &[u8], reference: Option<&[u8]>) -> Result<Vec<u8>, HopError> {
     let declared = match zstd::zstd_safe::get_frame_content_size(data) {
         Ok(Some(size)) => size,
         Ok(None) | Err(_) => return Err(HopError::NoSize),
@@ -106,17 +121,16 @@ pub fn decompress(data: &[u8]) -> Result<Vec<u8>, HopError> {
     let mut out = Vec::with_capacity(declared as usize);
     DECOMPRESSOR.with(|slot| {
         let mut slot = slot.borrow_mut();
-        let decompressor = match slot.as_mut() {
+        let dctx = match slot.as_mut() {
             Some(d) => d,
             None => {
-                let made = zstd::bulk::Decompressor::new()
-                    .map_err(|e| HopError::Corrupt(e.to_string()))?;
+                let made = zstd::zstd_safe::DCtx::try_create()
+                    .ok_or_else(|| HopError::Corrupt("no memory for a zstd context".into()))?;
                 slot.insert(made)
             }
         };
-        decompressor
-            .decompress_to_buffer(data, &mut out)
-            .map_err(|e| HopError::Corrupt(e.to_string()))
+        dctx.decompress_using_dict(&mut out, data, reference.unwrap_or_default())
+            .map_err(|code| HopError::Corrupt(zstd::zstd_safe::get_error_name(code).to_owned()))
     })?;
     if out.len() as u64 != declared {
         return Err(HopError::WrongSize {
@@ -136,13 +150,19 @@ pub const COMPRESSED: u8 = 1;
 /// message shrank or the body is not whole gRPC framing (it then crosses
 /// as it is).
 pub fn compress_body(body: &[u8]) -> Option<(Vec<u8>, Counted)> {
+    compress_body_with(body, None)
+}
+
+/// [`compress_body`] with `reference` as every message's dictionary (see
+/// [`compress_with`]).
+pub fn compress_body_with(body: &[u8], reference: Option<&[u8]>) -> Option<(Vec<u8>, Counted)> {
     let mut out = Vec::with_capacity(body.len());
     let mut packed = Vec::new();
     let mut counted = Counted::default();
     let mut rest = body;
     while !rest.is_empty() {
         let (flag, message, after) = split_message(rest)?;
-        if flag == 0 && compress(message, &mut packed) {
+        if flag == 0 && compress_with(message, reference, &mut packed) {
             out.push(COMPRESSED);
             out.extend_from_slice(&(packed.len() as u32).to_be_bytes());
             out.extend_from_slice(&packed);
@@ -158,13 +178,22 @@ pub fn compress_body(body: &[u8]) -> Option<(Vec<u8>, Counted)> {
 /// Restores a whole gRPC body [`compress_body`] made, whose restored
 /// messages may together hold at most `limit` bytes.
 pub fn restore_body(body: &[u8], limit: usize) -> Result<(Vec<u8>, Counted), HopError> {
+    restore_body_with(body, limit, None)
+}
+
+/// [`restore_body`] of a body [`compress_body_with`] made with `reference`.
+pub fn restore_body_with(
+    body: &[u8],
+    limit: usize,
+    reference: Option<&[u8]>,
+) -> Result<(Vec<u8>, Counted), HopError> {
     let mut out = Vec::new();
     let mut counted = Counted::default();
     let mut rest = body;
     while !rest.is_empty() {
         let (flag, message, after) = split_message(rest).ok_or(HopError::Framing)?;
         if flag == COMPRESSED {
-            let restored = decompress(message)?;
+            let restored = decompress_with(message, reference)?;
             if out.len() + PREFIX_LEN + restored.len() > limit {
                 return Err(HopError::TooLarge(restored.len() as u64));
             }
@@ -280,6 +309,26 @@ mod tests {
             restore_body(&packed, 100),
             Err(HopError::TooLarge(_))
         ));
+    }
+
+    #[test]
+    fn a_reference_shrinks_a_repeated_call_to_a_few_bytes() {
+        let before = control_message();
+        let mut after = before.clone();
+        after[1] = 9; // another step
+        let (mut plain, mut referenced) = (Vec::new(), Vec::new());
+        assert!(compress(&after, &mut plain));
+        assert!(compress_with(&after, Some(&before), &mut referenced));
+        assert!(referenced.len() < 30, "{} bytes", referenced.len());
+        assert!(referenced.len() * 3 < plain.len());
+        assert_eq!(
+            decompress_with(&referenced, Some(&before)),
+            Ok(after.clone())
+        );
+        // Without the reference, or with another, it does not restore.
+        assert!(decompress(&referenced).is_err() || decompress(&referenced) != Ok(after.clone()));
+        let other = vec![b'x'; before.len()];
+        assert_ne!(decompress_with(&referenced, Some(&other)), Ok(after));
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //! | `tlc-rows: EPOCH-VERSION-BYTES` | request | for gathered rows and gradient rows the graph pairs with their ids: the requester decodes row-keyed envelopes; for gathered rows, the rows it holds (epoch in hex, `0-0` for none) and the most bytes of rows it keeps for the tensor |
 //! | `tlc-entropy: zstd` | request | the requester reads frames with the entropy stage (`codec/FORMAT.md`) |
 //! | `tlc-hop: 1` | request | the caller is a sidecar that restores hop-compressed responses ([`crate::hop`]); with `grpc-encoding: zstd`, this request's messages are hop-compressed |
+//! | `tlc-hop-ref: ID` | request | hop-compressed against the earlier request `ID` (hex), which the holder's sidecar keeps |
+//! | `tlc-hop-miss: 1` | response | the holder's sidecar no longer keeps the `tlc-hop-ref` request: send it again without |
 //! | `tlc-hop: 1` | response | a sidecar answered; with `grpc-encoding: zstd`, the response's messages are hop-compressed |
 
 use http::{HeaderMap, HeaderValue};
@@ -31,6 +33,10 @@ pub const MAX_TENSOR: &str = "tlc-max";
 pub const ENVELOPE: &str = "tlc-envelope";
 /// Request header of a fallback call: which response is wanted.
 pub const FALLBACK: &str = "tlc-fallback";
+/// Request header: the earlier request this one is compressed against.
+pub const HOP_REF: &str = "tlc-hop-ref";
+/// Response header: the `tlc-hop-ref` request is no longer kept.
+pub const HOP_MISS: &str = "tlc-hop-miss";
 /// Request header: the requester reads frames with the entropy stage.
 pub const ENTROPY: &str = "tlc-entropy";
 /// Request header: the requester decodes row-keyed envelopes, and holds
@@ -173,6 +179,20 @@ pub fn max_tensor_header(bytes: u64) -> HeaderValue {
     HeaderValue::from(bytes)
 }
 
+/// The `tlc-hop-ref` value for reference `id`: hex digits.
+pub fn reference_header(id: u64) -> HeaderValue {
+    HeaderValue::try_from(format!("{id:x}")).unwrap_or_else(|_| HeaderValue::from_static("0"))
+}
+
+/// The reference a `tlc-hop-ref` value names, if it is 1 to 16 hex digits.
+pub fn parse_reference(value: &HeaderValue) -> Option<u64> {
+    let text = value
+        .to_str()
+        .ok()
+        .filter(|t| (1..=16).contains(&t.len()))?;
+    u64::from_str_radix(text, 16).ok()
+}
+
 /// Whether the requester reads frames with the entropy stage.
 pub fn reads_entropy(headers: &HeaderMap) -> bool {
     headers.get(ENTROPY).is_some_and(|v| v == "zstd")
@@ -264,6 +284,20 @@ mod tests {
         for junk in ["", "12", "x-1", "1-y", "1-2-3", "-5"] {
             assert_eq!(
                 ReplicaHeader::parse(&HeaderValue::from_static(junk)),
+                None,
+                "{junk}"
+            );
+        }
+    }
+
+    #[test]
+    fn reference_header_round_trips_and_rejects_junk() {
+        for id in [0, 1, 0xdead_beef, u64::MAX] {
+            assert_eq!(parse_reference(&reference_header(id)), Some(id));
+        }
+        for junk in ["", "x", "-1", "+1", "11112222333344445", " 1"] {
+            assert_eq!(
+                parse_reference(&HeaderValue::from_static(junk)),
                 None,
                 "{junk}"
             );

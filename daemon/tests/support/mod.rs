@@ -165,6 +165,26 @@ pub async fn proxy(
         .unwrap()
 }
 
+/// A proxy with one route from `listen` to `upstream`.
+pub async fn proxy_at(
+    role: tlc_core::Role,
+    listen: SocketAddr,
+    upstream: SocketAddr,
+    sidecar: std::sync::Arc<tlc_sidecar::Sidecar>,
+) -> tlc_proxy::Proxy<tlc_sidecar::Sidecar> {
+    let config = tlc_daemon::config::Config {
+        routes: vec![tlc_daemon::config::Route {
+            listen,
+            upstream,
+            role,
+        }],
+        ..Default::default()
+    };
+    tlc_proxy::Proxy::start(&config.proxy_settings().unwrap(), sidecar)
+        .await
+        .unwrap()
+}
+
 /// Has `sidecar` read the partition graph TensorFlow would register, as it
 /// does when the graph passes through it: the tensors it names get their
 /// classes (dense ones their contexts).

@@ -237,7 +237,8 @@ fn compress(
     };
     let by_rows = match treatment {
         Treatment::Stateless => {
-            sidecar.encode_rows(call, classified, rows, &tensor.dims, values, token, entropy)
+            let asked = super::rows::RowsAsked { rows, entropy };
+            sidecar.encode_rows(call, classified, asked, &tensor.dims, values, token)
         }
         _ => None,
     };

@@ -186,9 +186,9 @@ pub struct Sidecar {
     /// metrics (certificate expiry, reloads).
     tls: std::sync::OnceLock<Arc<tlc_proxy::tls::TlsContext>>,
     recorder: Option<Arc<Recorder>>,
-    /// Requester side: the peers that answered as sidecars lately, whose
-    /// requests are compressed.
-    hop_peers: crate::hop::Peers,
+    /// Both sides: what hop compression keeps (the peers that answered as
+    /// sidecars, the references).
+    hop: crate::hop::Hop,
     /// Both sides: row ids that crossed, for the rows of their step.
     row_ids: row_ids::RowIds,
     /// Both sides: memory by row id for embedding and gradient rows.
@@ -229,7 +229,7 @@ impl Sidecar {
             budget: MemoryBudget::new(options.in_flight_bytes),
             tls: std::sync::OnceLock::new(),
             recorder: recorder.map(Arc::new),
-            hop_peers: crate::hop::Peers::default(),
+            hop: crate::hop::Hop::default(),
             row_ids: row_ids::RowIds::new(options.fallback_bytes.clamp(1 << 20, ROW_IDS_BYTES)),
             rows: rows::RowContexts::new(options.pull_limits, options.replica_limits),
         }
@@ -378,14 +378,7 @@ impl Sidecar {
         match role {
             Role::Outbound => {
                 let compress = self.policy().hop_compression();
-                crate::hop::forward(
-                    &self.hop_peers,
-                    self.stats.hop(),
-                    compress,
-                    upstream,
-                    request,
-                )
-                .await
+                crate::hop::forward(&self.hop, self.stats.hop(), compress, upstream, request).await
             }
             Role::Inbound => forward(upstream, request).await,
         }
@@ -489,7 +482,7 @@ impl Handler for Sidecar {
         }
         let mut hop_peer = false;
         if role == Role::Inbound {
-            match crate::hop::restore_request(self.stats.hop(), request).await {
+            match crate::hop::restore_request(&self.hop, self.stats.hop(), request).await {
                 Ok((restored, marked)) => (request, hop_peer) = (restored, marked),
                 Err(refused) => return refused,
             }

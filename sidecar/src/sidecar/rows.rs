@@ -95,6 +95,15 @@ thread_local! {
     static UNIQUES: RefCell<Uniques> = RefCell::new(Uniques::new());
 }
 
+/// What the requester's call said that the rows path needs.
+#[derive(Debug, Clone, Copy)]
+pub struct RowsAsked {
+    /// Its rows of the tensor (`tlc-rows`); `None` if it does not speak rows.
+    pub rows: Option<RowsHeader>,
+    /// Whether frames may carry the entropy stage.
+    pub entropy: EntropyStage,
+}
+
 /// A row-keyed envelope made by the holder.
 pub struct RowsEnvelope {
     /// The envelope bytes.
@@ -200,12 +209,15 @@ impl Sidecar {
         &self,
         call: &TensorCall,
         classified: &Classified,
-        asked: Option<RowsHeader>,
+        asked: RowsAsked,
         dims: &[u64],
         values: &[f32],
         token: u64,
-        entropy: EntropyStage,
     ) -> Option<Result<RowsEnvelope, &'static str>> {
+        let RowsAsked {
+            rows: asked,
+            entropy,
+        } = asked;
         let rows = classified.rows.as_ref()?;
         let asked = asked?;
         let policy = self.policy();

@@ -1,0 +1,143 @@
+//! The holder's side of hop compression: a compressed request restored
+//! whole before anything reads it (small requests kept as references for
+//! the next), the answer to a marked call compressed as it streams.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use http::{HeaderValue, Request, Response};
+use tracing::warn;
+
+use tlc_proxy::body::{self, Peeked, ProxyBody};
+use tlc_proxy::connection::ConnectionId;
+use tlc_proxy::grpc_status;
+use tlc_wire::hop;
+use tlc_wire::peer;
+
+use super::messages::{self, Mode};
+use super::references::{single_message, MAX_REFERENCE};
+use super::{grpc_status_of, plain, Hop, HopCounters, GRPC_ENCODING, MAX_REQUEST};
+
+/// Before anything reads `request`: restores a compressed request whole,
+/// and keeps a small one as a reference. Returns whether the caller is a
+/// sidecar that restores compressed answers, or the answer for a request
+/// that cannot be restored (a reference this side no longer holds: the
+/// requester sends it again without).
+pub async fn restore_request(
+    hop: &Hop,
+    counters: &HopCounters,
+    request: Request<ProxyBody>,
+) -> Result<(Request<ProxyBody>, bool), Response<ProxyBody>> {
+    let connection = ConnectionId::of(&request);
+    let (mut parts, body) = request.into_parts();
+    let marked = peer::speaks_hop(&parts.headers);
+    let compressed = peer::hop_compressed(&parts.headers);
+    let reference_id = parts
+        .headers
+        .get(peer::HOP_REF)
+        .and_then(peer::parse_reference);
+    parts.headers.remove(peer::HOP);
+    parts.headers.remove(peer::HOP_REF);
+    let (Some(connection), true) = (connection, marked) else {
+        return Ok((Request::from_parts(parts, body), marked));
+    };
+    if !compressed {
+        // Read a small request whole: it is the reference for the next.
+        return match body::peek(body, MAX_REFERENCE + 5).await {
+            Ok(Peeked::Whole(collected)) => {
+                let data = collected.to_bytes();
+                if let Some(message) = single_message(&data) {
+                    hop.held.keep(connection, message);
+                }
+                let body = body::chunks(vec![data], collected.trailers);
+                Ok((Request::from_parts(parts, body), true))
+            }
+            Ok(partial) => Ok((Request::from_parts(parts, partial.into_body()), true)),
+            Err(err) => Err(refused(counters, parts.uri.path(), &err.to_string())),
+        };
+    }
+    parts.headers.remove(GRPC_ENCODING);
+    parts.headers.remove(CONTENT_LENGTH);
+    let reference = match reference_id {
+        Some(id) => match hop.held.get(connection, id) {
+            Some(reference) => Some(reference),
+            None => {
+                let mut response = grpc_status::response(
+                    grpc_status::UNAVAILABLE,
+                    "tlcd: the compressed request's reference is no longer held",
+                );
+                peer::mark_hop(response.headers_mut());
+                response
+                    .headers_mut()
+                    .insert(peer::HOP_MISS, HeaderValue::from_static("1"));
+                return Err(response);
+            }
+        },
+        None => None,
+    };
+    let restored = match body::collect(body, MAX_REQUEST).await {
+        Ok(collected) => {
+            hop::restore_body_with(&collected.to_bytes(), MAX_REQUEST, reference.as_deref())
+                .map(|(data, counted)| (data, counted, collected.trailers))
+                .map_err(|e| e.to_string())
+        }
+        Err(err) => Err(err.to_string()),
+    };
+    match restored {
+        Ok((data, counted, trailers)) => {
+            counters.count_restored(counted);
+            if let Some(message) = single_message(&data) {
+                hop.held.keep(connection, message);
+            }
+            let body = body::chunks(vec![Bytes::from(data)], trailers);
+            Ok((Request::from_parts(parts, body), true))
+        }
+        Err(err) => Err(refused(counters, parts.uri.path(), &err)),
+    }
+}
+
+/// The answer to a request that cannot be restored, counted and logged.
+fn refused(counters: &HopCounters, path: &str, err: &str) -> Response<ProxyBody> {
+    counters.failed();
+    warn!(%path, error = %err, "cannot restore a peer's compressed request");
+    let mut response = grpc_status::response(
+        grpc_status::INTERNAL,
+        &format!("tlcd: cannot restore the compressed request: {err}"),
+    );
+    peer::mark_hop(response.headers_mut());
+    response
+}
+
+/// The holder's side, answering a call marked by a sidecar: marks the
+/// answer, and compresses its messages when `compress` allows and the
+/// answer is TensorFlow's plain gRPC (not an envelope, not already
+/// encoded).
+pub fn compress_response(
+    mut response: Response<ProxyBody>,
+    counters: &Arc<HopCounters>,
+    compress: bool,
+) -> Response<ProxyBody> {
+    peer::mark_hop(response.headers_mut());
+    let headers = response.headers();
+    let grpc = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"));
+    let eligible = compress
+        && response.status() == http::StatusCode::OK
+        && grpc
+        && plain(headers)
+        && !peer::has_envelope(headers)
+        && grpc_status_of(headers).is_none();
+    if !eligible {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    parts.headers.remove(CONTENT_LENGTH);
+    parts
+        .headers
+        .insert(GRPC_ENCODING, HeaderValue::from_static(hop::ENCODING));
+    let body = messages::transform(body, Mode::Compress, Arc::clone(counters));
+    Response::from_parts(parts, body)
+}

@@ -1,0 +1,180 @@
+//! The requester's side of hop compression: every call marked, requests
+//! to a known sidecar compressed (against the previous one of the same
+//! call where the holder keeps it), answers restored.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::CONTENT_LENGTH;
+use http::{HeaderValue, Request, Response};
+use tracing::{debug, warn};
+
+use tlc_proxy::body::{self, Peeked, ProxyBody};
+use tlc_proxy::forward::forward as forward_as_is;
+use tlc_proxy::grpc_status;
+use tlc_proxy::upstream::Upstream;
+use tlc_wire::hop;
+use tlc_wire::peer;
+
+use super::messages::{self, Mode};
+use super::references::{single_message, SentKey};
+use super::{copy_head, grpc_status_of, plain, Hop, HopCounters, GRPC_ENCODING, MAX_REQUEST};
+
+/// A request gathered whole to be compressed: what it takes to send it
+/// again, and the reference it may become.
+struct Gathered {
+    head: http::request::Parts,
+    data: Bytes,
+    trailers: Option<http::HeaderMap>,
+    /// Which earlier request it is compared with; `None` for a body that
+    /// is not one small message.
+    key: Option<SentKey>,
+}
+
+impl Gathered {
+    /// The request to send: compressed against `reference` (its id and
+    /// bytes) where that shrinks it, marked as such; and whether it was.
+    fn request(
+        &self,
+        reference: Option<(u64, Bytes)>,
+        counters: &HopCounters,
+    ) -> (Request<ProxyBody>, bool) {
+        let mut head = copy_head(&self.head);
+        let packed = hop::compress_body_with(&self.data, reference.as_ref().map(|(_, r)| &r[..]));
+        let compressed = packed.is_some();
+        let body = match packed {
+            Some((packed, counted)) => {
+                counters.count_compressed(counted);
+                head.headers.remove(CONTENT_LENGTH);
+                head.headers
+                    .insert(GRPC_ENCODING, HeaderValue::from_static(hop::ENCODING));
+                if let Some((id, _)) = reference {
+                    head.headers
+                        .insert(peer::HOP_REF, peer::reference_header(id));
+                }
+                Bytes::from(packed)
+            }
+            None => self.data.clone(),
+        };
+        let request = Request::from_parts(head, body::chunks(vec![body], self.trailers.clone()));
+        (request, compressed)
+    }
+
+    /// The request as it came.
+    fn original(&self) -> Request<ProxyBody> {
+        Request::from_parts(
+            copy_head(&self.head),
+            body::chunks(vec![self.data.clone()], self.trailers.clone()),
+        )
+    }
+}
+
+/// Sends `request` to `upstream` marked as a sidecar's, compressed if
+/// `compress` and the upstream is a known sidecar, and hands back the
+/// answer restored.
+pub async fn forward(
+    hop: &Hop,
+    counters: &Arc<HopCounters>,
+    compress: bool,
+    upstream: &Upstream,
+    request: Request<ProxyBody>,
+) -> Response<ProxyBody> {
+    let addr = upstream.addr();
+    let (mut parts, body) = request.into_parts();
+    peer::mark_hop(&mut parts.headers);
+    if !(compress && hop.peers.knows(addr, Instant::now()) && plain(&parts.headers)) {
+        let response = forward_as_is(upstream, Request::from_parts(parts, body)).await;
+        return answered(hop, counters, addr, response);
+    }
+    let gathered = match body::peek(body, MAX_REQUEST).await {
+        Ok(Peeked::Whole(collected)) => {
+            let data = collected.to_bytes();
+            let key = single_message(&data).map(|m| SentKey::of(addr, parts.uri.path(), m));
+            Gathered {
+                head: copy_head(&parts),
+                data,
+                trailers: collected.trailers,
+                key,
+            }
+        }
+        Ok(partial) => {
+            let request = Request::from_parts(parts, partial.into_body());
+            let response = forward_as_is(upstream, request).await;
+            return answered(hop, counters, addr, response);
+        }
+        Err(err) => {
+            return grpc_status::response(
+                grpc_status::UNAVAILABLE,
+                &format!("tlcd: reading the request: {err}"),
+            )
+        }
+    };
+    let reference = gathered.key.as_ref().and_then(|k| hop.sent.get(k));
+    let referenced = reference.is_some();
+    let (request, mut compressed) = gathered.request(reference, counters);
+    let mut response = forward_as_is(upstream, request).await;
+    if referenced && response.headers().contains_key(peer::HOP_MISS) {
+        // The holder's sidecar no longer has the reference: again without.
+        debug!(upstream = %addr, "reference missed; sending the request again without");
+        counters.reference_missed();
+        if let Some(key) = &gathered.key {
+            hop.sent.forget(key);
+        }
+        let (request, again) = gathered.request(None, counters);
+        compressed = again;
+        response = forward_as_is(upstream, request).await;
+    }
+    if peer::speaks_hop(response.headers()) {
+        if let (Some(key), Some(message)) = (gathered.key, single_message(&gathered.data)) {
+            let message = gathered.data.slice_ref(message);
+            hop.sent.remember(key, message);
+        }
+        return answered(hop, counters, addr, response);
+    }
+    if compressed && response.headers().contains_key("grpc-status") {
+        // Compressed, and answered by something that is not a sidecar
+        // (TensorFlow refuses an encoding it does not know before running
+        // the call): send it again as it came.
+        hop.peers.forget(addr);
+        counters.resent.fetch_add(1, Ordering::Relaxed);
+        warn!(upstream = %addr, status = ?grpc_status_of(response.headers()),
+            "a peer that had answered as a sidecar answered as something else; sending the call again uncompressed");
+        return forward_as_is(upstream, gathered.original()).await;
+    }
+    response
+}
+
+/// An answer from `addr`: a sidecar's is restored, and the peer noted.
+fn answered(
+    hop: &Hop,
+    counters: &Arc<HopCounters>,
+    addr: std::net::SocketAddr,
+    response: Response<ProxyBody>,
+) -> Response<ProxyBody> {
+    if peer::speaks_hop(response.headers()) {
+        hop.peers.saw(addr, Instant::now());
+        return restore_response(response, counters);
+    }
+    response
+}
+
+/// An answer marked by a sidecar, restored for TensorFlow: the marks
+/// removed, compressed messages restored as they stream.
+pub(super) fn restore_response(
+    response: Response<ProxyBody>,
+    counters: &Arc<HopCounters>,
+) -> Response<ProxyBody> {
+    let (mut parts, body) = response.into_parts();
+    let compressed = peer::hop_compressed(&parts.headers);
+    parts.headers.remove(peer::HOP);
+    if !compressed {
+        return Response::from_parts(parts, body);
+    }
+    parts.headers.remove(GRPC_ENCODING);
+    parts.headers.remove(CONTENT_LENGTH);
+    debug!("restoring a compressed answer");
+    let body = messages::transform(body, Mode::Restore, Arc::clone(counters));
+    Response::from_parts(parts, body)
+}
