@@ -189,7 +189,7 @@ pub fn parse_reference(value: &HeaderValue) -> Option<u64> {
     let text = value
         .to_str()
         .ok()
-        .filter(|t| (1..=16).contains(&t.len()))?;
+        .filter(|t| (1..=16).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_hexdigit()))?;
     u64::from_str_radix(text, 16).ok()
 }
 
@@ -231,7 +231,7 @@ pub fn mark_hop(headers: &mut HeaderMap) {
 /// Removes every `tlc-*` header, so TensorFlow sees exactly what it sent.
 pub fn strip(headers: &mut HeaderMap) {
     for name in [
-        PEER, REPLICA, CLASS, MAX_TENSOR, ENVELOPE, FALLBACK, HOP, ROWS,
+        PEER, REPLICA, CLASS, MAX_TENSOR, ENVELOPE, FALLBACK, HOP, ROWS, ENTROPY, HOP_REF, HOP_MISS,
     ] {
         headers.remove(name);
     }
@@ -337,6 +337,9 @@ mod tests {
     #[test]
     fn strip_removes_only_tlc_headers() {
         let mut headers = HeaderMap::new();
+        for name in [ROWS, ENTROPY, HOP, HOP_REF, HOP_MISS] {
+            headers.insert(name, HeaderValue::from_static("1"));
+        }
         headers.insert(PEER, HeaderValue::from_static(PROTOCOL));
         headers.insert(REPLICA, HeaderValue::from_static("1-2"));
         headers.insert(MAX_TENSOR, HeaderValue::from_static("5"));

@@ -11,7 +11,8 @@ use tlc_wire::rows::{ids_hash, RowsSection};
 
 use super::store::RowStore;
 use super::{
-    check_values, decode_own, section_u32, RowScratch, RowsApplied, RowsEncoded, RowsError, Uniques,
+    check_ids, check_values, decode_own, section_u32, RowScratch, RowsApplied, RowsEncoded,
+    RowsError, Uniques,
 };
 use crate::table::ContextMemory;
 
@@ -261,28 +262,8 @@ impl RowMirror {
                 got: section.max_rows,
             });
         }
-        if u64::from(section.positions) != ids.len() as u64 {
-            return Err(RowsError::Positions {
-                have: ids.len(),
-                got: section.positions,
-            });
-        }
-        let hash = ids_hash(ids);
-        if hash != section.ids_hash {
-            return Err(RowsError::IdsHash {
-                have: hash,
-                got: section.ids_hash,
-            });
-        }
         let Uniques { ids: u, rows: s } = uniques;
-        u.compute(ids);
-        let unique = u.unique.len();
-        if unique as u64 != u64::from(section.unique) {
-            return Err(RowsError::Unique {
-                have: unique,
-                got: section.unique,
-            });
-        }
+        let unique = check_ids(&section, ids, u)?;
         partition(&self.store, &u.unique, s);
         let hits = s.held.len();
         if hits as u64 != u64::from(section.hits) {

@@ -25,6 +25,7 @@ use std::time::Duration;
 use thiserror::Error;
 use tlc_codec::{DecodeError, EncodeError};
 use tlc_wire::envelope::{EnvelopeError, Kind};
+use tlc_wire::rows::{ids_hash, RowsSection};
 
 mod mirror;
 mod push;
@@ -45,6 +46,34 @@ use store::IdMap;
 pub struct Uniques {
     ids: IdScratch,
     rows: RowScratch,
+}
+
+/// Checks `ids`, the requester's, against what a rows `section` says of
+/// them (count, hash, distinct ids), computing their distinct ids into
+/// `u` on the way; returns how many are distinct.
+fn check_ids(section: &RowsSection, ids: &[i64], u: &mut IdScratch) -> Result<usize, RowsError> {
+    if u64::from(section.positions) != ids.len() as u64 {
+        return Err(RowsError::Positions {
+            have: ids.len(),
+            got: section.positions,
+        });
+    }
+    let hash = ids_hash(ids);
+    if hash != section.ids_hash {
+        return Err(RowsError::IdsHash {
+            have: hash,
+            got: section.ids_hash,
+        });
+    }
+    u.compute(ids);
+    let unique = u.unique.len();
+    if unique as u64 != u64::from(section.unique) {
+        return Err(RowsError::Unique {
+            have: unique,
+            got: section.unique,
+        });
+    }
+    Ok(unique)
 }
 
 /// The result of [`Uniques::compute`], kept between calls.

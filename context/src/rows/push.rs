@@ -9,7 +9,9 @@ use tlc_wire::envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind};
 use tlc_wire::rows::{ids_hash, RowsSection};
 
 use super::store::RowStore;
-use super::{check_values, decode_own, section_u32, RowsApplied, RowsEncoded, RowsError, Uniques};
+use super::{
+    check_ids, check_values, decode_own, section_u32, RowsApplied, RowsEncoded, RowsError, Uniques,
+};
 use crate::table::ContextMemory;
 
 /// The holder's error buffer per row id for one pushed IndexedSlices values
@@ -201,28 +203,8 @@ pub fn restore_push(
         });
     }
     let section = envelope.rows().ok_or(RowsError::NoSection)?;
-    if u64::from(section.positions) != ids.len() as u64 {
-        return Err(RowsError::Positions {
-            have: ids.len(),
-            got: section.positions,
-        });
-    }
-    let hash = ids_hash(ids);
-    if hash != section.ids_hash {
-        return Err(RowsError::IdsHash {
-            have: hash,
-            got: section.ids_hash,
-        });
-    }
     let Uniques { ids: u, rows: s } = uniques;
-    u.compute(ids);
-    let unique = u.unique.len();
-    if unique as u64 != u64::from(section.unique) {
-        return Err(RowsError::Unique {
-            have: unique,
-            got: section.unique,
-        });
-    }
+    let unique = check_ids(&section, ids, u)?;
     let Some(frame) = envelope.frames().first() else {
         return Err(RowsError::Envelope(EnvelopeError::FrameCount {
             kind: h.kind,

@@ -152,17 +152,7 @@ pub async fn proxy(
     upstream: SocketAddr,
     sidecar: std::sync::Arc<tlc_sidecar::Sidecar>,
 ) -> tlc_proxy::Proxy<tlc_sidecar::Sidecar> {
-    let config = tlc_daemon::config::Config {
-        routes: vec![tlc_daemon::config::Route {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            upstream,
-            role,
-        }],
-        ..Default::default()
-    };
-    tlc_proxy::Proxy::start(&config.proxy_settings().unwrap(), sidecar)
-        .await
-        .unwrap()
+    proxy_at(role, "127.0.0.1:0".parse().unwrap(), upstream, sidecar).await
 }
 
 /// A proxy with one route from `listen` to `upstream`.

@@ -72,7 +72,8 @@ pub async fn start_raw_server(bodies: Bodies) -> SocketAddr {
                     .headers()
                     .keys()
                     .any(|k| k.as_str().starts_with("tlc-")),
-                "sidecar headers reached TensorFlow"
+                "sidecar headers reached TensorFlow: {:?}",
+                request.headers()
             );
             let body = request.into_body().collect().await.unwrap().to_bytes();
             let message = grpc::parse_single(body, 1 << 20).unwrap();
