@@ -5,7 +5,7 @@
 //! payload a plain frame would carry. An encoder that asks for it keeps it
 //! only when the frame gets smaller. Decoding is bounded: `frame` checks the
 //! declared `raw_len` against the codec and element count (so against the
-//! caller's [`Limits`](crate::Limits)) before this module allocates
+//! caller's `Limits`) before this module allocates
 //! `raw_len` bytes, and zstd writes into exactly that buffer and no further.
 //!
 //! zstd level 1 was chosen by measurement (`benches/entropy_choice.rs`):
@@ -25,7 +25,7 @@ pub const RAW_LEN_BYTES: usize = 4;
 /// The zstd compression level the encoder uses.
 pub const ZSTD_LEVEL: i32 = 1;
 
-/// Whether an [`Encoder`](crate::Encoder) passes each payload through the
+/// Whether an `Encoder` passes each payload through the
 /// entropy stage.
 ///
 /// A reader built before the stage rejects a frame that uses it with

@@ -30,7 +30,7 @@
 use thiserror::Error;
 use tlc_codec::{CodecId, DecodeError, Frame, Limits};
 
-use crate::rows::{RowsSection, ROWS_SECTION_LEN};
+use crate::rows::{RowsKind, RowsSection, SectionError, ROWS_SECTION_LEN};
 
 /// The four bytes every envelope starts with.
 pub const MAGIC: [u8; 4] = *b"TLCE";
@@ -485,7 +485,7 @@ impl<'a> Envelope<'a> {
                 });
             }
             let section = RowsSection::parse(rest)?;
-            section.check(&header, limits)?;
+            section.check(rows_kind(header.kind)?, header.base_version, limits)?;
             rest = &rest[ROWS_SECTION_LEN..];
             rows = Some(section);
         }
@@ -507,7 +507,8 @@ impl<'a> Envelope<'a> {
                 }
             }
             Kind::RowsPull | Kind::RowsPush => {
-                let expected = rows.map(|r| r.frame_elements(header.kind));
+                let kind = rows_kind(header.kind)?;
+                let expected = rows.map(|r| r.frame_elements(kind));
                 let expected = expected.as_ref().map_or(&[][..], |e| e.as_slice());
                 for ((index, frame), &expected) in (0u32..).zip(&frames).zip(expected) {
                     if frame.header.elements != expected {
@@ -619,6 +620,35 @@ fn write_parts<B: AsRef<[u8]>>(
         out.extend_from_slice(frame.as_ref());
     }
     Ok(())
+}
+
+/// The rows kind of an envelope `kind` that carries a rows section.
+fn rows_kind(kind: Kind) -> Result<RowsKind, EnvelopeError> {
+    match kind {
+        Kind::RowsPull => Ok(RowsKind::Pull),
+        Kind::RowsPush => Ok(RowsKind::Push),
+        Kind::Push | Kind::Chain | Kind::Keyframe => Err(EnvelopeError::Field {
+            kind,
+            reason: "only rows envelopes carry a rows section",
+        }),
+    }
+}
+
+impl From<SectionError> for EnvelopeError {
+    fn from(err: SectionError) -> EnvelopeError {
+        match err {
+            SectionError::Truncated { needed, available } => {
+                EnvelopeError::Truncated { needed, available }
+            }
+            SectionError::Checksum { stored, computed } => {
+                EnvelopeError::RowsChecksum { stored, computed }
+            }
+            SectionError::Rule { reason } => EnvelopeError::Rows { reason },
+            SectionError::TooLarge { rows, dim, limit } => {
+                EnvelopeError::RowsTooLarge { rows, dim, limit }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //!
 //! It stays gRPC on the hop: each message is compressed on its own as one
 //! zstd frame and marked with gRPC's compressed flag, and the call carries
-//! `grpc-encoding: zstd` beside the `tlc-hop` header (see [`crate::peer`]).
+//! `grpc-encoding: zstd` beside the `tlc-hop` header (the `peer` module).
 //! A message that does not shrink is sent as it is, flag clear. TensorFlow
 //! never sees any of it: the sidecar next to it restores every message and
 //! removes both headers.

@@ -17,14 +17,60 @@
 //! | 24 | 4 | max_rows | rows pull: the mirror's row bound; rows push: 0 |
 //! | 28 | 4 | crc32c | CRC-32C of bytes `0..28` of the section |
 //!
-//! [`Envelope::parse`](crate::envelope::Envelope::parse) checks the section
-//! ([`RowsSection::parse`], [`RowsSection::check`]) and the frames' element
-//! counts ([`RowsSection::frame_elements`]) before any state changes.
+//! The envelope parser checks the section ([`RowsSection::parse`],
+//! [`RowsSection::check`]) and the frames' element counts
+//! ([`RowsSection::frame_elements`]) before any state changes. This module
+//! knows nothing of the envelope around the section: the envelope maps its
+//! kinds to [`RowsKind`] and its errors from [`SectionError`].
 
 use tlc_codec::Limits;
 use xxhash_rust::xxh3::Xxh3Default;
 
-use crate::envelope::{EnvelopeError, EnvelopeHeader, Kind};
+/// Which rows envelope a section belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowsKind {
+    /// Kind 4: gathered rows through a mirror.
+    Pull,
+    /// Kind 5: gradient rows, one per distinct id.
+    Push,
+}
+
+/// Why a rows section is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SectionError {
+    /// Fewer bytes than a section.
+    #[error("rows section truncated: {available} of {needed} bytes")]
+    Truncated {
+        /// Bytes a section needs.
+        needed: usize,
+        /// Bytes there were.
+        available: usize,
+    },
+    /// The section's checksum does not match.
+    #[error("rows section checksum {stored:#010x} does not match {computed:#010x}")]
+    Checksum {
+        /// The checksum in the section.
+        stored: u32,
+        /// The checksum of its bytes.
+        computed: u32,
+    },
+    /// A field breaks a rule.
+    #[error("rows section: {reason}")]
+    Rule {
+        /// Which rule.
+        reason: &'static str,
+    },
+    /// More values than the caller's limit.
+    #[error("{rows} rows of {dim} values are more than {limit} values")]
+    TooLarge {
+        /// Rows.
+        rows: u32,
+        /// Values per row.
+        dim: u32,
+        /// The caller's limit.
+        limit: u64,
+    },
+}
 
 /// Bytes of the rows section.
 pub const ROWS_SECTION_LEN: usize = 32;
@@ -77,10 +123,10 @@ impl RowsSection {
     /// Reads the section at the start of `bytes` and checks what holds for
     /// every kind: the checksum, `dim >= 1`, `hits <= unique <= positions`,
     /// and `unique == 0` exactly when `positions == 0`.
-    pub fn parse(bytes: &[u8]) -> Result<RowsSection, EnvelopeError> {
+    pub fn parse(bytes: &[u8]) -> Result<RowsSection, SectionError> {
         let section = bytes
             .get(..ROWS_SECTION_LEN)
-            .ok_or(EnvelopeError::Truncated {
+            .ok_or(SectionError::Truncated {
                 needed: ROWS_SECTION_LEN,
                 available: bytes.len(),
             })?;
@@ -95,7 +141,7 @@ impl RowsSection {
         let stored = u32_at(ROWS_CHECKED_LEN);
         let computed = crc32c::crc32c(&section[..ROWS_CHECKED_LEN]);
         if stored != computed {
-            return Err(EnvelopeError::RowsChecksum { stored, computed });
+            return Err(SectionError::Checksum { stored, computed });
         }
         let mut hash = [0u8; 8];
         hash.copy_from_slice(&section[..8]);
@@ -111,7 +157,7 @@ impl RowsSection {
             if ok {
                 Ok(())
             } else {
-                Err(EnvelopeError::Rows { reason })
+                Err(SectionError::Rule { reason })
             }
         };
         rule(parsed.dim >= 1, "a row has at least one value (dim >= 1)")?;
@@ -132,34 +178,33 @@ impl RowsSection {
     /// empty mirror), no hits; a rows push's `hits == 0` and
     /// `max_rows == 0`; for both, `unique * dim` and `positions * dim`
     /// within `limits.max_elements`.
-    pub fn check(&self, header: &EnvelopeHeader, limits: &Limits) -> Result<(), EnvelopeError> {
+    pub fn check(
+        &self,
+        kind: RowsKind,
+        base_version: u64,
+        limits: &Limits,
+    ) -> Result<(), SectionError> {
         let rule = |ok: bool, reason: &'static str| {
             if ok {
                 Ok(())
             } else {
-                Err(EnvelopeError::Rows { reason })
+                Err(SectionError::Rule { reason })
             }
         };
-        match header.kind {
-            Kind::RowsPull => {
+        match kind {
+            RowsKind::Pull => {
                 rule(
                     self.unique <= self.max_rows,
                     "more distinct ids than the mirror's row bound",
                 )?;
                 rule(
-                    header.base_version != 0 || self.hits == 0,
+                    base_version != 0 || self.hits == 0,
                     "hits in a mirror that starts empty (base version 0)",
                 )?;
             }
-            Kind::RowsPush => {
+            RowsKind::Push => {
                 rule(self.hits == 0, "a rows push has no hits")?;
                 rule(self.max_rows == 0, "a rows push has no row bound")?;
-            }
-            Kind::Push | Kind::Chain | Kind::Keyframe => {
-                return Err(EnvelopeError::Field {
-                    kind: header.kind,
-                    reason: "only rows envelopes carry a rows section",
-                })
             }
         }
         for rows in [self.unique, self.positions] {
@@ -167,7 +212,7 @@ impl RowsSection {
                 .checked_mul(u64::from(self.dim))
                 .is_some_and(|n| n <= limits.max_elements);
             if !within {
-                return Err(EnvelopeError::RowsTooLarge {
+                return Err(SectionError::TooLarge {
                     rows,
                     dim: self.dim,
                     limit: limits.max_elements,
@@ -179,22 +224,18 @@ impl RowsSection {
 
     /// The element count each frame of a `kind` envelope must have, in
     /// order: rows pull `[(unique - hits) * dim, hits * dim]`, rows push
-    /// `[unique * dim]`; nothing for the other kinds. Computed in u64 (the
-    /// fields are u32, so the products cannot overflow).
-    pub fn frame_elements(&self, kind: Kind) -> FrameElements {
+    /// `[unique * dim]`. Computed in u64 (the fields are u32, so the
+    /// products cannot overflow).
+    pub fn frame_elements(&self, kind: RowsKind) -> FrameElements {
         let dim = u64::from(self.dim);
         match kind {
-            Kind::RowsPull => FrameElements {
+            RowsKind::Pull => FrameElements {
                 counts: [u64::from(self.new_rows()) * dim, u64::from(self.hits) * dim],
                 len: 2,
             },
-            Kind::RowsPush => FrameElements {
+            RowsKind::Push => FrameElements {
                 counts: [u64::from(self.unique) * dim, 0],
                 len: 1,
-            },
-            Kind::Push | Kind::Chain | Kind::Keyframe => FrameElements {
-                counts: [0, 0],
-                len: 0,
             },
         }
     }
@@ -231,6 +272,3 @@ pub fn ids_hash(ids: &[i64]) -> u64 {
     }
     hasher.digest()
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,8 +1,10 @@
 //! Tests of the rows section and of rows envelopes, hostile ones included.
 
-use super::*;
-use crate::envelope::{write_envelope, write_rows_envelope, Envelope, EnvelopeHeader, HEADER_LEN};
-use tlc_codec::{Codec, CodecId, DecodeError, Encoder, Feedback, Sparsity};
+use tlc_codec::{Codec, CodecId, DecodeError, Encoder, Feedback, Limits, Sparsity};
+use tlc_wire::envelope::{
+    write_envelope, write_rows_envelope, Envelope, EnvelopeError, EnvelopeHeader, Kind, HEADER_LEN,
+};
+use tlc_wire::rows::*;
 
 fn frame(codec: Codec, values: &[f32]) -> Vec<u8> {
     let mut out = Vec::new();
@@ -319,7 +321,7 @@ fn section_rules_are_enforced() {
     );
     assert!(matches!(
         RowsSection::parse(&good[HEADER_LEN..HEADER_LEN + 5]),
-        Err(EnvelopeError::Truncated { needed: 32, .. })
+        Err(SectionError::Truncated { needed: 32, .. })
     ));
 }
 
