@@ -90,7 +90,8 @@ async fn a_graph_on_the_wire_teaches_both_sidecars_and_rows_cross_without_memory
     assert_eq!(row.treatment, Some("stateless"));
     assert_eq!(row.codec.codec, "fp16");
     assert_eq!(row.frames, 5);
-    assert!(row.ratio > 1.9 && row.ratio < 2.0, "{}", row.ratio);
+    // fp16, with the entropy stage where it shrinks the frame further.
+    assert!(row.ratio > 1.9, "{}", row.ratio);
     assert!(row
         .reason
         .as_deref()
