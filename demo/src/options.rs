@@ -103,10 +103,15 @@ impl Compression {
                 ..CodecSettings::default()
             },
         };
+        // The baseline is the job as TensorFlow runs it: nothing on the
+        // link is compressed, losslessly or not.
+        let compressed = !matches!(self, Compression::None);
         PolicySettings {
             min_bytes,
             push: codec.clone(),
             pull: codec,
+            hop_compression: compressed,
+            entropy: compressed,
             ..PolicySettings::default()
         }
     }

@@ -140,6 +140,9 @@ pub async fn recv_tensor(
     };
     let restored = match prepare(&collected, max_tensor) {
         Ok(prepared) => {
+            if prepared.rows {
+                sidecar.await_row_ids(&call, known.as_ref()).await;
+            }
             // A keyframe's or a push's values, then their copy as bytes.
             let decoding = prepared.content_len.saturating_mul(2);
             match charge.grow(decoding, sidecar.options().memory_wait).await {
@@ -249,6 +252,8 @@ struct Prepared {
     dims: Vec<u64>,
     content_len: u64,
     token: Option<u64>,
+    /// A row-keyed envelope: restored with the step's ids.
+    rows: bool,
 }
 
 /// Reads the response around an envelope and checks the shape it declares
@@ -266,11 +271,13 @@ fn prepare(collected: &Collected, max_tensor: u64) -> Result<Prepared, Failure> 
         .map(|h| h.fallback_token);
     let dims = dims_of(tensor).ok_or_else(|| fail(token, "bad tensor shape"))?;
     let content_len = content_bytes(&dims, max_tensor).map_err(|e| fail(token, e))?;
+    let rows = super::rows::is_rows_envelope(&tensor.tensor_content);
     Ok(Prepared {
         response,
         dims,
         content_len,
         token,
+        rows,
     })
 }
 
@@ -287,6 +294,7 @@ fn restore(
         dims,
         content_len,
         token,
+        rows: _,
     } = prepared;
     let Some(tensor) = &response.tensor else {
         return Err(fail(None, "response without a tensor"));

@@ -36,6 +36,8 @@ pub struct IdsKey {
 pub struct RowIds {
     inner: Mutex<Inner>,
     max_bytes: usize,
+    /// Woken whenever ids are kept, for rows that arrived first.
+    kept: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -52,6 +54,7 @@ impl RowIds {
         RowIds {
             inner: Mutex::new(Inner::default()),
             max_bytes,
+            kept: tokio::sync::Notify::new(),
         }
     }
 
@@ -82,6 +85,24 @@ impl RowIds {
         }
         inner.bytes += size;
         inner.order.push_back((key, now));
+        drop(inner);
+        self.kept.notify_waiters();
+    }
+
+    /// The ids under `key`, waiting up to `patience` for them: a gradient's
+    /// rows can overtake its indices, which cross as a call of their own
+    /// on another stream.
+    pub async fn wait_for(&self, key: &IdsKey, patience: Duration) -> Option<Arc<[i64]>> {
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            let kept = self.kept.notified();
+            if let Some(ids) = self.get(key) {
+                return Some(ids);
+            }
+            if tokio::time::timeout_at(deadline, kept).await.is_err() {
+                return self.get(key);
+            }
+        }
     }
 
     /// The ids kept under `key`, if any.
@@ -112,6 +133,23 @@ mod tests {
             tensor_name: "edge_54_embedding_lookup/DynamicPartition".into(),
             step_id: step,
         }
+    }
+
+    #[tokio::test]
+    async fn rows_that_overtake_their_ids_wait_for_them() {
+        let store = Arc::new(RowIds::new(4096));
+        let waiting = {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move { store.wait_for(&key(7), Duration::from_secs(5)).await })
+        };
+        tokio::task::yield_now().await;
+        store.keep(key(7), vec![1, 2], Instant::now());
+        assert_eq!(waiting.await.unwrap().as_deref(), Some(&[1, 2][..]));
+        // Ids that never come: the wait ends.
+        assert_eq!(
+            store.wait_for(&key(8), Duration::from_millis(20)).await,
+            None
+        );
     }
 
     #[test]

@@ -37,6 +37,10 @@ use crate::graph::{Classified, RowRole, TensorClass};
 /// bound on rows is computed with it.
 const ROW_OVERHEAD: usize = 48;
 
+/// How long rows wait for ids still on their way; then the original is
+/// fetched.
+const IDS_PATIENCE: Duration = Duration::from_secs(2);
+
 /// A share of a context table's memory one tensor's rows may take.
 const SHARE_OF_TABLE: usize = 4;
 
@@ -381,6 +385,15 @@ impl Sidecar {
             }
         })?;
         Ok((values, codec))
+    }
+
+    /// Requester side, before restoring a row-keyed envelope: waits (a
+    /// while at most) for the step's ids if they have not crossed yet.
+    pub(crate) async fn await_row_ids(&self, call: &TensorCall, known: Option<&Classified>) {
+        if let Some(rows) = known.and_then(|k| k.rows.as_ref()) {
+            let key = ids_key(call, &rows.ids, rows.role);
+            self.row_ids.wait_for(&key, IDS_PATIENCE).await;
+        }
     }
 
     /// The row contexts, for counters and tables.
