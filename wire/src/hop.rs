@@ -147,8 +147,8 @@ pub const COMPRESSED: u8 = 1;
 /// Compresses every message of a whole gRPC body (`5`-byte prefixes and
 /// messages back to back) that shrinks. Returns the new body and the
 /// bytes of the messages compressed before and after, or `None` when no
-/// message shrank or the body is not whole gRPC framing (it then crosses
-/// as it is).
+/// message shrank, a message is already flagged compressed, or the body
+/// is not whole gRPC framing (it then crosses as it is).
 pub fn compress_body(body: &[u8]) -> Option<(Vec<u8>, Counted)> {
     compress_body_with(body, None)
 }
@@ -162,7 +162,12 @@ pub fn compress_body_with(body: &[u8], reference: Option<&[u8]>) -> Option<(Vec<
     let mut rest = body;
     while !rest.is_empty() {
         let (flag, message, after) = split_message(rest)?;
-        if flag == 0 && compress_with(message, reference, &mut packed) {
+        if flag != 0 {
+            // Already compressed by its sender: not plain gRPC, so the
+            // body crosses as it is (a reader would restore the message).
+            return None;
+        }
+        if compress_with(message, reference, &mut packed) {
             out.push(COMPRESSED);
             out.extend_from_slice(&(packed.len() as u32).to_be_bytes());
             out.extend_from_slice(&packed);
@@ -293,6 +298,10 @@ mod tests {
         let (restored, back) = restore_body(&packed, 1 << 20).unwrap();
         assert_eq!(restored, body);
         assert_eq!(back, counted);
+        // A message already flagged compressed: the body stays as it is.
+        let mut flagged = body.clone();
+        flagged[0] = 1;
+        assert_eq!(compress_body(&flagged), None);
         // Nothing to gain, or not gRPC framing: no new body.
         assert_eq!(compress_body(&[0, 0, 0, 0, 4, 1, 2, 3, 4]), None);
         assert_eq!(compress_body(&[0, 0, 0, 9, 4, 1, 2]), None);

@@ -20,8 +20,11 @@ use tlc_context::pull::PullSource;
 use tlc_context::{encode_stateless, PassScale, PushContext, Refinement};
 use tlc_demo::wire;
 use tlc_proxy::handover::{Hello, Manifest, ManifestEntry, Purpose, Ready};
+use tlc_wire::hop;
 use tlc_wire::tf::grpc;
-use tlc_wire::tf::proto::RecvTensorRequest;
+use tlc_wire::tf::proto::{
+    DataType, Dim, RecvTensorRequest, RecvTensorResponse, TensorProto, TensorShapeProto,
+};
 use tlc_wire::tf::recv_tensor::ResponseMeta;
 use tlc_wire::tf::recv_tensor::{build_response_with_content, build_standard_response};
 
@@ -42,8 +45,11 @@ const KEYS: &[&str] = &[
 fn main() -> Result<()> {
     let dir = PathBuf::from(std::env::args().nth(1).ok_or("usage: seeds DIR")?);
     let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../wire/tests/fixtures");
-    let targets: [(&str, Seeds); 10] = [
+    let targets: [(&str, Seeds); 13] = [
         ("envelope", envelope()?),
+        ("hop_body", hop_body(&fixtures)?),
+        ("row_ids", row_ids(&fixtures)?),
+        ("rows_envelope", rows_envelope()),
         ("graph_registration", graph_registration(&fixtures)?),
         ("recv_tensor_request", recv_tensor_request(&fixtures)?),
         ("recv_tensor_response", recv_tensor_response(&fixtures)?),
@@ -140,6 +146,143 @@ fn envelope() -> Result<Seeds> {
             (name, seed)
         })
         .collect())
+}
+
+/// gRPC bodies as they cross the hop: the recorded requests and responses
+/// (at most 32 KiB) and a body of three control messages, each as it is
+/// (mode 1: framing fixed after mutation, no limit) and as
+/// `hop::compress_body` packs it (mode 7: framing fixed, the body's length
+/// as the limit); the control body with its first message as the
+/// reference (mode 9); and one zstd frame on its own (mode 0).
+fn hop_body(fixtures: &Path) -> Result<Seeds> {
+    let mut bodies = Vec::new();
+    for suffix in [".request.grpc", ".response.grpc"] {
+        for (name, bytes) in files(&fixtures.join("captured"), suffix)? {
+            if bytes.len() <= 32 << 10 {
+                bodies.push((format!("{name}{}", suffix.trim_end_matches(".grpc")), bytes));
+            }
+        }
+    }
+    let mut control = Vec::new();
+    for (i, key) in KEYS.iter().take(3).enumerate() {
+        control.extend_from_slice(&wire::request_body(key, i as i64 + 1));
+    }
+    let mut seeds = vec![("control-ref".to_string(), [&[9u8][..], &control].concat())];
+    bodies.push(("control".into(), control));
+    for (name, body) in bodies {
+        if let Some((packed, _)) = hop::compress_body(&body) {
+            seeds.push((format!("{name}-packed"), [&[7u8][..], &packed].concat()));
+        }
+        seeds.push((name, [&[1u8][..], &body].concat()));
+    }
+    let mut frame = Vec::new();
+    let message = wire::request_body(KEYS[2], 9);
+    if hop::compress(&message, &mut frame) {
+        seeds.push(("frame".into(), [&[0u8][..], &frame].concat()));
+    }
+    Ok(seeds)
+}
+
+/// `RecvTensor` responses of row ids as TF sends them (int64 and int32, in
+/// `tensor_content` and in the typed fields, a scalar, a dead one, the
+/// recorded int64 step and a float pull), after the mode bytes: the
+/// sidecar's bound for 1 MiB (0) or a bound of 255 (2).
+fn row_ids(fixtures: &Path) -> Result<Seeds> {
+    let tensor = |dtype: DataType, dims: &[i64], content: Vec<u8>| TensorProto {
+        dtype: dtype as i32,
+        tensor_shape: Some(TensorShapeProto {
+            dim: dims
+                .iter()
+                .map(|&size| Dim {
+                    size,
+                    ..Dim::default()
+                })
+                .collect(),
+            ..TensorShapeProto::default()
+        }),
+        tensor_content: Bytes::from(content),
+        ..TensorProto::default()
+    };
+    let response = |tensor: TensorProto| RecvTensorResponse {
+        tensor: Some(tensor),
+        send_start_micros: 1_700_000_000_000_000,
+        ..RecvTensorResponse::default()
+    };
+    let ids: [i64; 6] = [4711, 3, 3, 0, -1, 1 << 40];
+    let int64: Vec<u8> = ids.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let int32: Vec<u8> = ids.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect();
+    let mut typed = tensor(DataType::DtInt64, &[6], Vec::new());
+    typed.int64_val = ids.to_vec();
+    let mut typed32 = tensor(DataType::DtInt32, &[2, 3], Vec::new());
+    typed32.int_val = ids.iter().map(|&v| v as i32).collect();
+    let mut scalar = tensor(DataType::DtInt64, &[], Vec::new());
+    scalar.tensor_shape = None;
+    scalar.int64_val = vec![42];
+    let mut dead = response(tensor(DataType::DtInt64, &[0], Vec::new()));
+    dead.is_dead = true;
+    let mut messages = vec![
+        (
+            "int64".to_string(),
+            response(tensor(DataType::DtInt64, &[6], int64.clone())).encode_to_vec(),
+        ),
+        (
+            "int64-2d".into(),
+            response(tensor(DataType::DtInt64, &[3, 2], int64)).encode_to_vec(),
+        ),
+        (
+            "int32".into(),
+            response(tensor(DataType::DtInt32, &[6], int32)).encode_to_vec(),
+        ),
+        ("int64-val".into(), response(typed).encode_to_vec()),
+        ("int32-val".into(), response(typed32).encode_to_vec()),
+        ("scalar".into(), response(scalar).encode_to_vec()),
+        ("dead".into(), dead.encode_to_vec()),
+    ];
+    for name in ["int64_global_step", "pull_w0_b1_read"] {
+        let body = std::fs::read(
+            fixtures
+                .join("captured")
+                .join(format!("{name}.response.grpc")),
+        )?;
+        let message = grpc::parse_single(Bytes::from(body), 1 << 20)?;
+        messages.push((name.into(), message.to_vec()));
+    }
+    let mut seeds = Seeds::new();
+    for (name, message) in messages {
+        for mode in [0u8, 2] {
+            seeds.push((
+                format!("{name}-{mode}"),
+                [&[mode, 255][..], &message].concat(),
+            ));
+        }
+    }
+    Ok(seeds)
+}
+
+/// Plans for the `rows_envelope` target (it reads any bytes as one): each
+/// flag byte's combination (rows pull or push, the holder's envelope or
+/// one by hand, entropy stage, frames resealed, the declared limit, small
+/// ids) before the same stretch of pseudo-random bytes, in three lengths.
+fn rows_envelope() -> Seeds {
+    let mut x = 0x2545_f491u32;
+    let stream: Vec<u8> = (0..512)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x >> 24) as u8
+        })
+        .collect();
+    let mut seeds = Seeds::new();
+    for flags in [0u8, 1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 33] {
+        for len in [48, 160, 512] {
+            seeds.push((
+                format!("plan-{flags:02x}-{len}"),
+                [&[flags][..], &stream[..len]].concat(),
+            ));
+        }
+    }
+    seeds
 }
 
 /// Registrations recorded from TF (`graphs/*.pb`), after a chunk size of 64.

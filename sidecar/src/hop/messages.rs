@@ -48,6 +48,8 @@ pub fn transform(body: ProxyBody, mode: Mode, counters: Arc<HopCounters>) -> Pro
 enum BodyError {
     #[error("the peer's sidecar sent a compressed message of {0} bytes, more than it may")]
     TooLarge(usize),
+    #[error("a message flagged compressed in an answer that says it is not")]
+    Flagged,
     #[error("restoring the peer's compressed message: {0}")]
     Restore(#[from] hop::HopError),
 }
@@ -88,6 +90,11 @@ impl Messages {
         }
         let frame = self.buf.split_to(PREFIX_LEN + len).freeze();
         let message = &frame[PREFIX_LEN..];
+        if self.mode == Mode::Compress && flag != 0 {
+            // TensorFlow flagged a message compressed without saying how:
+            // not gRPC, and a reader would try to restore it.
+            return Err(BodyError::Flagged);
+        }
         let transformed = match (self.mode, flag) {
             (Mode::Compress, 0) if hop::compress(message, &mut self.scratch) => {
                 self.counters.compressed(message.len(), self.scratch.len());
@@ -274,6 +281,12 @@ mod tests {
             .await
             .is_err());
         assert_eq!(counters.totals().failures, 2);
+        // A message flagged compressed where the call says none: refused.
+        let mut flagged = grpc(&[b"0123456789abcdef0123456789abcdef0123"]);
+        flagged[0] = 1;
+        assert!(run(chunked(&flagged, 7), Mode::Compress, &counters)
+            .await
+            .is_err());
         // Bytes that are no whole message are TensorFlow's own: passed on
         // unchanged both ways.
         for mode in [Mode::Compress, Mode::Restore] {

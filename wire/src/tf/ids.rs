@@ -47,7 +47,7 @@ pub fn read_ids(response: &RecvTensorResponse, max: usize) -> Result<Vec<i64>, I
         .ok_or(IdsError::Shape)?;
     let content = &tensor.tensor_content;
     if !content.is_empty() {
-        if content.len() != count * width {
+        if Some(content.len()) != count.checked_mul(width) {
             return Err(IdsError::Content);
         }
         return Ok(match width {
