@@ -11,8 +11,8 @@ use tlc_wire::rows::{ids_hash, RowsSection};
 
 use super::store::RowStore;
 use super::{
-    check_ids, check_values, decode_own, section_u32, RowScratch, RowsApplied, RowsEncoded,
-    RowsError, Uniques,
+    check_ids, check_values, decode_own, rows_of, section_u32, RowScratch, RowsApplied,
+    RowsEncoded, RowsError, Uniques,
 };
 use crate::table::ContextMemory;
 
@@ -62,14 +62,7 @@ impl RowMirror {
         envelope: &Envelope<'_>,
         max_rows_limit: usize,
     ) -> Result<RowMirror, RowsError> {
-        let h = envelope.header;
-        if h.kind != Kind::RowsPull {
-            return Err(RowsError::WrongKind {
-                expected: Kind::RowsPull,
-                got: h.kind,
-            });
-        }
-        let section = envelope.rows().ok_or(RowsError::NoSection)?;
+        let (h, section) = rows_of(envelope, Kind::RowsPull)?;
         if h.base_version != 0 {
             return Err(RowsError::Base {
                 have: 0,
@@ -229,14 +222,7 @@ impl RowMirror {
         uniques: &mut Uniques,
         values_out: &mut Vec<f32>,
     ) -> Result<RowsApplied, RowsError> {
-        let h = envelope.header;
-        if h.kind != Kind::RowsPull {
-            return Err(RowsError::WrongKind {
-                expected: Kind::RowsPull,
-                got: h.kind,
-            });
-        }
-        let section = envelope.rows().ok_or(RowsError::NoSection)?;
+        let (h, section) = rows_of(envelope, Kind::RowsPull)?;
         if h.epoch != self.epoch {
             return Err(RowsError::Epoch {
                 have: self.epoch,

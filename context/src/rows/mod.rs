@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 use tlc_codec::{DecodeError, EncodeError};
-use tlc_wire::envelope::{EnvelopeError, Kind};
+use tlc_wire::envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind};
 use tlc_wire::rows::{ids_hash, RowsSection};
 
 mod mirror;
@@ -46,6 +46,22 @@ use store::IdMap;
 pub struct Uniques {
     ids: IdScratch,
     rows: RowScratch,
+}
+
+/// The header and rows section of `envelope`, which must be of `kind`.
+fn rows_of(
+    envelope: &Envelope<'_>,
+    kind: Kind,
+) -> Result<(EnvelopeHeader, RowsSection), RowsError> {
+    let header = envelope.header;
+    if header.kind != kind {
+        return Err(RowsError::WrongKind {
+            expected: kind,
+            got: header.kind,
+        });
+    }
+    let section = envelope.rows().ok_or(RowsError::NoSection)?;
+    Ok((header, section))
 }
 
 /// Checks `ids`, the requester's, against what a rows `section` says of

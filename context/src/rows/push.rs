@@ -10,7 +10,8 @@ use tlc_wire::rows::{ids_hash, RowsSection};
 
 use super::store::RowStore;
 use super::{
-    check_ids, check_values, decode_own, section_u32, RowsApplied, RowsEncoded, RowsError, Uniques,
+    check_ids, check_values, decode_own, rows_of, section_u32, RowsApplied, RowsEncoded, RowsError,
+    Uniques,
 };
 use crate::table::ContextMemory;
 
@@ -195,14 +196,7 @@ pub fn restore_push(
     uniques: &mut Uniques,
     values_out: &mut Vec<f32>,
 ) -> Result<RowsApplied, RowsError> {
-    let h = envelope.header;
-    if h.kind != Kind::RowsPush {
-        return Err(RowsError::WrongKind {
-            expected: Kind::RowsPush,
-            got: h.kind,
-        });
-    }
-    let section = envelope.rows().ok_or(RowsError::NoSection)?;
+    let (h, section) = rows_of(envelope, Kind::RowsPush)?;
     let Uniques { ids: u, rows: s } = uniques;
     let unique = check_ids(&section, ids, u)?;
     let Some(frame) = envelope.frames().first() else {
