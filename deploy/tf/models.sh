@@ -120,6 +120,10 @@ OUT=${OUT:-$(mktemp -d /tmp/tlc-models.XXXXXX)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 cp "$TLCD" "$OUT/tlcd.tmp" && mv "$OUT/tlcd.tmp" "$OUT/tlcd"
+# The tlcctl beside tlcd, if any, dumps each sidecar's tensors after a run.
+if [[ -x $(dirname "$TLCD")/tlcctl ]]; then
+    cp "$(dirname "$TLCD")/tlcctl" "$OUT/tlcctl.tmp" && mv "$OUT/tlcctl.tmp" "$OUT/tlcctl"
+fi
 rm -f "$OUT"/results.{md,json} "$OUT"/runs.tsv
 {
     echo "tlcd_source=$TLCD"

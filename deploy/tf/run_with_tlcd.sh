@@ -45,7 +45,9 @@
 # them (grafana/record_run.sh) records the final counters.
 # Prints run_local.sh's summary and each sidecar's counters; logs in --out
 # (the sidecars' in --out/sidecars: tlcd-<sidecar>.log, and metrics-<sidecar>.txt,
-# each sidecar's /metrics scraped after the job, before the sidecars stop).
+# each sidecar's /metrics scraped after the job, before the sidecars stop,
+# and tensors-<sidecar>.json, its `tlcctl -o json tensors`, when a tlcctl sits
+# beside $TLCD or is named by $TLCCTL).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -74,7 +76,7 @@ done
     { echo "run_with_tlcd: at most 7 tasks (the port layout has room for no more)" >&2; exit 2; }
 mkdir -p "$OUT/sidecars"
 # Only what a previous run put there, so stale counters are never read.
-rm -f "$OUT"/sidecars/tlcd-*.log "$OUT"/sidecars/metrics-*.txt "$OUT"/sidecars/*.pid "$OUT"/sidecars/faults.log
+rm -f "$OUT"/sidecars/tlcd-*.log "$OUT"/sidecars/metrics-*.txt "$OUT"/sidecars/tensors-*.json "$OUT"/sidecars/*.pid "$OUT"/sidecars/faults.log
 for fault in "${faults[@]}"; do
     [[ $fault =~ ^[a-z0-9]+:(term|kill|restart|stop)@[0-9]+$ ]] ||
         { echo "run_with_tlcd: --fault '$fault': expected SIDECAR:term|kill|restart|stop@STEP" >&2; exit 2; }
@@ -91,13 +93,14 @@ cleanup() {
 trap cleanup EXIT
 
 names=()
-declare -A metrics_port=() sidecar_args=()
+declare -A metrics_port=() admin_port=() sidecar_args=()
 start_tlcd() { # name, admin port, metrics port, then --route arguments
     local name=$1 admin=$2 metrics=$3; shift 3
     sidecar_args[$name]="$admin $metrics $*"
     launch_tlcd "$name" "$admin" "$metrics" "$@"
     names+=("$name")
     metrics_port[$name]=$metrics
+    admin_port[$name]=$admin
 }
 launch_tlcd() { # name, admin port, metrics port, then tlcd arguments
     local name=$1 admin=$2 metrics=$3; shift 3
@@ -198,6 +201,11 @@ sleep "${TLC_LINGER:-0}"
 for name in "${names[@]}"; do
     curl -sf -m 5 "http://127.0.0.1:${metrics_port[$name]}/metrics" >"$OUT/sidecars/metrics-$name.txt" 2>/dev/null ||
         echo "run_with_tlcd: could not scrape tlcd-$name's metrics" >&2
+    # Per tensor: what each context sent, for a breakdown of the bytes.
+    if [[ -x ${TLCCTL:-$(dirname "$TLCD")/tlcctl} ]]; then
+        "${TLCCTL:-$(dirname "$TLCD")/tlcctl}" --admin "127.0.0.1:${admin_port[$name]}" -o json tensors \
+            >"$OUT/sidecars/tensors-$name.json" 2>/dev/null || rm -f "$OUT/sidecars/tensors-$name.json"
+    fi
 done
 cleanup
 trap - EXIT

@@ -369,13 +369,16 @@ impl EnvelopeHeader {
                     self.base_version.checked_add(1) == Some(self.target_version),
                     "a rows pull is one version step: target = base + 1",
                 )?;
-                2
+                // The new rows' keyframes, then one pass over the held
+                // rows' deltas and up to MAX_PUSH_FRAMES - 2 refinements.
+                u64::from(self.frame_count.clamp(2, MAX_PUSH_FRAMES))
             }
             Kind::RowsPush => {
                 field(self.epoch == 0, "a push carries no epoch")?;
                 field(self.base_version == 0, "a push carries no base version")?;
                 field(self.target_version == 0, "a push carries no target version")?;
-                1
+                // As a push: one pass, up to MAX_PUSH_FRAMES - 1 refinements.
+                u64::from(self.frame_count.clamp(1, MAX_PUSH_FRAMES))
             }
         };
         if u64::from(self.frame_count) != expected {
@@ -508,9 +511,8 @@ impl<'a> Envelope<'a> {
             }
             Kind::RowsPull | Kind::RowsPush => {
                 let kind = rows_kind(header.kind)?;
-                let expected = rows.map(|r| r.frame_elements(kind));
-                let expected = expected.as_ref().map_or(&[][..], |e| e.as_slice());
-                for ((index, frame), &expected) in (0u32..).zip(&frames).zip(expected) {
+                for (index, frame) in (0u32..).zip(&frames) {
+                    let expected = rows.as_ref().map_or(0, |r| r.frame_elements(kind, index));
                     if frame.header.elements != expected {
                         return Err(EnvelopeError::RowsFrameLength {
                             index,

@@ -222,37 +222,18 @@ impl RowsSection {
         Ok(())
     }
 
-    /// The element count each frame of a `kind` envelope must have, in
-    /// order: rows pull `[(unique - hits) * dim, hits * dim]`, rows push
-    /// `[unique * dim]`. Computed in u64 (the fields are u32, so the
-    /// products cannot overflow).
-    pub fn frame_elements(&self, kind: RowsKind) -> FrameElements {
+    /// The element count frame `index` of a `kind` envelope must have:
+    /// rows pull, frame 0 the new rows' keyframes `(unique - hits) * dim`,
+    /// every later frame a pass over the held rows' deltas `hits * dim`;
+    /// rows push, every frame a pass over the distinct rows `unique * dim`.
+    /// Computed in u64 (the fields are u32, so the products cannot overflow).
+    pub fn frame_elements(&self, kind: RowsKind, index: u32) -> u64 {
         let dim = u64::from(self.dim);
-        match kind {
-            RowsKind::Pull => FrameElements {
-                counts: [u64::from(self.new_rows()) * dim, u64::from(self.hits) * dim],
-                len: 2,
-            },
-            RowsKind::Push => FrameElements {
-                counts: [u64::from(self.unique) * dim, 0],
-                len: 1,
-            },
+        match (kind, index) {
+            (RowsKind::Pull, 0) => u64::from(self.new_rows()) * dim,
+            (RowsKind::Pull, _) => u64::from(self.hits) * dim,
+            (RowsKind::Push, _) => u64::from(self.unique) * dim,
         }
-    }
-}
-
-/// The element counts a rows envelope's frames must have
-/// ([`RowsSection::frame_elements`]), without allocating.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FrameElements {
-    counts: [u64; 2],
-    len: usize,
-}
-
-impl FrameElements {
-    /// The counts, one per frame, in order.
-    pub fn as_slice(&self) -> &[u64] {
-        &self.counts[..self.len]
     }
 }
 

@@ -215,16 +215,50 @@ fn header_rules_of_the_rows_kinds() {
             })
         ));
     }
-    let three = EnvelopeHeader {
-        frame_count: 3,
-        ..pull
+    // Keyframes, then 1 to 7 passes over the held rows' deltas, each of
+    // the held rows' length.
+    let with_frames = |count: u32, frames: &[Vec<u8>]| {
+        let header = EnvelopeHeader {
+            frame_count: count,
+            ..pull
+        };
+        outcome(&forge(header, pull_section(), frames))
     };
+    let mut passes = frames.to_vec();
+    passes.push(frame(three_lc(), &values(2)));
+    assert!(with_frames(3, &passes).is_ok());
+    for _ in 3..8 {
+        passes.push(frame(three_lc(), &values(2)));
+    }
+    assert!(with_frames(8, &passes).is_ok());
+    passes.push(frame(three_lc(), &values(2)));
     assert!(matches!(
-        outcome(&forge(three, pull_section(), &frames)),
+        with_frames(9, &passes),
         Err(EnvelopeError::FrameCount {
-            declared: 3,
+            declared: 9,
+            expected: 8,
+            ..
+        })
+    ));
+    assert!(matches!(
+        with_frames(1, &frames[..1]),
+        Err(EnvelopeError::FrameCount {
+            declared: 1,
             expected: 2,
             ..
+        })
+    ));
+    let long_pass = [
+        frames[0].clone(),
+        frames[1].clone(),
+        frame(three_lc(), &values(4)),
+    ];
+    assert!(matches!(
+        with_frames(3, &long_pass),
+        Err(EnvelopeError::RowsFrameLength {
+            index: 2,
+            elements: 4,
+            expected: 2,
         })
     ));
     let push = EnvelopeHeader::rows_push(0);
@@ -248,17 +282,23 @@ fn header_rules_of_the_rows_kinds() {
             })
         ));
     }
-    let two = EnvelopeHeader {
-        frame_count: 2,
-        ..push
+    // One pass, then up to 7 refinements, each of the distinct rows' length.
+    let with_frames = |count: u32, frames: &[Vec<u8>]| {
+        let header = EnvelopeHeader {
+            frame_count: count,
+            ..push
+        };
+        outcome(&forge(header, push_section(), frames))
     };
+    assert!(with_frames(2, &[one[0].clone(), one[0].clone()]).is_ok());
+    let nine = vec![one[0].clone(); 9];
     assert!(matches!(
-        outcome(&forge(
-            two,
-            push_section(),
-            &[one[0].clone(), one[0].clone()]
-        )),
-        Err(EnvelopeError::FrameCount { declared: 2, .. })
+        with_frames(9, &nine),
+        Err(EnvelopeError::FrameCount { declared: 9, .. })
+    ));
+    assert!(matches!(
+        with_frames(2, &[one[0].clone(), frame(three_lc(), &values(4))]),
+        Err(EnvelopeError::RowsFrameLength { index: 1, .. })
     ));
 }
 

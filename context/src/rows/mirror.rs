@@ -6,14 +6,15 @@
 use std::time::Instant;
 
 use tlc_codec::{Codec, Encoder, EntropyStage, Feedback};
-use tlc_wire::envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind};
+use tlc_wire::envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind, MAX_PUSH_FRAMES};
 use tlc_wire::rows::{ids_hash, RowsSection};
 
 use super::store::RowStore;
 use super::{
-    check_ids, check_values, decode_own, rows_of, section_u32, RowScratch, RowsApplied,
-    RowsEncoded, RowsError, Uniques,
+    add_passes, check_ids, check_values, decode_own, refine_passes, rows_of, section_u32,
+    set_frame_count, PassBuffers, RowScratch, RowsApplied, RowsEncoded, RowsError, Uniques,
 };
+use crate::refine::{sum_of_squares, Refinement};
 use crate::table::ContextMemory;
 
 /// The rows one requester holds of one gathered tensor, kept identically
@@ -33,6 +34,7 @@ pub struct RowMirror {
     version: u64,
     store: RowStore,
     entropy: EntropyStage,
+    refine: Refinement,
 }
 
 impl RowMirror {
@@ -45,6 +47,7 @@ impl RowMirror {
             version: 0,
             store: RowStore::new(dim, max_rows),
             entropy: EntropyStage::Off,
+            refine: Refinement::OFF,
         }
     }
 
@@ -52,6 +55,16 @@ impl RowMirror {
     /// side; the requester reads either).
     pub fn set_entropy_stage(&mut self, stage: EntropyStage) {
         self.entropy = stage;
+    }
+
+    /// How far the held rows may lag from now on (the holder's side): after
+    /// the deltas' pass, further passes over what it left while that is
+    /// above `refine.target` times the held rows' norm, each at 3LC's own
+    /// scale, at most `refine.max_passes` in all (and 7). Without them a
+    /// row's small changes wait in the gap until they add up, as a dense
+    /// replica's do, and the requester computes on stale rows.
+    pub fn set_refinement(&mut self, refine: Refinement) {
+        self.refine = refine;
     }
 
     /// Requester: the empty mirror a rows pull from version 0 applies to,
@@ -158,7 +171,7 @@ impl RowMirror {
             max_rows: section_u32("max_rows", max_rows)?,
         };
         // wrapping_add: a mirror at u64::MAX gives target 0, refused.
-        let header = EnvelopeHeader::rows_pull(
+        let mut header = EnvelopeHeader::rows_pull(
             fallback_token,
             self.epoch,
             self.version,
@@ -178,12 +191,16 @@ impl RowMirror {
             s.keys.extend_from_slice(&values[at..at + dim]);
         }
         s.deltas.clear();
+        let mut held_squares = 0.0;
         for &(j, slot) in &s.held {
             let at = u.first[j as usize] as usize * dim;
             let row = self.store.row(slot);
             s.deltas
                 .extend(values[at..at + dim].iter().zip(row).map(|(v, r)| v - r));
+            held_squares += sum_of_squares(values[at..at + dim].iter().copied());
         }
+        s.residual.clear();
+        s.residual.extend_from_slice(&s.deltas);
         section.ids_hash = ids_hash(ids);
         section.unique = section_u32("unique", unique)?;
         section.hits = section_u32("hits", hits)?;
@@ -194,11 +211,35 @@ impl RowMirror {
             out.truncate(start);
             return Err(err);
         }
+        for (r, d) in s.residual.iter_mut().zip(&s.deltas) {
+            *r -= *d;
+        }
+        let refine = Refinement {
+            max_passes: self.refine.max_passes.min(MAX_PUSH_FRAMES - 1),
+            ..self.refine
+        };
+        let buffers = PassBuffers {
+            sent: &mut s.deltas,
+            residual: &mut s.residual,
+            pass: &mut s.pass,
+        };
+        let passes = refine_passes(
+            refine,
+            delta_codec,
+            self.entropy,
+            held_squares,
+            buffers,
+            out,
+        );
+        if passes > 0 {
+            set_frame_count(&mut header, 2 + passes, start, out);
+        }
         let evicted = self.update(&u.unique, s);
         Ok(RowsEncoded {
             unique,
             hits,
             evicted,
+            refinements: passes,
             took: started.elapsed(),
         })
     }
@@ -273,6 +314,7 @@ impl RowMirror {
         keyframes.decode_into(&mut s.keys)?;
         s.deltas.resize(hits * dim, 0.0);
         deltas.decode_into(&mut s.deltas)?;
+        add_passes(&envelope.frames()[2..], &mut s.deltas, &mut s.pass)?;
         let evicted = self.update(&u.unique, s);
         values_out.clear();
         values_out.reserve(ids.len() * dim);

@@ -23,8 +23,10 @@ use std::collections::hash_map::Entry;
 use std::time::Duration;
 
 use thiserror::Error;
-use tlc_codec::{DecodeError, EncodeError};
-use tlc_wire::envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind};
+use tlc_codec::{Codec, DecodeError, EncodeError, Encoder, EntropyStage, Feedback};
+use tlc_wire::envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind, HEADER_LEN};
+
+use crate::refine::{relative_to, sum_of_squares, Refinement};
 use tlc_wire::rows::{ids_hash, RowsSection};
 
 mod mirror;
@@ -110,6 +112,10 @@ struct RowScratch {
     keys: Vec<f32>,
     /// Held rows' deltas (rows pull), or the decoded pushed rows.
     deltas: Vec<f32>,
+    /// What the passes so far left of the deltas or rows to send.
+    residual: Vec<f32>,
+    /// One refinement pass, decoded.
+    pass: Vec<f32>,
     /// Unique indices of the new rows, in first-appearance order.
     new: Vec<u32>,
     /// (unique index, slot) of the held rows, in first-appearance order.
@@ -166,6 +172,8 @@ pub struct RowsEncoded {
     pub hits: usize,
     /// Rows evicted after this envelope.
     pub evicted: usize,
+    /// Refinement passes sent after the first pass.
+    pub refinements: u32,
     /// Time spent encoding.
     pub took: Duration,
 }
@@ -339,6 +347,87 @@ fn check_values(ids: &[i64], values: &[f32], dim: usize) -> Result<(), RowsError
 
 /// A frame this side just encoded, decoded into `into` (whose length is
 /// the frame's) exactly as the requester will decode it.
+/// Appends refinement passes while `refine` asks for them: each pass is
+/// `residual` encoded with `codec` as one frame, decoded into `pass`, then
+/// added to `sent` and taken from `residual`, element by element (the
+/// order the receiver's [`add_passes`] repeats). `reference_squares` is
+/// `Σ v²` of what the error is measured against. Returns the passes
+/// appended; a pass the codec refuses ends them (those before stand).
+fn refine_passes(
+    refine: Refinement,
+    codec: &Codec,
+    entropy: EntropyStage,
+    reference_squares: f64,
+    bufs: PassBuffers<'_>,
+    out: &mut Vec<u8>,
+) -> u32 {
+    let PassBuffers {
+        sent,
+        residual,
+        pass,
+    } = bufs;
+    let mut passes = 1;
+    while refine.another_pass(
+        passes,
+        relative_to(sum_of_squares(residual.iter().copied()), reference_squares),
+    ) {
+        let start = out.len();
+        let mut encoder = Encoder::new(*codec, Feedback::Off);
+        encoder.set_entropy_stage(entropy);
+        pass.clear();
+        pass.resize(residual.len(), 0.0);
+        let encoded = encoder
+            .encode(residual, out)
+            .map_err(RowsError::from)
+            .and_then(|_| decode_own(&out[start..], pass));
+        if encoded.is_err() {
+            out.truncate(start);
+            break;
+        }
+        for ((s, r), p) in sent.iter_mut().zip(residual.iter_mut()).zip(pass.iter()) {
+            *s += *p;
+            *r -= *p;
+        }
+        passes += 1;
+    }
+    passes - 1
+}
+
+/// The buffers of [`refine_passes`]: what was sent so far (decoded), what
+/// is left, and scratch for one pass.
+struct PassBuffers<'a> {
+    sent: &'a mut [f32],
+    residual: &'a mut [f32],
+    pass: &'a mut Vec<f32>,
+}
+
+/// Receiver: decodes each frame of `frames` into `pass` and adds it to
+/// `sum`, element by element, in frame order: the sums the sender made.
+fn add_passes(
+    frames: &[tlc_codec::Frame<'_>],
+    sum: &mut [f32],
+    pass: &mut Vec<f32>,
+) -> Result<(), RowsError> {
+    for frame in frames {
+        pass.clear();
+        pass.resize(sum.len(), 0.0);
+        frame.decode_into(pass)?;
+        for (s, p) in sum.iter_mut().zip(pass.iter()) {
+            *s += *p;
+        }
+    }
+    Ok(())
+}
+
+/// Rewrites the frame count of the envelope whose header starts at
+/// `out[start]`.
+fn set_frame_count(header: &mut EnvelopeHeader, frames: u32, start: usize, out: &mut [u8]) {
+    header.frame_count = frames;
+    let mut bytes = Vec::with_capacity(HEADER_LEN);
+    header.write(&mut bytes);
+    out[start..start + HEADER_LEN].copy_from_slice(&bytes);
+}
+
 fn decode_own(frame: &[u8], into: &mut [f32]) -> Result<(), RowsError> {
     let limits = tlc_codec::Limits {
         max_elements: into.len() as u64,

@@ -5,14 +5,15 @@
 use std::time::Instant;
 
 use tlc_codec::{Codec, Encoder, EntropyStage, Feedback};
-use tlc_wire::envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind};
+use tlc_wire::envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind, MAX_PUSH_FRAMES};
 use tlc_wire::rows::{ids_hash, RowsSection};
 
 use super::store::RowStore;
 use super::{
-    check_ids, check_values, decode_own, rows_of, section_u32, RowsApplied, RowsEncoded, RowsError,
-    Uniques,
+    add_passes, check_ids, check_values, decode_own, refine_passes, rows_of, section_u32,
+    set_frame_count, PassBuffers, RowsApplied, RowsEncoded, RowsError, Uniques,
 };
+use crate::refine::{sum_of_squares, Refinement};
 use crate::table::ContextMemory;
 
 /// The holder's error buffer per row id for one pushed IndexedSlices values
@@ -28,6 +29,7 @@ pub struct RowErrors {
     step: u64,
     store: RowStore,
     entropy: EntropyStage,
+    refine: Refinement,
 }
 
 impl RowErrors {
@@ -37,12 +39,23 @@ impl RowErrors {
             step: 0,
             store: RowStore::new(dim, max_rows),
             entropy: EntropyStage::Off,
+            refine: Refinement::OFF,
         }
     }
 
     /// Whether frames from now on may carry the entropy stage.
     pub fn set_entropy_stage(&mut self, stage: EntropyStage) {
         self.entropy = stage;
+    }
+
+    /// How much error a push may leave behind from now on: further passes
+    /// over it while it is above `refine.target` times the pushed rows'
+    /// norm (the values summed per id), each at 3LC's own scale, at most
+    /// `refine.max_passes` frames in all (and 8). A dense tensor's error
+    /// goes out with the next step's gradient; a row's waits until the row
+    /// is pushed again, which for most rows of a table is many steps away.
+    pub fn set_refinement(&mut self, refine: Refinement) {
+        self.refine = refine;
     }
 
     /// Values per row.
@@ -116,6 +129,7 @@ impl RowErrors {
                 *a += *v;
             }
         }
+        let pushed_squares = sum_of_squares(s.keys.iter().copied());
         s.held.clear();
         s.new.clear();
         for ((j, &id), acc) in (0u32..).zip(&u.unique).zip(s.keys.chunks_exact_mut(dim)) {
@@ -130,7 +144,8 @@ impl RowErrors {
             }
         }
         let start = out.len();
-        EnvelopeHeader::rows_push(fallback_token).write(out);
+        let mut header = EnvelopeHeader::rows_push(fallback_token);
+        header.write(out);
         section.write(out);
         let frame = out.len();
         let mut encoder = Encoder::new(*codec, Feedback::Off);
@@ -145,6 +160,22 @@ impl RowErrors {
         if let Err(err) = encoded {
             out.truncate(start);
             return Err(err);
+        }
+        s.residual.clear();
+        s.residual
+            .extend(s.keys.iter().zip(&s.deltas).map(|(a, d)| a - d));
+        let refine = Refinement {
+            max_passes: self.refine.max_passes.min(MAX_PUSH_FRAMES),
+            ..self.refine
+        };
+        let buffers = PassBuffers {
+            sent: &mut s.deltas,
+            residual: &mut s.residual,
+            pass: &mut s.pass,
+        };
+        let passes = refine_passes(refine, codec, self.entropy, pushed_squares, buffers, out);
+        if passes > 0 {
+            set_frame_count(&mut header, 1 + passes, start, out);
         }
         // From here on nothing fails: the new errors, touched at this step.
         self.step += 1;
@@ -172,6 +203,7 @@ impl RowErrors {
             unique,
             hits: 0,
             evicted,
+            refinements: passes,
             took: started.elapsed(),
         })
     }
@@ -214,6 +246,7 @@ pub fn restore_push(
     })?;
     s.keys.resize(unique * dim, 0.0);
     frame.decode_into(&mut s.keys)?;
+    add_passes(&envelope.frames()[1..], &mut s.keys, &mut s.pass)?;
     values_out.clear();
     values_out.resize(ids.len() * dim, 0.0);
     // Distinct ids are numbered in first-appearance order: a position is

@@ -544,3 +544,62 @@ fn wire_bytes_per_row_for_zipf_ids() {
     );
     assert!(wire_bytes < fp16_bytes);
 }
+
+#[test]
+fn refinement_passes_keep_the_held_rows_within_the_drift_bound() {
+    // With the dense replicas' 1% bound, every pull leaves the held rows
+    // within 1% (L2) of the table, or used all its passes; both mirrors
+    // stay bit-identical (checked by `pull`); without passes they drift
+    // further.
+    let dim = 8;
+    let mut worst = [0f64; 2];
+    for (with, worst) in worst.iter_mut().enumerate() {
+        let mut holder = RowMirror::new(11, dim, 10_000);
+        if with == 1 {
+            holder.set_refinement(crate::refine::Refinement {
+                target: 0.01,
+                max_passes: 8,
+                scale: crate::refine::PassScale::Max,
+            });
+        }
+        let mut requester = None;
+        let mut rng = Rng(0x2468_1357_aaaa_5555);
+        for step in 0..60u64 {
+            let ids: Vec<i64> = (0..50).map(|_| rng.zipf(300)).collect();
+            let values = gather(&ids, step * 40, dim);
+            let mut uniques = Uniques::new();
+            let mut probe = Vec::new();
+            holder
+                .clone()
+                .encode(
+                    &ids,
+                    &values,
+                    &Codec::None,
+                    &three_lc(),
+                    7,
+                    &mut uniques,
+                    &mut probe,
+                )
+                .unwrap();
+            let frames = Envelope::parse(&probe, &Limits::default())
+                .unwrap()
+                .frames()
+                .len();
+            let (encoded, out) = pull(&mut holder, &mut requester, &ids, &values, Codec::None);
+            if encoded.hits == 0 {
+                continue;
+            }
+            let (mut err, mut norm) = (0f64, 0f64);
+            for (v, o) in values.iter().zip(&out) {
+                err += f64::from(v - o).powi(2);
+                norm += f64::from(*v).powi(2);
+            }
+            let drift = (err / norm).sqrt();
+            if with == 1 && frames < 8 {
+                assert!(drift <= 0.01 * 1.0001, "step {step}: drift {drift}");
+            }
+            *worst = worst.max(drift);
+        }
+    }
+    assert!(worst[1] < worst[0], "{worst:?}");
+}

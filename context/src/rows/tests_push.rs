@@ -261,3 +261,69 @@ fn restore_push_refuses_other_ids() {
     );
     assert!(restore_push(&ids, &env, &mut u, &mut out).is_ok());
 }
+
+#[test]
+fn refinement_passes_bound_what_a_push_leaves_behind() {
+    // Every push with passes leaves at most the target (or used all its
+    // frames), restores exactly what the holder counts as sent, and over
+    // many steps the carried errors add up to less than without passes.
+    let dim = 16;
+    let refine = Refinement {
+        target: 0.5,
+        max_passes: 8,
+        scale: crate::refine::PassScale::Max,
+    };
+    let mut carried = [0.0f64; 2];
+    for (with, total) in carried.iter_mut().enumerate() {
+        let mut errors = RowErrors::new(dim, 10_000);
+        if with == 1 {
+            errors.set_refinement(refine);
+        }
+        let mut rng = Rng(0x1357_9bdf_2468_ace0);
+        let mut frames_seen = 0;
+        for _ in 0..100 {
+            let ids: Vec<i64> = (0..64).map(|_| rng.zipf(500)).collect();
+            let values = noise(&mut rng, ids.len() * dim);
+            let mut u = Uniques::new();
+            let mut wire = Vec::new();
+            errors
+                .encode(&ids, &values, &three_lc(), 1, &mut u, &mut wire)
+                .unwrap();
+            let env = Envelope::parse(&wire, &Limits::default()).unwrap();
+            frames_seen = frames_seen.max(env.frames().len());
+            let mut out = Vec::new();
+            restore_push(&ids, &env, &mut u, &mut out).unwrap();
+            // What crossed plus what is carried is what was pushed, per id.
+            let pushed_norm: f64 = sums(&ids, &values, dim)
+                .iter()
+                .flat_map(|(_, r)| r.iter())
+                .map(|v| f64::from(*v).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            let left: f64 = sums(&ids, &values, dim)
+                .iter()
+                .flat_map(|(id, _)| errors.error(*id).unwrap().iter())
+                .map(|v| f64::from(*v).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            if with == 1 && env.frames().len() < 8 {
+                assert!(
+                    left <= 0.5 * pushed_norm * 1.0001,
+                    "{left} vs {pushed_norm}"
+                );
+            }
+        }
+        if with == 1 {
+            assert!(frames_seen > 1, "no pass was ever needed");
+        } else {
+            assert_eq!(frames_seen, 1);
+        }
+        *total = (0..500i64)
+            .filter_map(|id| errors.error(id))
+            .flat_map(|e| e.iter())
+            .map(|v| f64::from(*v).powi(2))
+            .sum::<f64>()
+            .sqrt();
+    }
+    assert!(carried[1] < carried[0] * 0.8, "{carried:?}");
+}

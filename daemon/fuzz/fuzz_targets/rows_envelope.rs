@@ -45,6 +45,7 @@ use libfuzzer_sys::arbitrary::{self, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use tlc_codec::{Codec, Encoder, EntropyStage, Feedback, Limits, Sparsity, TopKPercent};
 use tlc_context::rows::{restore_push, RowErrors, RowMirror, RowsError, Uniques};
+use tlc_context::refine::{PassScale, Refinement};
 use tlc_wire::envelope::{Envelope, EnvelopeHeader, Kind, HEADER_LEN};
 use tlc_wire::rows::{ids_hash, RowsKind, RowsSection, ROWS_SECTION_LEN};
 
@@ -155,10 +156,18 @@ fn run(u: &mut Unstructured, input_len: usize) -> arbitrary::Result<()> {
         Codec::Fp16,
         Codec::OneBit,
     ])?;
+    // Refinement passes: none, or up to 8 frames toward a tight bound.
+    let refine = Refinement {
+        target: *u.choose(&[f64::INFINITY, 0.5, 0.01, 1e-6])?,
+        max_passes: u.int_in_range(1..=9)?,
+        scale: PassScale::Max,
+    };
     let mut holder_pull = RowMirror::new(EPOCH, dim, max_rows);
     holder_pull.set_entropy_stage(entropy);
+    holder_pull.set_refinement(refine);
     let mut holder_push = RowErrors::new(dim, max_rows);
     holder_push.set_entropy_stage(entropy);
+    holder_push.set_refinement(refine);
     let mut requester = Requester { mirror: None };
     for _ in 0..steps {
         let ids = gen_ids(u, wide_ids)?;
@@ -450,17 +459,18 @@ fn check_parsed(parsed: &Envelope<'_>, limits: &Limits) {
     } else {
         RowsKind::Push
     };
-    let expected = section.frame_elements(rows_kind);
-    let elements: Vec<u64> = parsed.frames().iter().map(|f| f.header.elements).collect();
-    assert_eq!(elements, expected.as_slice());
+    for (index, frame) in (0u32..).zip(parsed.frames()) {
+        assert_eq!(frame.header.elements, section.frame_elements(rows_kind, index));
+    }
+    assert_eq!(parsed.frames().len() as u64, u64::from(parsed.header.frame_count));
     match kind {
         Kind::RowsPull => {
             assert!(section.unique <= section.max_rows);
-            assert_eq!(parsed.header.frame_count, 2);
+            assert!((2..=8).contains(&parsed.header.frame_count));
         }
         _ => {
             assert_eq!((section.hits, section.max_rows), (0, 0));
-            assert_eq!(parsed.header.frame_count, 1);
+            assert!((1..=8).contains(&parsed.header.frame_count));
         }
     }
 }
@@ -566,6 +576,17 @@ fn by_hand_envelope(
     } else {
         EnvelopeHeader::rows_push(token)
     };
+    // One pass or a few refinements (pull: after the keyframes), now and
+    // then a count out of range.
+    let first = u32::from(pull) + 1;
+    let frame_count = match u.int_in_range(0..=15u8)? {
+        0 => u.int_in_range(0..=10)?,
+        n => first + u32::from(n % 3),
+    };
+    let header = EnvelopeHeader {
+        frame_count,
+        ..header
+    };
     let hash = if u.arbitrary::<u8>()? >= 240 {
         u.arbitrary()?
     } else {
@@ -595,8 +616,9 @@ fn by_hand_envelope(
             sparsity: Sparsity::ONE,
         },
     ];
-    let counts = section.frame_elements(if pull { RowsKind::Pull } else { RowsKind::Push });
-    for (index, &count) in counts.as_slice().iter().enumerate() {
+    let rows_kind = if pull { RowsKind::Pull } else { RowsKind::Push };
+    for index in 0..frame_count {
+        let count = section.frame_elements(rows_kind, index);
         let mut n = if count <= MAX_FRAME_VALUES {
             count as usize
         } else {
@@ -608,7 +630,7 @@ fn by_hand_envelope(
         let codec = if u.arbitrary::<u8>()? >= 224 {
             *u.choose(&all)?
         } else if pull {
-            codecs[index.min(1)]
+            codecs[index.min(1) as usize]
         } else {
             codecs[1]
         };

@@ -243,6 +243,10 @@ pub struct PolicySettings {
     /// an error buffer per row) and the push or pull codec; otherwise
     /// they get `[policy.sparse]`, without memory.
     pub row_memory: bool,
+    /// Row-keyed tensors (with `row_memory`) are compressed from this many
+    /// bytes, below `min_bytes`: their memory by row id makes even a
+    /// one-column table's few hundred bytes shrink several times.
+    pub min_row_bytes: u64,
     /// Frames carry the entropy stage (zstd over the codec's payload, where
     /// it shrinks: about 1.9x more on 3LC at s = 1.0) for requesters that
     /// read it.
@@ -279,6 +283,7 @@ impl Default for PolicySettings {
             min_bytes: DEFAULT_MIN_BYTES,
             hop_compression: true,
             row_memory: true,
+            min_row_bytes: DEFAULT_MIN_ROW_BYTES,
             entropy: true,
             push: CodecSettings::default(),
             pull: CodecSettings::default(),
@@ -293,6 +298,9 @@ impl Default for PolicySettings {
 
 /// Tensors smaller than this pass as they are by default.
 pub const DEFAULT_MIN_BYTES: u64 = 4 * 1024;
+
+/// Row-keyed tensors smaller than this pass as they are by default.
+pub const DEFAULT_MIN_ROW_BYTES: u64 = 256;
 
 /// What state a compressed tensor is encoded through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -383,6 +391,7 @@ impl Policy {
             });
         }
         bounds::MIN_BYTES.check("policy.min_bytes", settings.min_bytes)?;
+        bounds::MIN_BYTES.check("policy.min_row_bytes", settings.min_row_bytes)?;
         bounds::WARMUP_STEPS.check("policy.warmup_steps", u64::from(settings.warmup_steps))?;
         bounds::OVERRIDES.check(
             "policy.overrides",
@@ -532,6 +541,25 @@ impl Policy {
         if bytes < self.min_bytes {
             return Decision::Pass(PassReason::Small);
         }
+        self.choose(direction, class, tensor)
+    }
+
+    /// What to do with a tensor of `bytes` bytes named `tensor` that the
+    /// graph pairs with its row ids: with row memory on, it is compressed
+    /// from `min_row_bytes`, as a sparse tensor; otherwise as `decide`.
+    pub fn decide_rows(&self, direction: Direction, tensor: &str, bytes: u64) -> Decision {
+        if !self.settings.row_memory {
+            return self.decide(direction, TensorClass::Sparse, tensor, bytes);
+        }
+        if bytes < self.settings.min_row_bytes {
+            return Decision::Pass(PassReason::Small);
+        }
+        self.choose(direction, TensorClass::Sparse, tensor)
+    }
+
+    /// The codec and treatment of a tensor large enough to compress: the
+    /// first override that matches, else the class's.
+    fn choose(&self, direction: Direction, class: TensorClass, tensor: &str) -> Decision {
         let treatment = Treatment::of(direction, class);
         let applies = |d: Directions| {
             matches!(
@@ -728,5 +756,36 @@ mod tests {
         let p = policy("[policy.sparse]\ncodec = \"none\"\n").unwrap();
         assert!(p.never_compresses(Direction::Pull, TensorClass::Sparse, "t"));
         assert!(!p.never_compresses(Direction::Pull, TensorClass::DenseRead, "t"));
+    }
+
+    #[test]
+    fn row_keyed_tensors_compress_from_their_own_threshold() {
+        let p = policy("").unwrap();
+        // 130 rows of a one-column table: under min_bytes, over min_row_bytes.
+        assert_eq!(
+            p.decide(Direction::Push, TensorClass::Sparse, "wide", 520),
+            Decision::Pass(PassReason::Small)
+        );
+        assert!(matches!(
+            p.decide_rows(Direction::Push, "wide", 520),
+            Decision::Compress(_, Treatment::Stateless)
+        ));
+        assert_eq!(
+            p.decide_rows(Direction::Pull, "wide", 200),
+            Decision::Pass(PassReason::Small)
+        );
+        // Overrides still apply; without row memory, min_bytes does.
+        let p = policy("[[policy.overrides]]\ntensor = \"wide\"\nskip = true\n").unwrap();
+        assert_eq!(
+            p.decide_rows(Direction::Push, "wide", 520),
+            Decision::Pass(PassReason::Skipped)
+        );
+        let p = policy("[policy]\nrow_memory = false\n").unwrap();
+        assert_eq!(
+            p.decide_rows(Direction::Push, "wide", 520),
+            Decision::Pass(PassReason::Small)
+        );
+        let err = policy("[policy]\nmin_row_bytes = 4294967296\n").unwrap_err();
+        assert!(err.to_string().starts_with("policy.min_row_bytes"), "{err}");
     }
 }

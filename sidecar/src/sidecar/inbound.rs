@@ -15,7 +15,7 @@ use super::request_key;
 use super::tensor_bytes;
 use super::AlreadyCharged;
 use super::{Sidecar, MAX_RESPONSE};
-use crate::graph::{Classified, Training};
+use crate::graph::{Classified, RowRole, Training};
 use crate::policy::{CodecChoice, Decision, Policy, Treatment};
 use crate::sidecar::calls;
 use crate::training::step_reads::{self, Watched};
@@ -246,6 +246,9 @@ fn compress(
         Some(Ok(rows)) => {
             choice.codec = rows.codec;
             treatment = Treatment::RowMemory;
+            sidecar
+                .stats
+                .refined(call.direction, u64::from(rows.refinements));
             (rows.bytes, rows.took, false)
         }
         not_rows => {
@@ -336,12 +339,21 @@ fn decide(
     raw_bytes: usize,
 ) -> Result<(CodecChoice, Treatment), &'static str> {
     let elements = raw_bytes / 4;
-    let (choice, treatment) = match policy.decide(
-        call.direction,
-        classified.class,
-        &call.tensor,
-        raw_bytes as u64,
-    ) {
+    let row_keyed = classified
+        .rows
+        .as_ref()
+        .is_some_and(|rows| rows.role != RowRole::Ids);
+    let decision = if row_keyed {
+        policy.decide_rows(call.direction, &call.tensor, raw_bytes as u64)
+    } else {
+        policy.decide(
+            call.direction,
+            classified.class,
+            &call.tensor,
+            raw_bytes as u64,
+        )
+    };
+    let (choice, treatment) = match decision {
         Decision::Compress(choice, treatment) => (choice, treatment),
         Decision::Pass(reason) => {
             sidecar.record_class(call, classified, None, elements);

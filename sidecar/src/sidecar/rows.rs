@@ -31,7 +31,7 @@ use tlc_wire::peer::RowsHeader;
 
 use super::row_ids::IdsKey;
 use super::Sidecar;
-use crate::graph::{Classified, RowRole, TensorClass};
+use crate::graph::{Classified, RowRole, TensorClass, Training};
 
 /// What one row costs beyond its values (hash map slot, bookkeeping): the
 /// bound on rows is computed with it.
@@ -114,6 +114,8 @@ pub struct RowsEnvelope {
     pub bytes: Vec<u8>,
     /// The codec of the deltas or rows.
     pub codec: Codec,
+    /// Refinement passes after the first.
+    pub refinements: u32,
     /// Time spent encoding.
     pub took: Duration,
 }
@@ -270,6 +272,10 @@ impl Sidecar {
                         ));
                     }
                     mirror.0.set_entropy_stage(entropy);
+                    // The bound a dense replica of this task's model keeps.
+                    let synchronous =
+                        self.graphs.training(&call.holder_task) == Training::Synchronous;
+                    mirror.0.set_refinement(policy.refine().pull(synchronous));
                     Some(mirror.0.encode(
                         &ids,
                         values,
@@ -289,6 +295,9 @@ impl Sidecar {
                         *errors = Errors(RowErrors::new(width, max_rows));
                     }
                     errors.0.set_entropy_stage(entropy);
+                    // A row's error waits for the row's next push, often
+                    // many steps: bounded as a gradient applied on arrival.
+                    errors.0.set_refinement(policy.refine().push(false));
                     Some(
                         errors
                             .0
@@ -315,6 +324,7 @@ impl Sidecar {
         Some(Ok(RowsEnvelope {
             bytes,
             codec,
+            refinements: encoded.refinements,
             took: encoded.took,
         }))
     }
