@@ -30,11 +30,13 @@ host="$(rustc -vV | sed -n 's/^host: //p')"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-# Builds every target of the fuzz crate in $1 (release, debug assertions,
-# AddressSanitizer: cargo-fuzz's defaults with -O).
+# Builds every target of the fuzz crate in $1: release (-O) with debug
+# assertions and overflow checks (-a, which -O alone turns off), and
+# AddressSanitizer (cargo-fuzz's default), so that arithmetic on a peer's
+# sizes that would wrap fails here instead of passing silently.
 build() {
-  log "build $1 (cargo fuzz build -O)"
-  (cd "$1" && cargo fuzz build -O)
+  log "build $1 (cargo fuzz build -O -a)"
+  (cd "$1" && cargo fuzz build -O -a)
   if git rev-parse --git-dir >/dev/null 2>&1 && ! git diff --quiet -- "$1/Cargo.lock"; then
     echo "$1/Cargo.lock changed in the build: commit the updated lock file" >&2
     exit 1
