@@ -11,7 +11,7 @@ use tlc_codec::{
     Codec, DecodeError, EncodeError, Encoder, EntropyStage, Feedback, FrameHeader, Limits, Params,
 };
 
-use super::refine::{relative_to, sum_of_squares, Refinement};
+use super::refine::{relative_to, set_frame_count, sum_of_squares, Refinement};
 use super::table::ContextMemory;
 use tlc_wire::envelope::{
     Envelope, EnvelopeError, EnvelopeHeader, Kind, HEADER_LEN, MAX_PUSH_FRAMES,
@@ -167,10 +167,7 @@ impl PushContext {
         }
         if frames > 1 {
             let mut header = EnvelopeHeader::push(fallback_token);
-            header.frame_count = frames;
-            let mut bytes = Vec::with_capacity(HEADER_LEN);
-            header.write(&mut bytes);
-            out[start..start + HEADER_LEN].copy_from_slice(&bytes);
+            set_frame_count(&mut header, frames, start, out);
         }
         frames
     }

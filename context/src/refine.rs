@@ -26,6 +26,8 @@
 //! passes at 3LC's scale. The bounds were measured with 3LC-scale passes,
 //! so those stay the default.
 
+use tlc_wire::envelope::{EnvelopeHeader, HEADER_LEN};
+
 /// How a refinement pass (the second and later) picks its 3LC scale `M`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -103,6 +105,20 @@ pub(crate) fn relative_to(error_squares: f64, reference_squares: f64) -> f64 {
         };
     }
     (error_squares / reference_squares).sqrt()
+}
+
+/// Rewrites the frame count of the envelope whose header starts at
+/// `out[start]` to `frames`, once its refinement passes are appended.
+pub(crate) fn set_frame_count(
+    header: &mut EnvelopeHeader,
+    frames: u32,
+    start: usize,
+    out: &mut [u8],
+) {
+    header.frame_count = frames;
+    let mut bytes = Vec::with_capacity(HEADER_LEN);
+    header.write(&mut bytes);
+    out[start..start + HEADER_LEN].copy_from_slice(&bytes);
 }
 
 #[cfg(test)]

@@ -12,9 +12,9 @@ use tlc_wire::rows::{ids_hash, RowsSection};
 use super::store::RowStore;
 use super::{
     add_passes, check_ids, check_values, decode_own, refine_passes, rows_of, section_u32,
-    set_frame_count, PassBuffers, RowScratch, RowsApplied, RowsEncoded, RowsError, Uniques,
+    PassBuffers, RowScratch, RowsApplied, RowsEncoded, RowsError, Uniques,
 };
-use crate::refine::{sum_of_squares, Refinement};
+use crate::refine::{set_frame_count, sum_of_squares, Refinement};
 use crate::table::ContextMemory;
 
 /// The rows one requester holds of one gathered tensor, kept identically

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 use tlc_codec::{Codec, DecodeError, EncodeError, Encoder, EntropyStage, Feedback};
-use tlc_wire::envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind, HEADER_LEN};
+use tlc_wire::envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind};
 
 use crate::refine::{relative_to, sum_of_squares, Refinement};
 use tlc_wire::rows::{ids_hash, RowsSection};
@@ -345,8 +345,6 @@ fn check_values(ids: &[i64], values: &[f32], dim: usize) -> Result<(), RowsError
     Ok(())
 }
 
-/// A frame this side just encoded, decoded into `into` (whose length is
-/// the frame's) exactly as the requester will decode it.
 /// Appends refinement passes while `refine` asks for them: each pass is
 /// `residual` encoded with `codec` as one frame, decoded into `pass`, then
 /// added to `sent` and taken from `residual`, element by element (the
@@ -419,15 +417,8 @@ fn add_passes(
     Ok(())
 }
 
-/// Rewrites the frame count of the envelope whose header starts at
-/// `out[start]`.
-fn set_frame_count(header: &mut EnvelopeHeader, frames: u32, start: usize, out: &mut [u8]) {
-    header.frame_count = frames;
-    let mut bytes = Vec::with_capacity(HEADER_LEN);
-    header.write(&mut bytes);
-    out[start..start + HEADER_LEN].copy_from_slice(&bytes);
-}
-
+/// A frame this side just encoded, decoded into `into` (whose length is
+/// the frame's) exactly as the requester will decode it.
 fn decode_own(frame: &[u8], into: &mut [f32]) -> Result<(), RowsError> {
     let limits = tlc_codec::Limits {
         max_elements: into.len() as u64,

@@ -11,9 +11,9 @@ use tlc_wire::rows::{ids_hash, RowsSection};
 use super::store::RowStore;
 use super::{
     add_passes, check_ids, check_values, decode_own, refine_passes, rows_of, section_u32,
-    set_frame_count, PassBuffers, RowsApplied, RowsEncoded, RowsError, Uniques,
+    PassBuffers, RowsApplied, RowsEncoded, RowsError, Uniques,
 };
-use crate::refine::{sum_of_squares, Refinement};
+use crate::refine::{set_frame_count, sum_of_squares, Refinement};
 use crate::table::ContextMemory;
 
 /// The holder's error buffer per row id for one pushed IndexedSlices values

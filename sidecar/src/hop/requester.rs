@@ -114,13 +114,6 @@ pub async fn forward(
     let reference = gathered.key.as_ref().and_then(|k| hop.sent.get(k));
     let referenced = reference.is_some();
     let (request, mut compressed) = gathered.request(reference, counters);
-    tracing::trace!(
-        path = parts.uri.path(),
-        raw = gathered.data.len(),
-        referenced,
-        compressed,
-        "hop request"
-    );
     let mut response = forward_as_is(upstream, request).await;
     if referenced && response.headers().contains_key(peer::HOP_MISS) {
         // The holder's sidecar no longer has the reference: again without.
