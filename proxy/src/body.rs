@@ -54,6 +54,20 @@ pub fn chunks(chunks: Vec<Bytes>, trailers: Option<http::HeaderMap>) -> ProxyBod
     Chunks {
         chunks: chunks.into_iter(),
         trailers,
+        announce_size: true,
+    }
+    .boxed_unsync()
+}
+
+/// [`chunks`] that does not tell its size, so that hyper sends no
+/// `content-length` for it: HTTP/2 ends a body with END_STREAM and gRPC
+/// needs no length, while `h2` spells a `content-length` out on every call
+/// (it never indexes its value). For requests between two sidecars.
+pub fn chunks_unsized(chunks: Vec<Bytes>, trailers: Option<http::HeaderMap>) -> ProxyBody {
+    Chunks {
+        chunks: chunks.into_iter(),
+        trailers,
+        announce_size: false,
     }
     .boxed_unsync()
 }
@@ -189,6 +203,8 @@ impl<B: http_body::Body<Data = Bytes>> http_body::Body for Charging<B> {
 struct Chunks {
     chunks: std::vec::IntoIter<Bytes>,
     trailers: Option<http::HeaderMap>,
+    /// Whether to tell the size (not for [`chunks_unsized`]).
+    announce_size: bool,
 }
 
 impl http_body::Body for Chunks {
@@ -214,7 +230,7 @@ impl http_body::Body for Chunks {
         let data: usize = self.chunks.as_slice().iter().map(Bytes::len).sum();
         let mut hint = SizeHint::new();
         hint.set_lower(data as u64);
-        if self.trailers.is_none() {
+        if self.trailers.is_none() && self.announce_size {
             hint.set_upper(data as u64);
         }
         hint
@@ -435,6 +451,18 @@ mod tests {
         assert_eq!(body.size_hint().exact(), Some(0));
         drop(body);
         assert_eq!(dropped.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn unsized_chunks_tell_no_length_but_their_end() {
+        let sized = chunks(vec![Bytes::from_static(b"ab")], None);
+        assert_eq!(sized.size_hint().exact(), Some(2));
+        let mut body = chunks_unsized(vec![Bytes::from_static(b"ab")], None);
+        assert_eq!(body.size_hint().lower(), 2);
+        assert_eq!(body.size_hint().upper(), None);
+        assert!(!body.is_end_stream());
+        assert_eq!(&data(&mut body).await[..], b"ab");
+        assert!(body.is_end_stream(), "ends with its last chunk");
     }
 
     #[tokio::test]

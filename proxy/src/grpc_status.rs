@@ -9,6 +9,8 @@ use super::body::{self, ProxyBody};
 pub const UNAVAILABLE: u16 = 14;
 /// gRPC status `INTERNAL`.
 pub const INTERNAL: u16 = 13;
+/// gRPC status `UNIMPLEMENTED`: the server does not know the method.
+pub const UNIMPLEMENTED: u16 = 12;
 /// The caller may not do this.
 pub const PERMISSION_DENIED: u16 = 7;
 /// gRPC status `FAILED_PRECONDITION`: the system is not in a state the

@@ -12,7 +12,8 @@
 //!   IndexedSlices values, with state per row id);
 //! - [`peer`]: the `tlc-*` headers two sidecars exchange;
 //! - [`hop`]: lossless compression of the other messages between two
-//!   sidecars.
+//!   sidecars;
+//! - [`short_path`]: the short method paths two sidecars use between them.
 //!
 //! Each parser here reads a peer's bytes, so each has a fuzz target in
 //! `daemon/fuzz` and hostile-input tests.
@@ -24,6 +25,7 @@ pub mod graph;
 pub mod hop;
 pub mod peer;
 pub mod rows;
+pub mod short_path;
 pub mod tf;
 
 pub use envelope::{Envelope, EnvelopeError, EnvelopeHeader, Kind};

@@ -16,6 +16,7 @@
 //! | `tlc-hop-ref: ID` | request | hop-compressed against the earlier request `ID` (hex), which the holder's sidecar keeps |
 //! | `tlc-hop-miss: 1` | response | the holder's sidecar no longer keeps the `tlc-hop-ref` request: send it again without |
 //! | `tlc-hop: 1` | response | a sidecar answered; with `grpc-encoding: zstd`, the response's messages are hop-compressed |
+//! | `tlc-hop-paths: 1` | response | the answering sidecar restores short method paths ([`crate::short_path`]): the requester may send them |
 
 use http::{HeaderMap, HeaderValue};
 
@@ -45,6 +46,9 @@ pub const ROWS: &str = "tlc-rows";
 /// Request and response header: a sidecar on the other end of the hop
 /// restores hop-compressed messages ([`crate::hop`]).
 pub const HOP: &str = "tlc-hop";
+/// Response header: the holder's sidecar restores short method paths
+/// ([`crate::short_path`]).
+pub const HOP_PATHS: &str = "tlc-hop-paths";
 /// The envelope version this build speaks.
 pub const PROTOCOL: &str = "1";
 /// gRPC path of the sidecar-to-sidecar fallback call; answered by the
@@ -228,10 +232,22 @@ pub fn mark_hop(headers: &mut HeaderMap) {
     headers.insert(HOP, HeaderValue::from_static(PROTOCOL));
 }
 
+/// Marks an answer's `headers` as a sidecar's that restores short method
+/// paths.
+pub fn mark_short_paths(headers: &mut HeaderMap) {
+    headers.insert(HOP_PATHS, HeaderValue::from_static(PROTOCOL));
+}
+
+/// Whether an answer's sidecar restores short method paths.
+pub fn restores_short_paths(headers: &HeaderMap) -> bool {
+    headers.get(HOP_PATHS).is_some_and(|v| v == PROTOCOL)
+}
+
 /// Removes every `tlc-*` header, so TensorFlow sees exactly what it sent.
 pub fn strip(headers: &mut HeaderMap) {
     for name in [
-        PEER, REPLICA, CLASS, MAX_TENSOR, ENVELOPE, FALLBACK, HOP, ROWS, ENTROPY, HOP_REF, HOP_MISS,
+        PEER, REPLICA, CLASS, MAX_TENSOR, ENVELOPE, FALLBACK, HOP, ROWS, ENTROPY, HOP_REF,
+        HOP_MISS, HOP_PATHS,
     ] {
         headers.remove(name);
     }
@@ -337,7 +353,7 @@ mod tests {
     #[test]
     fn strip_removes_only_tlc_headers() {
         let mut headers = HeaderMap::new();
-        for name in [ROWS, ENTROPY, HOP, HOP_REF, HOP_MISS] {
+        for name in [ROWS, ENTROPY, HOP, HOP_REF, HOP_MISS, HOP_PATHS] {
             headers.insert(name, HeaderValue::from_static("1"));
         }
         headers.insert(PEER, HeaderValue::from_static(PROTOCOL));

@@ -346,7 +346,8 @@ fn check_values(ids: &[i64], values: &[f32], dim: usize) -> Result<(), RowsError
 }
 
 /// Appends refinement passes while `refine` asks for them: each pass is
-/// `residual` encoded with `codec` as one frame, decoded into `pass`, then
+/// `residual` encoded with `codec` as one frame (3LC at its own scale, or
+/// toward the target: [`Refinement::pass_goal`]), decoded into `pass`, then
 /// added to `sent` and taken from `residual`, element by element (the
 /// order the receiver's [`add_passes`] repeats). `reference_squares` is
 /// `Σ v²` of what the error is measured against. Returns the passes
@@ -375,7 +376,7 @@ fn refine_passes(
         pass.clear();
         pass.resize(residual.len(), 0.0);
         let encoded = encoder
-            .encode(residual, out)
+            .encode_pass(residual, refine.pass_goal(reference_squares), out)
             .map_err(RowsError::from)
             .and_then(|_| decode_own(&out[start..], pass));
         if encoded.is_err() {

@@ -14,6 +14,10 @@
 //! `tlc-*` header. A fallback call is answered NOT_FOUND for a token that
 //! reads as hex (at most 16 digits) and INTERNAL for any other, hands a
 //! kept response only to the connection it was kept for, and only once.
+//!
+//! The whole input, as text, is also the `:path` of a call a peer's
+//! sidecar marked (`short_path::expand`): a short path expands only to a
+//! method whose short path it is, and only paths starting `/~` are short.
 
 #![no_main]
 
@@ -23,6 +27,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request};
 use libfuzzer_sys::fuzz_target;
 use tlc_wire::peer::{self, ReplicaHeader};
+use tlc_wire::short_path;
 use tlc_proxy::body;
 use tlc_proxy::connection::ConnectionId;
 use tlc_sidecar::sidecar::fallback::FallbackCache;
@@ -107,6 +112,14 @@ fuzz_target!(|input: &[u8]| {
     );
 
     serve_fallback(&headers, fallback.as_ref(), input);
+
+    if let Ok(path) = std::str::from_utf8(input) {
+        match short_path::expand(path) {
+            Ok(Some(method)) => assert_eq!(short_path::shorten(method), Some(path)),
+            Ok(None) => assert!(!path.starts_with(short_path::PREFIX)),
+            Err(_) => assert!(path.starts_with(short_path::PREFIX)),
+        }
+    }
 
     let mut stripped = headers.clone();
     peer::strip(&mut stripped);

@@ -1,12 +1,14 @@
 //! The holder's side of hop compression: a compressed request restored
 //! whole before anything reads it (small requests kept as references for
-//! the next), the answer to a marked call compressed as it streams.
+//! the next, a short method path put back), the answer to a marked call
+//! compressed as it streams.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
-use http::{HeaderValue, Request, Response};
+use http::uri::PathAndQuery;
+use http::{HeaderValue, Request, Response, Uri};
 use tracing::warn;
 
 use tlc_proxy::body::{self, Peeked, ProxyBody};
@@ -14,6 +16,7 @@ use tlc_proxy::connection::ConnectionId;
 use tlc_proxy::grpc_status;
 use tlc_wire::hop;
 use tlc_wire::peer;
+use tlc_wire::short_path;
 
 use super::messages::{self, Mode};
 use super::references::{single_message, MAX_REFERENCE};
@@ -32,6 +35,11 @@ pub async fn restore_request(
     let connection = ConnectionId::of(&request);
     let (mut parts, body) = request.into_parts();
     let marked = peer::speaks_hop(&parts.headers);
+    if marked {
+        if let Some(refused) = expand_path(&mut parts) {
+            return Err(refused);
+        }
+    }
     let compressed = peer::hop_compressed(&parts.headers);
     let reference_id = parts
         .headers
@@ -97,6 +105,37 @@ pub async fn restore_request(
     }
 }
 
+/// Puts back the full method path of a request that came with a short one
+/// ([`tlc_wire::short_path`]). Returns the answer to a short path this
+/// build does not know: `UNIMPLEMENTED`, before anything reaches
+/// TensorFlow, so that the requester's sidecar sends it again in full.
+fn expand_path(parts: &mut http::request::Parts) -> Option<Response<ProxyBody>> {
+    let full = match short_path::expand(parts.uri.path()) {
+        Ok(None) => return None,
+        Ok(Some(full)) => full,
+        Err(unknown) => {
+            let mut response = grpc_status::response(
+                grpc_status::UNIMPLEMENTED,
+                &format!("tlcd: {unknown} {}", parts.uri.path()),
+            );
+            peer::mark_hop(response.headers_mut());
+            return Some(response);
+        }
+    };
+    let mut uri = std::mem::take(&mut parts.uri).into_parts();
+    uri.path_and_query = Some(PathAndQuery::from_static(full));
+    match Uri::from_parts(uri) {
+        Ok(expanded) => {
+            parts.uri = expanded;
+            None
+        }
+        Err(err) => Some(grpc_status::response(
+            grpc_status::INTERNAL,
+            &format!("tlcd: cannot restore a short method path: {err}"),
+        )),
+    }
+}
+
 /// The answer to a request that cannot be restored, counted and logged.
 fn refused(counters: &HopCounters, path: &str, err: &str) -> Response<ProxyBody> {
     counters.failed();
@@ -119,6 +158,7 @@ pub fn compress_response(
     compress: bool,
 ) -> Response<ProxyBody> {
     peer::mark_hop(response.headers_mut());
+    peer::mark_short_paths(response.headers_mut());
     let headers = response.headers();
     let grpc = headers
         .get(CONTENT_TYPE)

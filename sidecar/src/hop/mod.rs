@@ -17,7 +17,9 @@
 //!   anything reads it ([`restore_request`]), and compresses the messages
 //!   of its answer to a marked call ([`compress_response`]);
 //! - a small request is compressed against the previous one of the same
-//!   call, which both sidecars keep ([`references`]).
+//!   call, which both sidecars keep ([`references`]), and names its method
+//!   by a short path where the holder's sidecar says it restores them
+//!   ([`tlc_wire::short_path`]: `h2` spells every `:path` out).
 //!
 //! Restoring is always on; compressing follows the policy
 //! (`[policy] hop_compression`), so switching it off at either end never
@@ -150,28 +152,53 @@ fn add(to: &[AtomicU64; 3], raw: usize, wire: usize) {
     to[2].fetch_add(wire as u64, Ordering::Relaxed);
 }
 
-/// The upstreams that answered as sidecars lately, and when.
+/// The upstreams that answered as sidecars lately: when, and whether they
+/// restore short method paths.
 #[derive(Debug, Default)]
 struct Peers {
-    seen: Mutex<HashMap<SocketAddr, Instant>>,
+    seen: Mutex<HashMap<SocketAddr, (Instant, bool)>>,
+}
+
+/// What a requester's sidecar knows of a peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Known {
+    /// The peer answered as a sidecar lately.
+    sidecar: bool,
+    /// ... and said it restores short method paths.
+    short_paths: bool,
 }
 
 impl Peers {
-    fn knows(&self, addr: SocketAddr, now: Instant) -> bool {
+    fn knows(&self, addr: SocketAddr, now: Instant) -> Known {
         let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        seen.get(&addr)
-            .is_some_and(|at| now.saturating_duration_since(*at) < PEER_TTL)
+        let (sidecar, short_paths) = seen
+            .get(&addr)
+            .filter(|(at, _)| now.saturating_duration_since(*at) < PEER_TTL)
+            .map_or((false, false), |(_, short)| (true, *short));
+        Known {
+            sidecar,
+            short_paths,
+        }
     }
 
-    fn saw(&self, addr: SocketAddr, now: Instant) {
+    /// Stops sending short paths to `addr` until it says again that it
+    /// restores them.
+    fn no_short_paths(&self, addr: SocketAddr) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, short)) = seen.get_mut(&addr) {
+            *short = false;
+        }
+    }
+
+    fn saw(&self, addr: SocketAddr, short_paths: bool, now: Instant) {
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         if seen.len() >= MAX_PEERS && !seen.contains_key(&addr) {
-            seen.retain(|_, at| now.saturating_duration_since(*at) < PEER_TTL);
+            seen.retain(|_, (at, _)| now.saturating_duration_since(*at) < PEER_TTL);
             if seen.len() >= MAX_PEERS {
                 return;
             }
         }
-        seen.insert(addr, now);
+        seen.insert(addr, (now, short_paths));
     }
 
     fn forget(&self, addr: SocketAddr) {

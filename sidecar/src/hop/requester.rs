@@ -1,6 +1,7 @@
 //! The requester's side of hop compression: every call marked, requests
 //! to a known sidecar compressed (against the previous one of the same
-//! call where the holder keeps it), answers restored.
+//! call where the holder keeps it, the method by its short path where the
+//! holder restores them), answers restored.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -8,7 +9,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::CONTENT_LENGTH;
-use http::{HeaderValue, Request, Response};
+use http::uri::PathAndQuery;
+use http::{HeaderValue, Request, Response, Uri};
 use tracing::{debug, warn};
 
 use tlc_proxy::body::{self, Peeked, ProxyBody};
@@ -17,6 +19,7 @@ use tlc_proxy::grpc_status;
 use tlc_proxy::upstream::Upstream;
 use tlc_wire::hop;
 use tlc_wire::peer;
+use tlc_wire::short_path;
 
 use super::messages::{self, Mode};
 use super::references::{single_message, SentKey};
@@ -31,17 +34,23 @@ struct Gathered {
     /// Which earlier request it is compared with; `None` for a body that
     /// is not one small message.
     key: Option<SentKey>,
+    /// Whether the holder's sidecar restores short method paths.
+    short_paths: bool,
 }
 
 impl Gathered {
     /// The request to send: compressed against `reference` (its id and
-    /// bytes) where that shrinks it, marked as such; and whether it was.
+    /// bytes) where that shrinks it, marked as such, its method by a short
+    /// path where the holder restores them; and whether it was compressed.
     fn request(
         &self,
         reference: Option<(u64, Bytes)>,
         counters: &HopCounters,
     ) -> (Request<ProxyBody>, bool) {
         let mut head = copy_head(&self.head);
+        if self.short_paths {
+            shorten_path(&mut head);
+        }
         let packed = hop::compress_body_with(&self.data, reference.as_ref().map(|(_, r)| &r[..]));
         let compressed = packed.is_some();
         let body = match packed {
@@ -58,8 +67,13 @@ impl Gathered {
             }
             None => self.data.clone(),
         };
-        let request = Request::from_parts(head, body::chunks(vec![body], self.trailers.clone()));
-        (request, compressed)
+        let body = if compressed {
+            // The holder's sidecar restores it whole and needs no length.
+            body::chunks_unsized(vec![body], self.trailers.clone())
+        } else {
+            body::chunks(vec![body], self.trailers.clone())
+        };
+        (Request::from_parts(head, body), compressed)
     }
 
     /// The request as it came.
@@ -84,7 +98,8 @@ pub async fn forward(
     let addr = upstream.addr();
     let (mut parts, body) = request.into_parts();
     peer::mark_hop(&mut parts.headers);
-    if !(compress && hop.peers.knows(addr, Instant::now()) && plain(&parts.headers)) {
+    let known = hop.peers.knows(addr, Instant::now());
+    if !(compress && known.sidecar && plain(&parts.headers)) {
         let response = forward_as_is(upstream, Request::from_parts(parts, body)).await;
         return answered(hop, counters, addr, response);
     }
@@ -97,6 +112,7 @@ pub async fn forward(
                 data,
                 trailers: collected.trailers,
                 key,
+                short_paths: known.short_paths,
             }
         }
         Ok(partial) => {
@@ -111,10 +127,21 @@ pub async fn forward(
             )
         }
     };
+    let mut gathered = gathered;
     let reference = gathered.key.as_ref().and_then(|k| hop.sent.get(k));
     let referenced = reference.is_some();
-    let (request, mut compressed) = gathered.request(reference, counters);
+    let (request, mut compressed) = gathered.request(reference.clone(), counters);
     let mut response = forward_as_is(upstream, request).await;
+    if gathered.short_paths && unimplemented(&response) {
+        // A sidecar that does not know this short path (an older build
+        // since restarted there): again with the full one.
+        debug!(upstream = %addr, "short path not known; sending the request again with the full one");
+        hop.peers.no_short_paths(addr);
+        gathered.short_paths = false;
+        let (request, again) = gathered.request(reference, counters);
+        compressed = again;
+        response = forward_as_is(upstream, request).await;
+    }
     if referenced && response.headers().contains_key(peer::HOP_MISS) {
         // The holder's sidecar no longer has the reference: again without.
         debug!(upstream = %addr, "reference missed; sending the request again without");
@@ -154,10 +181,30 @@ fn answered(
     response: Response<ProxyBody>,
 ) -> Response<ProxyBody> {
     if peer::speaks_hop(response.headers()) {
-        hop.peers.saw(addr, Instant::now());
+        let short_paths = peer::restores_short_paths(response.headers());
+        hop.peers.saw(addr, short_paths, Instant::now());
         return restore_response(response, counters);
     }
     response
+}
+
+/// Replaces a known method's path by its short path.
+fn shorten_path(head: &mut http::request::Parts) {
+    let Some(short) = short_path::shorten(head.uri.path()) else {
+        return;
+    };
+    let mut uri = std::mem::take(&mut head.uri).into_parts();
+    uri.path_and_query = Some(PathAndQuery::from_static(short));
+    if let Ok(shortened) = Uri::from_parts(uri) {
+        head.uri = shortened;
+    }
+}
+
+/// Whether `response` is a trailers-only `UNIMPLEMENTED`.
+fn unimplemented(response: &Response<ProxyBody>) -> bool {
+    grpc_status_of(response.headers()).is_some_and(|status| {
+        status.as_bytes() == grpc_status::UNIMPLEMENTED.to_string().as_bytes()
+    })
 }
 
 /// An answer marked by a sidecar, restored for TensorFlow: the marks

@@ -275,7 +275,9 @@ impl Sidecar {
                     // The bound a dense replica of this task's model keeps.
                     let synchronous =
                         self.graphs.training(&call.holder_task) == Training::Synchronous;
-                    mirror.0.set_refinement(policy.refine().pull(synchronous));
+                    mirror
+                        .0
+                        .set_refinement(policy.refine().rows(policy.refine().pull(synchronous)));
                     Some(mirror.0.encode(
                         &ids,
                         values,
@@ -297,7 +299,9 @@ impl Sidecar {
                     errors.0.set_entropy_stage(entropy);
                     // A row's error waits for the row's next push, often
                     // many steps: bounded as a gradient applied on arrival.
-                    errors.0.set_refinement(policy.refine().push(false));
+                    errors
+                        .0
+                        .set_refinement(policy.refine().rows(policy.refine().push(false)));
                     Some(
                         errors
                             .0
