@@ -16,6 +16,8 @@
 //! | `tlc-hop-ref: ID` | request | hop-compressed against the earlier request `ID` (hex), which the holder's sidecar keeps |
 //! | `tlc-hop-miss: 1` | response | the holder's sidecar no longer keeps the `tlc-hop-ref` request: send it again without |
 //! | `tlc-hop: 1` | response | a sidecar answered; with `grpc-encoding: zstd`, the response's messages are hop-compressed |
+//! | `tlc-ids: 1` | request | for a tensor of row ids: the requester restores ids sent again as a reference to ids of the same step it already received |
+//! | `tlc-ids-again: TOKEN-HASH-NAME` | response | the response's `tensor_content` is left out: it is the ids of tensor `NAME` of the same step and requester, whose xxh3-64 is `HASH` (hex); `TOKEN` (hex) fetches the original |
 //! | `tlc-hop-paths: 1` | response | the answering sidecar restores short method paths ([`crate::short_path`]): the requester may send them |
 
 use http::{HeaderMap, HeaderValue};
@@ -46,6 +48,10 @@ pub const ROWS: &str = "tlc-rows";
 /// Request and response header: a sidecar on the other end of the hop
 /// restores hop-compressed messages ([`crate::hop`]).
 pub const HOP: &str = "tlc-hop";
+/// Request header: the requester restores ids sent again by reference.
+pub const IDS: &str = "tlc-ids";
+/// Response header: the ids are those of an earlier tensor of the step.
+pub const IDS_AGAIN: &str = "tlc-ids-again";
 /// Response header: the holder's sidecar restores short method paths
 /// ([`crate::short_path`]).
 pub const HOP_PATHS: &str = "tlc-hop-paths";
@@ -119,6 +125,53 @@ impl RowsHeader {
             epoch,
             version,
             max_bytes,
+        })
+    }
+}
+
+/// Ids sent again: which earlier ids of the step a response's tensor
+/// holds, and how to fetch the original if the requester has not got them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdsAgainHeader {
+    /// The holder's fallback token for the original response.
+    pub token: u64,
+    /// `rows::ids_hash` of the ids.
+    pub hash: u64,
+    /// The rendezvous tensor name of the earlier ids.
+    pub tensor: String,
+}
+
+/// Longest tensor name an `IdsAgainHeader` carries.
+const MAX_IDS_TENSOR_NAME: usize = 1024;
+
+impl IdsAgainHeader {
+    /// `TOKEN-HASH-NAME`, the numbers in hex; `None` for a name HTTP
+    /// cannot carry or longer than a header takes.
+    pub fn to_header(&self) -> Option<HeaderValue> {
+        if self.tensor.is_empty() || self.tensor.len() > MAX_IDS_TENSOR_NAME {
+            return None;
+        }
+        HeaderValue::try_from(format!("{:x}-{:x}-{}", self.token, self.hash, self.tensor)).ok()
+    }
+
+    /// Parses `TOKEN-HASH-NAME` (1 to 16 hex digits each, a name of 1 to
+    /// 1024 bytes, which may hold `-`); anything else is `None`.
+    pub fn parse(value: &HeaderValue) -> Option<IdsAgainHeader> {
+        let mut parts = value.to_str().ok()?.splitn(3, '-');
+        let hex = |text: &str| {
+            let ok = (1..=16).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_hexdigit());
+            ok.then(|| u64::from_str_radix(text, 16).ok()).flatten()
+        };
+        let token = hex(parts.next()?)?;
+        let hash = hex(parts.next()?)?;
+        let tensor = parts.next()?;
+        if tensor.is_empty() || tensor.len() > MAX_IDS_TENSOR_NAME {
+            return None;
+        }
+        Some(IdsAgainHeader {
+            token,
+            hash,
+            tensor: tensor.to_owned(),
         })
     }
 }
@@ -247,7 +300,7 @@ pub fn restores_short_paths(headers: &HeaderMap) -> bool {
 pub fn strip(headers: &mut HeaderMap) {
     for name in [
         PEER, REPLICA, CLASS, MAX_TENSOR, ENVELOPE, FALLBACK, HOP, ROWS, ENTROPY, HOP_REF,
-        HOP_MISS, HOP_PATHS,
+        HOP_MISS, HOP_PATHS, IDS, IDS_AGAIN,
     ] {
         headers.remove(name);
     }
@@ -351,9 +404,45 @@ mod tests {
     }
 
     #[test]
+    fn ids_again_header_round_trips_and_rejects_junk() {
+        let header = IdsAgainHeader {
+            token: 0xabc,
+            hash: u64::MAX,
+            tensor: "edge_118__recv_ids-0".into(),
+        };
+        let value = header.to_header().unwrap();
+        assert_eq!(value, "abc-ffffffffffffffff-edge_118__recv_ids-0");
+        assert_eq!(IdsAgainHeader::parse(&value), Some(header.clone()));
+        let long = IdsAgainHeader {
+            tensor: "x".repeat(1025),
+            ..header
+        };
+        assert_eq!(long.to_header(), None);
+        for junk in [
+            "",
+            "1-2",
+            "1-2-",
+            "-2-x",
+            "1--x",
+            "+1-2-x",
+            "g-2-x",
+            "11112222333344445-2-x",
+            "1-11112222333344445-x",
+        ] {
+            assert_eq!(
+                IdsAgainHeader::parse(&HeaderValue::from_static(junk)),
+                None,
+                "{junk}"
+            );
+        }
+    }
+
+    #[test]
     fn strip_removes_only_tlc_headers() {
         let mut headers = HeaderMap::new();
-        for name in [ROWS, ENTROPY, HOP, HOP_REF, HOP_MISS, HOP_PATHS] {
+        for name in [
+            ROWS, ENTROPY, HOP, HOP_REF, HOP_MISS, HOP_PATHS, IDS, IDS_AGAIN,
+        ] {
             headers.insert(name, HeaderValue::from_static("1"));
         }
         headers.insert(PEER, HeaderValue::from_static(PROTOCOL));

@@ -15,6 +15,11 @@
 //! reads as hex (at most 16 digits) and INTERNAL for any other, hands a
 //! kept response only to the connection it was kept for, and only once.
 //!
+//! The whole input is also a `tlc-ids-again` value
+//! (`IdsAgainHeader::parse`): what parses is written back to the very
+//! same bytes when its numbers are canonical (lowercase hex, no leading
+//! zeros), and to bytes that parse the same otherwise.
+//!
 //! The whole input, as text, is also the `:path` of a call a peer's
 //! sidecar marked (`short_path::expand`): a short path expands only to a
 //! method whose short path it is, and only paths starting `/~` are short.
@@ -112,6 +117,27 @@ fuzz_target!(|input: &[u8]| {
     );
 
     serve_fallback(&headers, fallback.as_ref(), input);
+
+    if let Ok(value) = HeaderValue::from_bytes(input) {
+        if let Some(again) = peer::IdsAgainHeader::parse(&value) {
+            let written = again.to_header().expect("a parsed reference writes");
+            let canonical = value
+                .to_str()
+                .ok()
+                .and_then(|v| v.split_once('-'))
+                .and_then(|(token, rest)| Some((token, rest.split_once('-')?)))
+                .is_some_and(|(token, (hash, _))| {
+                    [token, hash]
+                        .iter()
+                        .all(|h| h.len() == 1 || !h.starts_with('0'))
+                        && [token, hash].iter().all(|h| !h.bytes().any(|b| b.is_ascii_uppercase()))
+                });
+            if canonical {
+                assert_eq!(written, value, "tlc-ids-again is written as it was read");
+            }
+            assert_eq!(peer::IdsAgainHeader::parse(&written), Some(again));
+        }
+    }
 
     if let Ok(path) = std::str::from_utf8(input) {
         match short_path::expand(path) {

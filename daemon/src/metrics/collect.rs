@@ -46,6 +46,11 @@ struct HopLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StageLabel {
+    stage: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RowKind {
     kind: &'static str,
 }
@@ -118,6 +123,20 @@ fn register_totals(registry: &mut Registry, totals: &Totals) {
         "fallbacks",
         "Original responses fetched after a decode failure (fetched) or sent to a peer (served)",
         fallbacks,
+    );
+    let ids_again = Family::<StageLabel, Counter>::default();
+    for (stage, n) in [
+        ("raw", totals.ids_again.raw_bytes),
+        ("wire", totals.ids_again.wire_bytes),
+    ] {
+        ids_again.get_or_create(&StageLabel { stage }).inc_by(n);
+    }
+    registry.register_with_unit(
+        "ids_again",
+        "Encoding side: body bytes of id tensors equal to ids of the same step the requester \
+         holds, sent as a reference to them (raw: the responses, wire: what went instead)",
+        Unit::Bytes,
+        ids_again,
     );
     let hop = Family::<HopLabels, Counter>::default();
     for (way, counted) in [

@@ -31,6 +31,7 @@
 //! | `tlc_decode_seconds` | histogram | `direction`, `codec` | decoding side: envelope to tensor content (push: decode; pull: apply to the replica and copy out) |
 //! | `tlc_restored_total` | counter | `direction` | decoding side: compressed responses restored for TensorFlow |
 //! | `tlc_decode_failures_total` | counter | `direction` | decoding side: envelopes that could not be used |
+//! | `tlc_ids_again_bytes_total` | counter | `stage` = `raw`, `wire` | encoding side: id tensors equal to ids of the same step the requester holds, sent as a reference to them (raw: their bytes; wire: the reference's) |
 //! | `tlc_fallbacks_total` | counter | `side` = `fetched`, `served` | original responses fetched after a decode failure / sent to a peer that asked |
 //! | `tlc_passthrough_total` | counter | `reason` | responses left uncompressed (`small`, `policy_skip`, `request_unreadable`, `not_float`, `codec_refused`, ...) |
 //! | `tlc_keyframes_total` | counter | `side` = `holder`, `requester` | pull keyframes (whole replicas) served / applied |

@@ -216,6 +216,7 @@ pub(super) fn restore_response(
     let (mut parts, body) = response.into_parts();
     let compressed = peer::hop_compressed(&parts.headers);
     parts.headers.remove(peer::HOP);
+    parts.headers.remove(peer::HOP_PATHS);
     if !compressed {
         return Response::from_parts(parts, body);
     }

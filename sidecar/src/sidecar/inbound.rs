@@ -57,6 +57,7 @@ pub async fn recv_tensor(
         .get(peer::ROWS)
         .and_then(peer::RowsHeader::parse);
     let entropy = peer::reads_entropy(request.headers());
+    let ids_again = request.headers().get(peer::IDS).is_some_and(|v| v == "1");
     let Some(connection) = ConnectionId::of(&request) else {
         // Every listener stamps its calls; without a connection there is
         // no way to keep a fallback for this one, so it is not compressed.
@@ -154,6 +155,7 @@ pub async fn recv_tensor(
                 replica,
                 rows,
                 entropy,
+                ids_again,
                 max_tensor,
                 connection,
             },
@@ -162,10 +164,13 @@ pub async fn recv_tensor(
         )
     });
     match compressed {
-        Ok(chunks) => {
-            parts
-                .headers
-                .insert(peer::ENVELOPE, HeaderValue::from_static(peer::PROTOCOL));
+        Ok((chunks, mark)) => {
+            match mark {
+                Mark::Envelope => parts
+                    .headers
+                    .insert(peer::ENVELOPE, HeaderValue::from_static(peer::PROTOCOL)),
+                Mark::IdsAgain(header) => parts.headers.insert(peer::IDS_AGAIN, header),
+            };
             let body = body::holding(body::chunks(chunks, collected.trailers), charge);
             parts.extensions.insert(AlreadyCharged);
             (Response::from_parts(parts, body), Outcome::Compressed)
@@ -188,6 +193,8 @@ struct Asked {
     rows: Option<peer::RowsHeader>,
     /// Whether the requester reads frames with the entropy stage.
     entropy: bool,
+    /// Whether the requester keeps ids and restores ids sent again.
+    ids_again: bool,
     /// The largest tensor the requester decodes and this side reads whole.
     max_tensor: u64,
     /// The connection the call came on, which alone may claim the fallback.
@@ -197,7 +204,16 @@ struct Asked {
 /// What gRPC and protobuf framing add to a tensor's content in a response.
 const RESPONSE_SLACK: usize = 64 << 10;
 
-/// The compressed response as gRPC body chunks, or why it stays as it is.
+/// How a compressed response is marked for the requester.
+enum Mark {
+    /// `tensor_content` is an envelope (`tlc-envelope`).
+    Envelope,
+    /// The values are left out: ids sent again (`tlc-ids-again`).
+    IdsAgain(HeaderValue),
+}
+
+/// The compressed response as gRPC body chunks and its mark, or why it
+/// stays as it is.
 fn compress(
     sidecar: &Sidecar,
     policy: &Policy,
@@ -206,11 +222,12 @@ fn compress(
     asked: Asked,
     collected: &Collected,
     span: &Span,
-) -> Result<Vec<Bytes>, &'static str> {
+) -> Result<(Vec<Bytes>, Mark), &'static str> {
     let Asked {
         replica,
         rows,
         entropy,
+        ids_again,
         max_tensor,
         connection,
     } = asked;
@@ -218,6 +235,28 @@ fn compress(
         grpc::parse_single(collected.to_bytes(), MAX_RESPONSE).map_err(|_| "grpc_framing")?;
     let response = recv_tensor::decode_response(message).map_err(|_| "unparsable_response")?;
     sidecar.keep_row_ids(call, Some(classified), &response);
+    let is_ids = classified
+        .rows
+        .as_ref()
+        .is_some_and(|r| r.role == RowRole::Ids);
+    if ids_again && is_ids && policy.hop_compression() {
+        let token = sidecar.fallbacks.token();
+        match super::ids_again::reference(sidecar, call, &response, token) {
+            Some((chunks, header)) => {
+                let wire: usize = chunks.iter().map(Bytes::len).sum();
+                sidecar.stats.ids_again(collected.len(), wire);
+                sidecar.fallbacks.keep(
+                    token,
+                    connection,
+                    collected.chunks.clone(),
+                    collected.trailers.clone(),
+                );
+                return Ok((chunks, Mark::IdsAgain(header)));
+            }
+            // These go in full: a later tensor of the step may name them.
+            None => super::ids_again::sent_in_full(sidecar, call),
+        }
+    }
     let tensor = recv_tensor::classify(&response).map_err(|reason| reason.label())?;
     let raw_bytes = tensor.content.len();
     span.record("raw_bytes", raw_bytes);
@@ -308,7 +347,7 @@ fn compress(
         collected.chunks.clone(),
         collected.trailers.clone(),
     );
-    Ok(chunks.to_vec())
+    Ok((chunks.to_vec(), Mark::Envelope))
 }
 
 /// Counts the further passes an encode sent, and says so loudly the first

@@ -20,6 +20,7 @@
 pub mod calls;
 pub mod classes;
 pub mod fallback;
+mod ids_again;
 pub mod inbound;
 pub mod outbound;
 pub mod record;

@@ -74,6 +74,13 @@ pub async fn recv_tensor(
         };
         parts.headers.insert(peer::CLASS, peer::class_header(hint));
         call.tensor = known.context_name(&call.tensor, &call.tensor_name);
+        if known.rows.as_ref().is_some_and(|r| r.role == RowRole::Ids) {
+            // This side keeps them: the holder may send equal ids of the
+            // step again by reference (`ids_again`).
+            parts
+                .headers
+                .insert(peer::IDS, http::HeaderValue::from_static("1"));
+        }
         if let Some(rows) = known.rows.as_ref().filter(|r| r.role != RowRole::Ids) {
             let announced =
                 sidecar
@@ -106,6 +113,9 @@ pub async fn recv_tensor(
     } else {
         response
     };
+    if response.headers().contains_key(peer::IDS_AGAIN) {
+        return ids_again(sidecar, upstream, &call, response).await;
+    }
     if !peer::has_envelope(response.headers()) {
         if known.as_ref().is_some_and(|k| k.rows.is_some()) {
             // Row ids are read on their way, for the rows of this step.
@@ -172,6 +182,55 @@ pub async fn recv_tensor(
             warn!(tensor = %call.tensor, error = %failure.reason, "cannot restore a compressed response; asking for the original");
             sidecar.contexts.forget_replica(&call);
             recover(sidecar, upstream, failure.token).await
+        }
+    }
+}
+
+/// The answer to `call` for TensorFlow from `response`, ids sent again by
+/// reference to ids of the step this side holds: restored from them, or
+/// the original fetched.
+async fn ids_again(
+    sidecar: &Sidecar,
+    upstream: &Upstream,
+    call: &TensorCall,
+    response: Response<ProxyBody>,
+) -> (Response<ProxyBody>, Outcome) {
+    let (mut parts, body) = response.into_parts();
+    let Some(again) = parts
+        .headers
+        .get(peer::IDS_AGAIN)
+        .and_then(peer::IdsAgainHeader::parse)
+    else {
+        sidecar.stats.decode_failed(call.direction);
+        warn!(tensor = %call.tensor, "ids sent again with an unreadable tlc-ids-again header");
+        let response = grpc_status::response(
+            grpc_status::INTERNAL,
+            "tlcd: ids sent again by reference, with an unreadable reference",
+        );
+        return (response, Outcome::Error);
+    };
+    peer::strip(&mut parts.headers);
+    let mut charge = sidecar.budget.empty();
+    let limit = usize::try_from(sidecar.options().max_tensor_bytes)
+        .unwrap_or(usize::MAX)
+        .saturating_add(ENVELOPE_SLACK);
+    let wait = sidecar.options().memory_wait;
+    let restored = match body::collect_charged(body, limit, Some((&mut charge, wait))).await {
+        Ok(collected) => super::ids_again::restore(sidecar, call, &again, &collected)
+            .await
+            .map(|chunks| (chunks, collected.trailers)),
+        Err(err) => Err(format!("reading the peer's response: {err}")),
+    };
+    match restored {
+        Ok((chunks, trailers)) => {
+            let body = body::holding(body::chunks(chunks, trailers), charge);
+            (Response::from_parts(parts, body), Outcome::Restored)
+        }
+        Err(reason) => {
+            drop(charge);
+            sidecar.stats.decode_failed(call.direction);
+            warn!(tensor = %call.tensor, error = %reason, "cannot restore ids sent again; asking for the original");
+            recover(sidecar, upstream, Some(again.token)).await
         }
     }
 }

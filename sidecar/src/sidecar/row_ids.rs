@@ -42,7 +42,9 @@ pub struct RowIds {
 
 #[derive(Debug, Default)]
 struct Inner {
-    map: HashMap<IdsKey, Arc<[i64]>>,
+    /// The ids, and whether the requester keeps them too (it asked for
+    /// ids sent again by reference, `tlc-ids`).
+    map: HashMap<IdsKey, (Arc<[i64]>, bool)>,
     /// Insertion order, for expiry and for the byte bound.
     order: VecDeque<(IdsKey, Instant)>,
     bytes: usize,
@@ -62,6 +64,21 @@ impl RowIds {
     /// oldest beyond the bound. Ids larger than the whole bound are not
     /// kept.
     pub fn keep(&self, key: IdsKey, ids: Vec<i64>, now: Instant) {
+        self.insert(key, ids, false, now);
+    }
+
+    /// Marks the ids under `key` as kept by the requester too, once they
+    /// have gone to it in full: a later tensor of the step may name them
+    /// instead of carrying them again
+    /// ([`same_ids_in_step`](Self::same_ids_in_step)).
+    pub fn share(&self, key: &IdsKey) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, shared)) = inner.map.get_mut(key) {
+            *shared = true;
+        }
+    }
+
+    fn insert(&self, key: IdsKey, ids: Vec<i64>, shared: bool, now: Instant) {
         let size = size_of(&key, ids.len());
         if size > self.max_bytes {
             return;
@@ -74,11 +91,11 @@ impl RowIds {
             }
             let oldest = oldest.clone();
             inner.order.pop_front();
-            if let Some(gone) = inner.map.remove(&oldest) {
+            if let Some((gone, _)) = inner.map.remove(&oldest) {
                 inner.bytes -= size_of(&oldest, gone.len());
             }
         }
-        if let Some(replaced) = inner.map.insert(key.clone(), ids.into()) {
+        if let Some((replaced, _)) = inner.map.insert(key.clone(), (ids.into(), shared)) {
             // The same ids twice (a retried call): the order keeps one entry.
             inner.bytes -= size_of(&key, replaced.len());
             inner.order.retain(|(k, _)| k != &key);
@@ -105,10 +122,30 @@ impl RowIds {
         }
     }
 
+    /// The name of another tensor of `key`'s step, sent by the same task
+    /// to the same task and kept by the requester too, whose ids equal
+    /// `ids` (a gradient's indices that are a reshape of the lookup ids):
+    /// what a holder may send as a reference instead.
+    pub fn same_ids_in_step(&self, key: &IdsKey, ids: &[i64]) -> Option<String> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner
+            .map
+            .iter()
+            .find(|(k, (kept, shared))| {
+                *shared
+                    && k.step_id == key.step_id
+                    && k.tensor_name != key.tensor_name
+                    && k.src_task == key.src_task
+                    && k.dst_task == key.dst_task
+                    && kept[..] == *ids
+            })
+            .map(|(k, _)| k.tensor_name.clone())
+    }
+
     /// The ids kept under `key`, if any.
     pub fn get(&self, key: &IdsKey) -> Option<Arc<[i64]>> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.map.get(key).cloned()
+        inner.map.get(key).map(|(ids, _)| Arc::clone(ids))
     }
 
     /// Bytes held now.
@@ -150,6 +187,46 @@ mod tests {
             store.wait_for(&key(8), Duration::from_millis(20)).await,
             None
         );
+    }
+
+    #[test]
+    fn finds_equal_ids_of_the_step_the_requester_keeps() {
+        let store = RowIds::new(4096);
+        let now = Instant::now();
+        let named = |name: &str, step| IdsKey {
+            tensor_name: name.into(),
+            ..key(step)
+        };
+        store.keep(named("ids", 1), vec![3, 1, 3], now);
+        store.keep(named("unshared", 1), vec![5, 6], now);
+        store.keep(named("ids", 2), vec![9], now);
+        let grads = named("grad_indices", 1);
+        assert_eq!(
+            store.same_ids_in_step(&grads, &[3, 1, 3]),
+            None,
+            "not sent in full yet"
+        );
+        store.share(&named("ids", 1));
+        store.share(&named("ids", 2));
+        store.share(&named("never kept", 1));
+        assert_eq!(
+            store.same_ids_in_step(&grads, &[3, 1, 3]),
+            Some("ids".into())
+        );
+        // Not other ids, not another step, not itself, not ids the
+        // requester does not keep, not another requester's.
+        assert_eq!(store.same_ids_in_step(&grads, &[3, 1]), None);
+        assert_eq!(
+            store.same_ids_in_step(&named("grad_indices", 2), &[3, 1, 3]),
+            None
+        );
+        assert_eq!(store.same_ids_in_step(&named("ids", 1), &[3, 1, 3]), None);
+        assert_eq!(store.same_ids_in_step(&grads, &[5, 6]), None);
+        let elsewhere = IdsKey {
+            dst_task: "/job:ps/replica:0/task:1".into(),
+            ..grads
+        };
+        assert_eq!(store.same_ids_in_step(&elsewhere, &[3, 1, 3]), None);
     }
 
     #[test]

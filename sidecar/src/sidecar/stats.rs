@@ -70,6 +70,9 @@ pub struct Stats {
     /// Encoding side: pull replicas reset because they drifted too far
     /// from the model.
     drift_resets: AtomicU64,
+    /// Encoding side: ids sent again by reference: responses, their
+    /// body bytes, and what went instead.
+    ids_again: [AtomicU64; 3],
     /// Responses passed through unchanged, by reason.
     passed: Mutex<BTreeMap<&'static str, Passed>>,
     /// Connections of every listener, counted by the proxy.
@@ -124,6 +127,9 @@ pub struct Totals {
     pub passed_bytes: BTreeMap<&'static str, u64>,
     /// Messages compressed and restored losslessly between sidecars.
     pub hop: HopTotals,
+    /// Encoding side: ids sent again by reference to ids of the same step
+    /// (responses, raw = their bytes, wire = what went instead).
+    pub ids_again: tlc_wire::hop::Counted,
 }
 
 impl Totals {
@@ -175,6 +181,14 @@ impl Stats {
             Direction::Pull => &self.pull_refinements,
         };
         counter.fetch_add(passes, Ordering::Relaxed);
+    }
+
+    /// Counts one response of ids sent by reference: `raw` body bytes, of
+    /// which `wire` went.
+    pub fn ids_again(&self, raw: usize, wire: usize) {
+        self.ids_again[0].fetch_add(1, Ordering::Relaxed);
+        self.ids_again[1].fetch_add(raw as u64, Ordering::Relaxed);
+        self.ids_again[2].fetch_add(wire as u64, Ordering::Relaxed);
     }
 
     /// Counts one pull replica reset for drifting too far.
@@ -277,6 +291,11 @@ impl Stats {
             passed,
             passed_bytes,
             hop: self.hop.totals(),
+            ids_again: tlc_wire::hop::Counted {
+                messages: self.ids_again[0].load(Ordering::Relaxed),
+                raw_bytes: self.ids_again[1].load(Ordering::Relaxed),
+                wire_bytes: self.ids_again[2].load(Ordering::Relaxed),
+            },
         }
     }
 
