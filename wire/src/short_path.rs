@@ -10,7 +10,7 @@
 //! back before anything reads it.
 //!
 //! A holder's sidecar that restores short paths says so on its answers
-//! ([`crate::peer::HOP_PATHS`]); a requester's sidecar sends short paths
+//! (`tlc-hop-paths: 1`, in the `peer` module); a requester's sidecar sends short paths
 //! only to one that said so. The table only grows at its end: an index
 //! never names another method.
 
