@@ -221,6 +221,18 @@ async fn ids_again(
             .map(|chunks| (chunks, collected.trailers)),
         Err(err) => Err(format!("reading the peer's response: {err}")),
     };
+    // The restored ids are charged too, until the response has left.
+    let restored = match restored {
+        Ok((chunks, trailers)) => {
+            let bytes: usize = chunks.iter().map(Bytes::len).sum();
+            charge
+                .grow(bytes as u64, wait)
+                .await
+                .map(|()| (chunks, trailers))
+                .map_err(|err| format!("no memory for the restored ids: {err}"))
+        }
+        failed => failed,
+    };
     match restored {
         Ok((chunks, trailers)) => {
             let body = body::holding(body::chunks(chunks, trailers), charge);
