@@ -7,8 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
-use http::uri::PathAndQuery;
-use http::{HeaderValue, Request, Response, Uri};
+use http::{HeaderValue, Request, Response};
 use tracing::warn;
 
 use tlc_proxy::body::{self, Peeked, ProxyBody};
@@ -20,7 +19,7 @@ use tlc_wire::short_path;
 
 use super::messages::{self, Mode};
 use super::references::{single_message, MAX_REFERENCE};
-use super::{grpc_status_of, plain, Hop, HopCounters, GRPC_ENCODING, MAX_REQUEST};
+use super::{grpc_status_of, plain, set_path, Hop, HopCounters, GRPC_ENCODING, MAX_REQUEST};
 
 /// Before anything reads `request`: restores a compressed request whole,
 /// and keeps a small one as a reference. Returns whether the caller is a
@@ -122,18 +121,12 @@ fn expand_path(parts: &mut http::request::Parts) -> Option<Response<ProxyBody>> 
             return Some(response);
         }
     };
-    let mut uri = std::mem::take(&mut parts.uri).into_parts();
-    uri.path_and_query = Some(PathAndQuery::from_static(full));
-    match Uri::from_parts(uri) {
-        Ok(expanded) => {
-            parts.uri = expanded;
-            None
-        }
-        Err(err) => Some(grpc_status::response(
+    set_path(&mut parts.uri, full).err().map(|err| {
+        grpc_status::response(
             grpc_status::INTERNAL,
             &format!("tlcd: cannot restore a short method path: {err}"),
-        )),
-    }
+        )
+    })
 }
 
 /// The answer to a request that cannot be restored, counted and logged.

@@ -219,6 +219,16 @@ fn grpc_status_of(headers: &HeaderMap) -> Option<&HeaderValue> {
     headers.get("grpc-status")
 }
 
+/// Replaces the path of `uri` with `path` (a method's full or short path,
+/// `tlc_wire::short_path`); `uri` is left as it was if the result is not a
+/// valid URI.
+fn set_path(uri: &mut http::Uri, path: &'static str) -> Result<(), http::uri::InvalidUriParts> {
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(http::uri::PathAndQuery::from_static(path));
+    *uri = http::Uri::from_parts(parts)?;
+    Ok(())
+}
+
 /// A request head again, for sending a call a second time.
 fn copy_head(parts: &http::request::Parts) -> http::request::Parts {
     let mut copy = Request::new(());

@@ -9,8 +9,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::CONTENT_LENGTH;
-use http::uri::PathAndQuery;
-use http::{HeaderValue, Request, Response, Uri};
+use http::{HeaderValue, Request, Response};
 use tracing::{debug, warn};
 
 use tlc_proxy::body::{self, Peeked, ProxyBody};
@@ -23,7 +22,9 @@ use tlc_wire::short_path;
 
 use super::messages::{self, Mode};
 use super::references::{single_message, SentKey};
-use super::{copy_head, grpc_status_of, plain, Hop, HopCounters, GRPC_ENCODING, MAX_REQUEST};
+use super::{
+    copy_head, grpc_status_of, plain, set_path, Hop, HopCounters, GRPC_ENCODING, MAX_REQUEST,
+};
 
 /// A request gathered whole to be compressed: what it takes to send it
 /// again, and the reference it may become.
@@ -190,21 +191,17 @@ fn answered(
 
 /// Replaces a known method's path by its short path.
 fn shorten_path(head: &mut http::request::Parts) {
-    let Some(short) = short_path::shorten(head.uri.path()) else {
-        return;
-    };
-    let mut uri = std::mem::take(&mut head.uri).into_parts();
-    uri.path_and_query = Some(PathAndQuery::from_static(short));
-    if let Ok(shortened) = Uri::from_parts(uri) {
-        head.uri = shortened;
+    if let Some(short) = short_path::shorten(head.uri.path()) {
+        // A path of the table always makes a valid URI; if not, the full one goes.
+        let _ = set_path(&mut head.uri, short);
     }
 }
 
 /// Whether `response` is a trailers-only `UNIMPLEMENTED`.
 fn unimplemented(response: &Response<ProxyBody>) -> bool {
-    grpc_status_of(response.headers()).is_some_and(|status| {
-        status.as_bytes() == grpc_status::UNIMPLEMENTED.to_string().as_bytes()
-    })
+    grpc_status_of(response.headers())
+        .and_then(|status| status.to_str().ok()?.parse::<u16>().ok())
+        .is_some_and(|code| code == grpc_status::UNIMPLEMENTED)
 }
 
 /// An answer marked by a sidecar, restored for TensorFlow: the marks

@@ -31,7 +31,6 @@ use tlc_proxy::body::Collected;
 use tlc_wire::peer::IdsAgainHeader;
 use tlc_wire::rows::ids_hash;
 use tlc_wire::tf::grpc;
-use tlc_wire::tf::ids::read_ids;
 use tlc_wire::tf::proto::{DataType, RecvTensorResponse, TensorProto};
 use tlc_wire::tf::recv_tensor::{self, ResponseMeta};
 
@@ -68,28 +67,29 @@ fn dims_of(tensor: &TensorProto) -> Option<Vec<u64>> {
         })
 }
 
-/// Holder: `response`, the answer to `call`, as a reference to equal ids
-/// of the step the requester keeps: the response without its values, as
-/// gRPC chunks, and the `tlc-ids-again` header; `None` when there are
-/// none (the response then goes as usual).
+/// Holder: `response`, the answer to `call` holding `ids` (as
+/// `keep_row_ids` read them), as a reference to equal ids of the step the
+/// requester keeps: the response without its values, as gRPC chunks, and
+/// the `tlc-ids-again` header; `None` when there are none (the response
+/// then goes as usual).
 pub(super) fn reference(
     sidecar: &Sidecar,
     call: &TensorCall,
     response: &RecvTensorResponse,
+    ids: &[i64],
     token: u64,
 ) -> Option<(Vec<Bytes>, HeaderValue)> {
-    let ids = read_ids(response, max_ids(sidecar)).ok()?;
     if ids.is_empty() {
         return None;
     }
     let earlier = sidecar
         .row_ids
-        .same_ids_in_step(&key(call, &call.tensor_name), &ids)?;
+        .same_ids_in_step(&key(call, &call.tensor_name), ids)?;
     let tensor = response.tensor.as_ref()?;
     let dims = dims_of(tensor)?;
     let header = IdsAgainHeader {
         token,
-        hash: ids_hash(&ids),
+        hash: ids_hash(ids),
         tensor: earlier,
     }
     .to_header()?;
@@ -179,6 +179,6 @@ pub(super) async fn restore(
     let chunks = built.into_grpc_chunks().map_err(|e| e.to_string())?;
     sidecar
         .row_ids
-        .keep(key(call, &call.tensor_name), ids.to_vec(), Instant::now());
+        .keep(key(call, &call.tensor_name), ids, Instant::now());
     Ok(chunks.to_vec())
 }

@@ -234,14 +234,10 @@ fn compress(
     let message =
         grpc::parse_single(collected.to_bytes(), MAX_RESPONSE).map_err(|_| "grpc_framing")?;
     let response = recv_tensor::decode_response(message).map_err(|_| "unparsable_response")?;
-    sidecar.keep_row_ids(call, Some(classified), &response);
-    let is_ids = classified
-        .rows
-        .as_ref()
-        .is_some_and(|r| r.role == RowRole::Ids);
-    if ids_again && is_ids && policy.hop_compression() {
+    let ids = sidecar.keep_row_ids(call, Some(classified), &response);
+    if let Some(ids) = ids.filter(|_| ids_again && policy.hop_compression()) {
         let token = sidecar.fallbacks.token();
-        match super::ids_again::reference(sidecar, call, &response, token) {
+        match super::ids_again::reference(sidecar, call, &response, &ids, token) {
             Some((chunks, header)) => {
                 let wire: usize = chunks.iter().map(Bytes::len).sum();
                 sidecar.stats.ids_again(collected.len(), wire);

@@ -395,12 +395,12 @@ impl Sidecar {
         call: &tlc_core::TensorCall,
         classified: Option<&crate::graph::Classified>,
         response: &tlc_wire::tf::proto::RecvTensorResponse,
-    ) {
+    ) -> Option<Arc<[i64]>> {
         let is_ids = classified
             .and_then(|c| c.rows.as_ref())
             .is_some_and(|r| r.role == crate::graph::RowRole::Ids);
         if !is_ids {
-            return;
+            return None;
         }
         let max = usize::try_from(self.options.max_tensor_bytes / 8).unwrap_or(usize::MAX);
         match tlc_wire::tf::ids::read_ids(response, max) {
@@ -411,9 +411,14 @@ impl Sidecar {
                     tensor_name: call.tensor_name.clone(),
                     step_id: call.step_id,
                 };
-                self.row_ids.keep(key, ids, Instant::now());
+                let ids: Arc<[i64]> = ids.into();
+                self.row_ids.keep(key, Arc::clone(&ids), Instant::now());
+                Some(ids)
             }
-            Err(err) => debug!(tensor = %call.tensor_name, error = %err, "row ids not kept"),
+            Err(err) => {
+                debug!(tensor = %call.tensor_name, error = %err, "row ids not kept");
+                None
+            }
         }
     }
 

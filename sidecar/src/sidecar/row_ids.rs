@@ -63,8 +63,8 @@ impl RowIds {
     /// Keeps `ids` under `key`, dropping ids older than a minute and the
     /// oldest beyond the bound. Ids larger than the whole bound are not
     /// kept.
-    pub fn keep(&self, key: IdsKey, ids: Vec<i64>, now: Instant) {
-        self.insert(key, ids, false, now);
+    pub fn keep(&self, key: IdsKey, ids: impl Into<Arc<[i64]>>, now: Instant) {
+        self.insert(key, ids.into(), false, now);
     }
 
     /// Marks the ids under `key` as kept by the requester too, once they
@@ -78,7 +78,7 @@ impl RowIds {
         }
     }
 
-    fn insert(&self, key: IdsKey, ids: Vec<i64>, shared: bool, now: Instant) {
+    fn insert(&self, key: IdsKey, ids: Arc<[i64]>, shared: bool, now: Instant) {
         let size = size_of(&key, ids.len());
         if size > self.max_bytes {
             return;
@@ -95,7 +95,7 @@ impl RowIds {
                 inner.bytes -= size_of(&oldest, gone.len());
             }
         }
-        if let Some((replaced, _)) = inner.map.insert(key.clone(), (ids.into(), shared)) {
+        if let Some((replaced, _)) = inner.map.insert(key.clone(), (ids, shared)) {
             // The same ids twice (a retried call): the order keeps one entry.
             inner.bytes -= size_of(&key, replaced.len());
             inner.order.retain(|(k, _)| k != &key);
