@@ -30,6 +30,9 @@ in a quotient or quantile (0/0 while idle: counted), never an infinity.
     sparsity=S    tlc_sparsity == S
     steps=N       the global step reaches N (and never goes back)
     pods=N        "Sidecars up" (sum and count of up) == N at the end
+    whole_until=T the end the up rules judge (unix seconds): the last moment
+                  every pod was meant to run; a pod whose job ended before
+                  --end stops its sidecar between two scrapes
     cores=N       CPU <= N cores (default: this machine's)
 
 Prints a table (panel, target, series, samples, values, verdict), then every
@@ -68,7 +71,7 @@ MAY_BE_EMPTY: dict[str, str] = {
 MIB = 1024 * 1024
 LINK_SLACK = 1.2          # framing, bursts within a scrape interval
 CPU_SLACK = 1.1           # two scrapes' CPU readings are not taken exactly 5 s apart
-EXPECT_KEYS = ("min_ratio", "link_mbit", "sparsity", "steps", "pods", "cores")
+EXPECT_KEYS = ("min_ratio", "link_mbit", "sparsity", "steps", "pods", "cores", "whole_until")
 
 
 # -- the variable selections ---------------------------------------------
@@ -242,8 +245,9 @@ def rule_info(series_list, target, expect, context):
     return bounded(context, series_list, 1, 1, "an info metric is 1")
 
 
-def last_value(series):
-    values = finite_values(series)
+def last_value(series, until=None):
+    """The last finite value, of the samples at or before `until` if given."""
+    values = [v for t, v in series["values"] if math.isfinite(v) and (until is None or t <= until)]
     return values[-1] if values else None
 
 
@@ -252,13 +256,17 @@ def rule_up_total(series_list, target, expect, context):
     if want is None:
         return []
     want = 1 if context.get("one_pod") else want
-    return [f"{s['legend']}: {last_value(s):g} at the end, expected {want:g}"
-            for s in series_list if last_value(s) is not None and last_value(s) != want]
+    until = expect.get("whole_until")
+    lasts = [(s, last_value(s, until)) for s in series_list]
+    return [f"{s['legend']}: {last:g} at the end, expected {want:g}"
+            for s, last in lasts if last is not None and last != want]
 
 
 def rule_up_one(series_list, target, expect, context):
-    return [f"{s['legend']}: up is {last_value(s):g} at the end"
-            for s in series_list if last_value(s) is not None and last_value(s) != 1]
+    until = expect.get("whole_until")
+    lasts = [(s, last_value(s, until)) for s in series_list]
+    return [f"{s['legend']}: up is {last:g} at the end"
+            for s, last in lasts if last is not None and last != 1]
 
 
 RULES = {name[len("rule_"):]: fn for name, fn in globals().items() if name.startswith("rule_")}

@@ -167,6 +167,18 @@ class Rules(unittest.TestCase):
         self.assertEqual(verdict(RATIO_PANEL, self.RATIO, [series([2, math.inf])])[0], "FAIL")
         self.assertEqual(verdict(RATIO_PANEL, self.RATIO, [series([math.nan, math.nan])])[0], "FAIL")
 
+    def test_up_is_judged_while_the_whole_job_ran(self):
+        up_panel = {"title": "Sidecars up"}
+        total, one = target('sum(up{job="tlc"})'), target('up{job="tlc"}')
+        # A worker that finished first: its sidecar stopped at 1015, a scrape saw it down.
+        ended = series([3, 3, 3, 2]), series([1, 1, 1, 0])
+        self.assertEqual(verdict(up_panel, total, [ended[0]], {"pods": 3})[0], "FAIL")
+        self.assertEqual(verdict(up_panel, one, [ended[1]])[0], "FAIL")
+        self.assertEqual(verdict(up_panel, total, [ended[0]], {"pods": 3, "whole_until": 1012})[0], "ok")
+        self.assertEqual(verdict(up_panel, one, [ended[1]], {"whole_until": 1012})[0], "ok")
+        # A sidecar down while every pod was meant to run still fails.
+        self.assertEqual(verdict(up_panel, one, [series([1, 0, 1, 1])], {"whole_until": 1007})[0], "FAIL")
+
     def test_negative_bytes_fail(self):
         saved = target("sum(rate(tlc_tensor_raw_bytes_total[30s])) - sum(rate(tlc_tensor_wire_bytes_total[30s]))")
         self.assertEqual(verdict(BYTES_PANEL, saved, [series([10, -1])])[0], "FAIL")

@@ -64,7 +64,7 @@ sys.path.insert(0, str(HERE))
 import container as runtime  # noqa: E402
 import manifest  # noqa: E402
 import prom  # noqa: E402
-from pod import Events, PodRun  # noqa: E402
+from pod import START, Events, PodRun  # noqa: E402
 
 ROOT = HERE.parent.parent.parent
 PODS_SH = HERE.parent / "pods.sh"
@@ -282,6 +282,17 @@ def scrape_checks(prometheus: prom.Prometheus, job: manifest.Job, t0: float, t1:
     return problems
 
 
+def whole_until(runs: list[PodRun], events: Events) -> float | None:
+    """Unix time of the first exit of a training container: until then every
+    sidecar was meant to be up. After it, a finished pod's sidecar stops, and
+    a scrape may catch it down before discovery drops the pod."""
+    exits = [e["t"] for run in runs for e in events.of(run.pod.name, "Exited")
+             if e["container"] not in run.sidecars]
+    if not exits:
+        return None
+    return time.time() - (time.monotonic() - START) + min(exits)
+
+
 def verdict(job_phase: str, runs: list[PodRun], events: Events, execs: dict) -> list[str]:
     """Everything the kubelet and the operator saw that a healthy run must not show."""
     problems = [] if job_phase == "Succeeded" else [f"job {job_phase}"]
@@ -410,6 +421,9 @@ def main(argv: list[str]) -> int:
             check = [sys.executable, str(ROOT / "grafana/check_run.py"), f"http://{PROMETHEUS_LISTEN}",
                      "--start", f"{t0:.0f}", "--end", f"{t1:.0f}", "--report", str(out / "dashboards.json")]
             check += [a for e in args.expect for a in ("--expect", e)]
+            until = whole_until(runs, events)
+            if until is not None:
+                check += ["--expect", f"whole_until={until:.3f}"]
             check += [str(p) for p in sorted((ROOT / "grafana/dashboards").glob("*.json"))]
             done = subprocess.run(["ip", "netns", "exec", NODE_NS] + check, check=False)
             summary["dashboards"] = "ok" if done.returncode == 0 else f"check_run.py exited {done.returncode}"
