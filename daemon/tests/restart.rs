@@ -25,7 +25,27 @@ fn tlcd(
     log: &Path,
     take_over: bool,
 ) -> Child {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tlcd"));
+    tlcd_under(&[], listen, upstream, socket, log, take_over)
+}
+
+/// [`tlcd`], started by `wrapper` (a program and its arguments, then
+/// tlcd's command line) if it is not empty.
+fn tlcd_under(
+    wrapper: &[&str],
+    listen: SocketAddr,
+    upstream: SocketAddr,
+    socket: &Path,
+    log: &Path,
+    take_over: bool,
+) -> Child {
+    let mut command = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut command = Command::new(program);
+            command.args(args).arg(env!("CARGO_BIN_EXE_tlcd"));
+            command
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_tlcd")),
+    };
     command
         .arg("--route")
         .arg(format!("{listen}={upstream},outbound"))
@@ -263,6 +283,81 @@ async fn take_over_without_a_running_tlcd_fails_with_the_path() {
         log.contains("--take-over") && log.contains("nobody.sock"),
         "{log}"
     );
+}
+
+/// How this machine makes a new network namespace for one command:
+/// `unshare --net` as root, else in a user namespace of its own
+/// (`unshare -rn`); `None` when neither works here.
+fn new_network_namespace() -> Option<&'static [&'static str]> {
+    const WAYS: [&[&str]; 2] = [&["unshare", "--net", "--"], &["unshare", "-rn", "--"]];
+    WAYS.into_iter().find(|way| {
+        Command::new(way[0])
+            .args(&way[1..])
+            .arg("true")
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    })
+}
+
+/// Two tlcds in different network namespaces that share a file system
+/// (pods on one host, `ip netns exec`) and a hand-over socket path: the
+/// second must not take the first's listeners, which would serve the
+/// first namespace's connections, and the first keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tlcd_in_another_network_namespace_takes_nothing_over() {
+    let Some(unshare) = new_network_namespace() else {
+        eprintln!("skipped: this machine cannot make a network namespace (unshare)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("handover.sock");
+    let upstream = start_echo_server().await;
+    let listen = free_addr();
+    let _first = KillOnDrop(tlcd(
+        listen,
+        upstream,
+        &socket,
+        &dir.path().join("first"),
+        false,
+    ));
+    wait_for_port(listen);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !socket.exists() {
+        assert!(Instant::now() < deadline, "the first tlcd never offered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let log = dir.path().join("second");
+    let mut second = KillOnDrop(tlcd_under(unshare, listen, upstream, &socket, &log, true));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = second.0.try_wait().unwrap() {
+            break status;
+        }
+        // Still running: it took the listeners and serves them.
+        assert!(
+            Instant::now() < deadline,
+            "the tlcd in another network namespace took over: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(!status.success(), "the tlcd in another namespace started");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("another network namespace"), "{text}");
+
+    let mut client = Reconnecting {
+        addr: listen,
+        sender: None,
+        connections: 0,
+    };
+    assert_eq!(
+        client.call(b"still here").await.unwrap(),
+        &b"still here"[..]
+    );
+    let first = std::fs::read_to_string(dir.path().join("first")).unwrap();
+    assert!(first.contains("another network namespace"), "{first}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

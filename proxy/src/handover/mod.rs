@@ -23,6 +23,8 @@
 //!   without.
 //! - `offer.rs`: the running tlcd's side, [`Offer`].
 //! - `take_over.rs`: the successor's side, [`take_over`] and [`Inherited`].
+//! - `netns.rs`: which network namespace each end is in; listeners never
+//!   cross from one to another.
 //!
 //! ```no_run
 //! # async fn f(route: std::net::TcpListener) -> Result<(), tlc_proxy::handover::HandoverError> {
@@ -49,6 +51,7 @@
 //! # Ok(()) }
 //! ```
 
+mod netns;
 mod offer;
 pub mod protocol;
 mod take_over;
@@ -124,6 +127,17 @@ pub enum HandoverError {
         /// Ours.
         ours: u32,
     },
+    /// The peer is in another network namespace: its listeners would
+    /// serve another network's connections.
+    #[error("the peer on the hand-over socket (pid {pid}) is in another network namespace (net:[{theirs}], this tlcd net:[{ours}]); listeners go only to a tlcd in the same one: give each namespace its own hand-over socket")]
+    OtherNetwork {
+        /// The peer's process id.
+        pid: i32,
+        /// The inode naming the peer's namespace.
+        theirs: u64,
+        /// Ours.
+        ours: u64,
+    },
     /// A step took too long.
     #[error("no {what} within {limit:?}")]
     Timeout {
@@ -195,10 +209,16 @@ pub enum HandoverError {
 }
 
 /// Where a tlcd whose first listener is on `first_listen_port` offers its
-/// listeners by default: `handover-PORT.sock` in tlcd's runtime directory
-/// (`$XDG_RUNTIME_DIR/tlcd/`, else `$TMPDIR/tlcd-UID/`; see
-/// [`tlc_core::runtime_dir`]). Its successor, configured with the same
-/// listeners, finds it there.
+/// listeners by default: `handover-PORT-net-INODE.sock` in tlcd's runtime
+/// directory (`$XDG_RUNTIME_DIR/tlcd/`, else `$TMPDIR/tlcd-UID/`; see
+/// [`tlc_core::runtime_dir`]), INODE naming its network namespace
+/// (`handover-PORT.sock` where `/proc` does not show it). Its successor,
+/// configured with the same listeners in the same namespace, finds it
+/// there; a tlcd in another namespace sharing the directory does not.
 pub fn default_socket_path(first_listen_port: u16) -> PathBuf {
-    runtime_dir::directory().join(format!("handover-{first_listen_port}.sock"))
+    let name = match netns::ours() {
+        Some(inode) => format!("handover-{first_listen_port}-net-{inode}.sock"),
+        None => format!("handover-{first_listen_port}.sock"),
+    };
+    runtime_dir::directory().join(name)
 }

@@ -15,7 +15,7 @@ use tokio::io::BufReader;
 use tokio::net::UnixListener;
 
 use super::protocol::{Hello, Manifest, ManifestEntry, Purpose, Ready, MAX_LISTENERS};
-use super::{wire, HandoverError, IO_TIMEOUT};
+use super::{netns, wire, HandoverError, IO_TIMEOUT};
 use tlc_core::runtime_dir;
 
 /// One listener the running tlcd hands over.
@@ -113,6 +113,12 @@ impl Offer {
         drop(listener);
         wire::check_same_user(&stream)?;
         let mut stream = BufReader::new(stream);
+        if let Err(err) = netns::check_same(stream.get_ref()) {
+            // The successor learns why instead of a closed connection.
+            let refusal = Manifest::refusal_line(&err.to_string());
+            let _ = wire::write_line(stream.get_mut(), &refusal, "refusing").await;
+            return Err(err);
+        }
 
         let line =
             wire::bounded(IO_TIMEOUT, "hello", wire::read_line(&mut stream, "hello")).await?;

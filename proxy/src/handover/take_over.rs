@@ -11,7 +11,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::UnixStream;
 
 use super::protocol::{Hello, Manifest, ManifestEntry, Purpose, Ready};
-use super::{wire, HandoverError, IO_TIMEOUT};
+use super::{netns, wire, HandoverError, IO_TIMEOUT};
 
 /// A listener received from the running tlcd, checked: a listening TCP
 /// socket bound to `addr`, non-blocking (ready for
@@ -104,6 +104,7 @@ async fn exchange(path: &Path) -> Result<Inherited, HandoverError> {
             cause,
         })?;
     wire::check_same_user(&stream)?;
+    netns::check_same(&stream)?;
     let predecessor_pid = stream.peer_cred().ok().and_then(|cred| cred.pid());
     wire::write_line(
         &mut stream,

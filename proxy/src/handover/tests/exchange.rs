@@ -270,9 +270,16 @@ async fn a_stale_socket_is_replaced_and_a_live_one_refused() {
 #[test]
 fn the_default_path_is_in_the_runtime_directory() {
     let path = default_socket_path(4322);
+    // Named after this process's network namespace, as `/proc` shows it.
+    let netns = std::fs::read_link("/proc/self/ns/net").unwrap();
+    let inode = netns
+        .to_str()
+        .unwrap()
+        .trim_start_matches("net:[")
+        .trim_end_matches(']');
     assert_eq!(
         path.file_name().and_then(|n| n.to_str()),
-        Some("handover-4322.sock")
+        Some(format!("handover-4322-net-{inode}.sock").as_str())
     );
     assert_eq!(
         path.parent(),
