@@ -70,6 +70,12 @@ pub enum Codec {
     Bf16,
     /// 255 levels in [-127, 127] scaled by `max|x| / 127`.
     Int8,
+    /// int8 with a step per row of `row_len` values (`max|row| / 127`):
+    /// one row's error stays within its own scale, whatever the others'.
+    Int8Rows {
+        /// Values per row.
+        row_len: u32,
+    },
     /// TernGrad: stochastic 3-value quantization packed with quartic encoding.
     TernGrad {
         /// Seed of the random stream; the same seed and inputs give the same frames.
@@ -91,6 +97,11 @@ pub enum Codec {
     },
 }
 
+/// Values per row of `int8-rows` unless the caller knows its rows (a
+/// table's keyframes use the table's row length): a block of 32, as
+/// block-wise int8 quantizers commonly use.
+pub const DEFAULT_ROW_LEN: u32 = 32;
+
 /// A codec's identity on the wire (one byte in the frame header).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -111,11 +122,13 @@ pub enum CodecId {
     TopK = 6,
     /// See [`Codec::ThreeLc`].
     ThreeLc = 7,
+    /// See [`Codec::Int8Rows`].
+    Int8Rows = 8,
 }
 
 impl CodecId {
     /// Every codec, in wire-id order.
-    pub const ALL: [CodecId; 8] = [
+    pub const ALL: [CodecId; 9] = [
         CodecId::None,
         CodecId::Fp16,
         CodecId::Bf16,
@@ -124,6 +137,7 @@ impl CodecId {
         CodecId::OneBit,
         CodecId::TopK,
         CodecId::ThreeLc,
+        CodecId::Int8Rows,
     ];
 
     /// The id for a wire byte, if it names a codec.
@@ -142,10 +156,12 @@ impl CodecId {
             CodecId::OneBit => "onebit",
             CodecId::TopK => "topk",
             CodecId::ThreeLc => "3lc",
+            CodecId::Int8Rows => "int8-rows",
         }
     }
 
-    /// The codec with default settings (s = 1.0, k = 25%, seed 0).
+    /// The codec with default settings (s = 1.0, k = 25%, seed 0, rows of
+    /// [`DEFAULT_ROW_LEN`] values).
     pub fn with_defaults(self) -> Codec {
         match self {
             CodecId::None => Codec::None,
@@ -159,6 +175,9 @@ impl CodecId {
             },
             CodecId::ThreeLc => Codec::ThreeLc {
                 sparsity: Sparsity::ONE,
+            },
+            CodecId::Int8Rows => Codec::Int8Rows {
+                row_len: DEFAULT_ROW_LEN,
             },
         }
     }
@@ -201,6 +220,7 @@ impl Codec {
             Codec::Fp16 => CodecId::Fp16,
             Codec::Bf16 => CodecId::Bf16,
             Codec::Int8 => CodecId::Int8,
+            Codec::Int8Rows { .. } => CodecId::Int8Rows,
             Codec::TernGrad { .. } => CodecId::TernGrad,
             Codec::OneBit => CodecId::OneBit,
             Codec::TopK { .. } => CodecId::TopK,
@@ -215,6 +235,7 @@ impl fmt::Display for Codec {
             Codec::TernGrad { seed } => write!(f, "terngrad(seed={seed})"),
             Codec::TopK { percent } => write!(f, "topk(k={}%)", percent.get()),
             Codec::ThreeLc { sparsity } => write!(f, "3lc(s={})", sparsity.get()),
+            Codec::Int8Rows { row_len } => write!(f, "int8-rows(row={row_len})"),
             other => f.write_str(other.id().name()),
         }
     }
@@ -249,7 +270,7 @@ mod tests {
             assert_eq!(id.name().parse::<CodecId>().unwrap(), id);
             assert_eq!(CodecId::from_byte(id as u8), Some(id));
         }
-        assert_eq!(CodecId::from_byte(8), None);
+        assert_eq!(CodecId::from_byte(9), None);
         assert!("gzip".parse::<CodecId>().is_err());
     }
 }

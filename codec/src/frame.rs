@@ -198,6 +198,7 @@ fn check_payload_len(header: &FrameHeader) -> Result<(), DecodeError> {
         Params::None => Some(n.saturating_mul(4)),
         Params::Fp16 | Params::Bf16 => Some(n.saturating_mul(2)),
         Params::Int8 { .. } => Some(n),
+        Params::Int8Rows { row_len } => Some(crate::int8::rows_payload_len(n, row_len)),
         Params::TernGrad { .. } => Some(quartic),
         Params::OneBit { .. } => Some(bitmap),
         Params::TopK { kept, .. } => Some(bitmap + 4 * u64::from(kept)),

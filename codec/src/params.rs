@@ -23,6 +23,11 @@ pub enum Params {
         /// Size of one quantization level.
         step: f32,
     },
+    /// int8 with a step per row: the payload carries each row's step.
+    Int8Rows {
+        /// Values per row (the last row may be shorter).
+        row_len: u32,
+    },
     /// TernGrad: a value is `q * scale`, `q` in {-1, 0, 1}.
     TernGrad {
         /// `max|x|`.
@@ -59,6 +64,7 @@ impl Params {
             Params::Fp16 => CodecId::Fp16,
             Params::Bf16 => CodecId::Bf16,
             Params::Int8 { .. } => CodecId::Int8,
+            Params::Int8Rows { .. } => CodecId::Int8Rows,
             Params::TernGrad { .. } => CodecId::TernGrad,
             Params::OneBit { .. } => CodecId::OneBit,
             Params::TopK { .. } => CodecId::TopK,
@@ -70,7 +76,7 @@ impl Params {
     pub fn wire_len(codec: CodecId) -> usize {
         match codec {
             CodecId::None | CodecId::Fp16 | CodecId::Bf16 => 0,
-            CodecId::Int8 | CodecId::TernGrad => 4,
+            CodecId::Int8 | CodecId::Int8Rows | CodecId::TernGrad => 4,
             CodecId::OneBit | CodecId::TopK | CodecId::ThreeLc => 8,
         }
     }
@@ -83,6 +89,7 @@ impl Params {
             Params::Int8 { step: v } | Params::TernGrad { scale: v } => {
                 (Some(v.to_le_bytes()), None)
             }
+            Params::Int8Rows { row_len } => (Some(row_len.to_le_bytes()), None),
             Params::OneBit { positive, negative } => {
                 (Some(positive.to_le_bytes()), Some(negative.to_le_bytes()))
             }
@@ -134,6 +141,15 @@ impl Params {
                     )));
                 }
                 Params::Int8 { step }
+            }
+            CodecId::Int8Rows => {
+                let row_len = u32::from_le_bytes(word(0));
+                if row_len == 0 {
+                    return Err(DecodeError::BadParams(
+                        "int8-rows row length 0 must be at least 1".into(),
+                    ));
+                }
+                Params::Int8Rows { row_len }
             }
             CodecId::TernGrad => Params::TernGrad {
                 scale: scale("terngrad scale", float(0))?,

@@ -13,6 +13,7 @@ const NONE: u8 = 0;
 const FP16: u8 = 1;
 const BF16: u8 = 2;
 const INT8: u8 = 3;
+const INT8_ROWS: u8 = 8;
 const TERNGRAD: u8 = 4;
 const ONEBIT: u8 = 5;
 const TOPK: u8 = 6;
@@ -232,7 +233,7 @@ fn bad_version() {
 
 #[test]
 fn unknown_codec_id() {
-    for codec in [8, 9, 127, 255] {
+    for codec in [9, 10, 127, 255] {
         let frame = RawFrame::new(codec, 0, vec![], vec![]);
         assert_eq!(
             parse(&frame.bytes()).unwrap_err(),
@@ -387,6 +388,47 @@ fn onebit_bitmap_padding_bits_set() {
 fn int8_level_minus_128() {
     let frame = RawFrame::new(INT8, 3, 1.0f32.to_le_bytes().to_vec(), vec![0, 0x80, 1]);
     assert_eq!(corrupt(&frame.bytes()), "int8 level -128 is not used");
+}
+
+/// An int8-rows payload: per row its step, then its levels.
+fn int8_rows_payload(rows: &[(f32, &[u8])]) -> Vec<u8> {
+    let mut payload = Vec::new();
+    for (step, levels) in rows {
+        payload.extend_from_slice(&step.to_le_bytes());
+        payload.extend_from_slice(levels);
+    }
+    payload
+}
+
+#[test]
+fn int8_rows_refuses_a_bad_row_length_step_level_or_length() {
+    let row_len = |n: u32| n.to_le_bytes().to_vec();
+    let frame = RawFrame::new(
+        INT8_ROWS,
+        2,
+        row_len(0),
+        int8_rows_payload(&[(1.0, &[1, 2])]),
+    );
+    assert!(bad_params(&frame.bytes()).contains("row length 0"));
+    for bad in [f32::NAN, -1.0, f32::INFINITY, f32::MAX] {
+        let payload = int8_rows_payload(&[(1.0, &[1, 2]), (bad, &[3])]);
+        let frame = RawFrame::new(INT8_ROWS, 3, row_len(2), payload);
+        assert!(corrupt(&frame.bytes()).contains("int8-rows step"), "{bad}");
+    }
+    let payload = int8_rows_payload(&[(1.0, &[1, 0x80])]);
+    let frame = RawFrame::new(INT8_ROWS, 2, row_len(2), payload);
+    assert_eq!(corrupt(&frame.bytes()), "int8 level -128 is not used");
+    // One step short of the three rows 5 values in rows of 2 need.
+    let payload = int8_rows_payload(&[(1.0, &[1, 2]), (1.0, &[3, 4, 5])]);
+    let frame = RawFrame::new(INT8_ROWS, 5, row_len(2), payload);
+    assert!(matches!(
+        parse(&frame.bytes()),
+        Err(DecodeError::PayloadLength { .. })
+    ));
+    // Each row decodes with its own step.
+    let payload = int8_rows_payload(&[(0.5, &[2, 0xff]), (4.0, &[1])]);
+    let frame = RawFrame::new(INT8_ROWS, 3, row_len(2), payload);
+    assert_eq!(decoded(&frame.bytes()).unwrap(), vec![1.0, -0.5, 4.0]);
 }
 
 #[test]

@@ -61,6 +61,17 @@ fn check_values(codec: &Codec, header: &FrameHeader, payload: &[u8], acc: &[f32]
                 assert!((a - d).abs() <= bound, "int8: {a} -> {d}, step {step}");
             }
         }
+        Params::Int8Rows { row_len } => {
+            // Each row within half of its own step, whatever the others'.
+            let row = row_len as usize;
+            for (acc_row, decoded_row) in acc.chunks(row).zip(decoded.chunks(row)) {
+                let step = max_abs(acc_row) / 127.0;
+                for (a, d) in acc_row.iter().zip(decoded_row) {
+                    let bound = step / 2.0 + a.abs() * 4.0 * f32::EPSILON;
+                    assert!((a - d).abs() <= bound, "int8-rows: {a} -> {d}, step {step}");
+                }
+            }
+        }
         Params::TernGrad { scale } => {
             assert_eq!(scale, max);
             for (a, d) in acc.iter().zip(decoded) {
@@ -199,6 +210,8 @@ roundtrip_tests! {
     fp16 => Codec::Fp16,
     bf16 => Codec::Bf16,
     int8 => Codec::Int8,
+    int8_rows_32 => Codec::Int8Rows { row_len: 32 },
+    int8_rows_7 => Codec::Int8Rows { row_len: 7 },
     terngrad => Codec::TernGrad { seed: 7 },
     onebit => Codec::OneBit,
     topk_25 => topk(25.0),

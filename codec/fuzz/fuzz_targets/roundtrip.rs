@@ -20,7 +20,7 @@ const LIMITS: Limits = Limits {
 };
 
 fn codec(u: &mut Unstructured<'_>) -> Result<Codec> {
-    Ok(match u.int_in_range(0u8..=7)? {
+    Ok(match u.int_in_range(0u8..=8)? {
         0 => Codec::None,
         1 => Codec::Fp16,
         2 => Codec::Bf16,
@@ -31,6 +31,9 @@ fn codec(u: &mut Unstructured<'_>) -> Result<Codec> {
         5 => Codec::OneBit,
         6 => Codec::TopK {
             percent: TopKPercent::new(f32::from(u.int_in_range(1u16..=1000)?) / 10.0).unwrap(),
+        },
+        8 => Codec::Int8Rows {
+            row_len: u.int_in_range(1u32..=300)?,
         },
         _ => Codec::ThreeLc {
             sparsity: Sparsity::new(1.0 + f32::from(u.int_in_range(0u16..=999)?) / 1000.0).unwrap(),

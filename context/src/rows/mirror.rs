@@ -138,7 +138,8 @@ impl RowMirror {
     /// `values` (`ids.len() * dim`, row-major) as one rows-pull envelope
     /// appended to `out`: header (`fallback_token`, the epoch, base =
     /// [`version`](Self::version), target = base + 1), rows section, the
-    /// new rows' keyframes with `keyframe_codec` (`none` or fp16), the
+    /// new rows' keyframes with `keyframe_codec` (`int8-rows` with a step
+    /// per row of this table, or `none`, fp16, bf16), the
     /// held rows' deltas (current − mirror row) with `delta_codec` (3LC).
     /// A duplicated id's row is taken from its first position.
     ///
@@ -207,7 +208,14 @@ impl RowMirror {
         let start = out.len();
         header.write(out);
         section.write(out);
-        if let Err(err) = encode_frames(keyframe_codec, delta_codec, self.entropy, s, out) {
+        // A step per row of the table, not per block of the default length.
+        let keyframe_codec = match keyframe_codec {
+            Codec::Int8Rows { .. } => Codec::Int8Rows {
+                row_len: section.dim,
+            },
+            other => *other,
+        };
+        if let Err(err) = encode_frames(&keyframe_codec, delta_codec, self.entropy, s, out) {
             out.truncate(start);
             return Err(err);
         }

@@ -107,6 +107,29 @@ fn pull(
 }
 
 #[test]
+fn int8_rows_keyframes_keep_each_rows_precision() {
+    // New rows whose scales differ 10,000 times: with a step per row of
+    // the table (not the codec's default 32), each row is within half of
+    // its own step; one step for all would round the small row to zeros.
+    let dim = 4;
+    let mut holder = RowMirror::new(0xabd, dim, 100);
+    let ids = [1i64, 2];
+    let values = [1000.0, -500.0, 250.0, 125.0, 0.1, -0.05, 0.025, 0.0125];
+    let mut requester = None;
+    let codec = Codec::Int8Rows { row_len: 32 };
+    let (_, out) = pull(&mut holder, &mut requester, &ids, &values, codec);
+    for (row, got) in values.chunks_exact(dim).zip(out.chunks_exact(dim)) {
+        let step = row.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+        for (v, g) in row.iter().zip(got) {
+            assert!(
+                (v - g).abs() <= step / 2.0 * 1.001,
+                "{v} -> {g}, step {step}"
+            );
+        }
+    }
+}
+
+#[test]
 fn uniques_keep_first_appearance_order() {
     let mut u = Uniques::new();
     let (unique, index) = u.compute(&[5, 3, 5, -1, 3, 5]);
@@ -131,10 +154,10 @@ fn mirrors_stay_bit_identical_over_200_steps() {
         let ids: Vec<i64> = (0..k).map(|_| rng.zipf(3000)).collect();
         let values = gather(&ids, step, dim);
         let held: Vec<bool> = ids.iter().map(|&id| holder.row(id).is_some()).collect();
-        let codec = if step % 3 == 0 {
-            Codec::Fp16
-        } else {
-            Codec::None
+        let codec = match step % 3 {
+            0 => Codec::Fp16,
+            1 => Codec::Int8Rows { row_len: 32 },
+            _ => Codec::None,
         };
         let (encoded, out) = pull(&mut holder, &mut requester, &ids, &values, codec);
         hits += encoded.hits;

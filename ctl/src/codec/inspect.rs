@@ -76,6 +76,9 @@ pub struct FrameInfo {
     /// topk: the number of values kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept: Option<u32>,
+    /// int8-rows: values per row (each row's step is in the payload).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub row_len: Option<u32>,
 }
 
 impl FrameInfo {
@@ -99,10 +102,12 @@ impl FrameInfo {
             negative: None,
             percent: None,
             kept: None,
+            row_len: None,
         };
         match header.params {
             Params::None | Params::Fp16 | Params::Bf16 => {}
             Params::Int8 { step } => info.scale = Some(step),
+            Params::Int8Rows { row_len } => info.row_len = Some(row_len),
             Params::TernGrad { scale } => info.scale = Some(scale),
             Params::ThreeLc { scale, sparsity } => {
                 info.scale = Some(scale);
@@ -128,6 +133,9 @@ impl FrameInfo {
         }
         if let (Some(percent), Some(kept)) = (self.percent, self.kept) {
             parts.push(format!("k={percent}% kept={kept}"));
+        }
+        if let Some(row_len) = self.row_len {
+            parts.push(format!("row={row_len}"));
         }
         parts.join(" ")
     }

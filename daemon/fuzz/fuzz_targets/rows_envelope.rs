@@ -144,7 +144,11 @@ fn run(u: &mut Unstructured, input_len: usize) -> arbitrary::Result<()> {
     let mut seen: Vec<i64> = Vec::new();
 
     // The steps before: the holder encodes, the requester applies.
-    let keyframe_codec = *u.choose(&[Codec::None, Codec::Fp16])?;
+    let keyframe_codec = *u.choose(&[
+        Codec::None,
+        Codec::Fp16,
+        Codec::Int8Rows { row_len: 32 },
+    ])?;
     let delta_codec = *u.choose(&[
         Codec::ThreeLc {
             sparsity: Sparsity::ONE,
@@ -607,6 +611,7 @@ fn by_hand_envelope(
         Codec::Fp16,
         Codec::Bf16,
         Codec::Int8,
+        Codec::Int8Rows { row_len: 5 },
         Codec::TernGrad { seed: 7 },
         Codec::OneBit,
         Codec::TopK {

@@ -117,6 +117,7 @@ fn envelope() -> Result<Seeds> {
         Codec::Fp16,
         Codec::Bf16,
         Codec::Int8,
+        Codec::Int8Rows { row_len: 10 },
         Codec::OneBit,
         Codec::TernGrad { seed: 1 },
         three_lc,

@@ -247,6 +247,11 @@ pub struct PolicySettings {
     /// bytes, below `min_bytes`: their memory by row id makes even a
     /// one-column table's few hundred bytes shrink several times.
     pub min_row_bytes: u64,
+    /// Codec of a row new to a requester's mirror (its keyframe): `none`,
+    /// `fp16`, `bf16`, or `int8-rows` (int8 with a step per row: within
+    /// about 0.5% of each row, well inside the pull bound, at half of
+    /// fp16's bytes).
+    pub row_keyframe_codec: String,
     /// Frames carry the entropy stage (zstd over the codec's payload, where
     /// it shrinks: about 1.9x more on 3LC at s = 1.0) for requesters that
     /// read it.
@@ -284,6 +289,7 @@ impl Default for PolicySettings {
             hop_compression: true,
             row_memory: true,
             min_row_bytes: DEFAULT_MIN_ROW_BYTES,
+            row_keyframe_codec: "int8-rows".into(),
             entropy: true,
             push: CodecSettings::default(),
             pull: CodecSettings::default(),
@@ -353,8 +359,31 @@ pub struct Policy {
     pull: CodecChoice,
     sparse: CodecChoice,
     unknown: CodecChoice,
+    row_keyframe: Codec,
     refine: Refine,
     overrides: Vec<Override>,
+}
+
+/// The codecs a row's keyframe may take: each row keeps its own precision.
+const ROW_KEYFRAME_CODECS: [CodecId; 4] = [
+    CodecId::None,
+    CodecId::Fp16,
+    CodecId::Bf16,
+    CodecId::Int8Rows,
+];
+
+/// `policy.row_keyframe_codec`, checked.
+fn row_keyframe_codec(name: &str) -> Result<Codec, ConfigError> {
+    name.parse::<CodecId>()
+        .ok()
+        .filter(|id| ROW_KEYFRAME_CODECS.contains(id))
+        .map(CodecId::with_defaults)
+        .ok_or_else(|| ConfigError::Invalid {
+            key: "policy.row_keyframe_codec".into(),
+            value: name.into(),
+            allowed: "none, fp16, bf16 or int8-rows (a codec that keeps each row's precision)"
+                .into(),
+        })
 }
 
 impl std::fmt::Debug for Policy {
@@ -401,6 +430,7 @@ impl Policy {
         let pull = settings.pull.resolve("policy.pull")?;
         let sparse = settings.sparse.resolve_memoryless("policy.sparse")?;
         let unknown = settings.unknown.resolve_memoryless("policy.unknown")?;
+        let row_keyframe = row_keyframe_codec(&settings.row_keyframe_codec)?;
         let refine = Refine::new(&settings.refine)?;
         let mut overrides = Vec::new();
         for (i, o) in settings.overrides.iter().enumerate() {
@@ -442,6 +472,7 @@ impl Policy {
             pull,
             sparse,
             unknown,
+            row_keyframe,
             refine,
             overrides,
         })
@@ -480,6 +511,12 @@ impl Policy {
             Direction::Push => self.push.codec,
             Direction::Pull => self.pull.codec,
         }
+    }
+
+    /// The codec of a row's keyframe (a row new to a requester's mirror);
+    /// `int8-rows` takes the table's row length.
+    pub fn row_keyframe_codec(&self) -> Codec {
+        self.row_keyframe
     }
 
     /// Steps a dense tensor crosses uncompressed before its context starts.
@@ -731,6 +768,22 @@ mod tests {
             p.decide(Direction::Push, TensorClass::DenseGradient, "t", big),
             Decision::Compress(c, Treatment::ErrorFeedback) if c.feedback == Feedback::On
         ));
+    }
+
+    #[test]
+    fn row_keyframes_take_a_codec_that_keeps_each_rows_precision() {
+        let p = Policy::default();
+        assert_eq!(p.row_keyframe_codec().id(), CodecId::Int8Rows);
+        let p = policy("[policy]\nrow_keyframe_codec = \"fp16\"\n").unwrap();
+        assert_eq!(p.row_keyframe_codec(), Codec::Fp16);
+        for bad in ["int8", "3lc", "gzip"] {
+            let err = policy(&format!("[policy]\nrow_keyframe_codec = \"{bad}\"\n")).unwrap_err();
+            assert!(
+                err.to_string().contains("policy.row_keyframe_codec"),
+                "{err}"
+            );
+            assert!(err.to_string().contains("int8-rows"), "{err}");
+        }
     }
 
     #[test]

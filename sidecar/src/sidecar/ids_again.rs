@@ -30,9 +30,9 @@ use tlc_core::TensorCall;
 use tlc_proxy::body::Collected;
 use tlc_wire::peer::IdsAgainHeader;
 use tlc_wire::rows::ids_hash;
-use tlc_wire::tf::grpc;
-use tlc_wire::tf::proto::{DataType, RecvTensorResponse, TensorProto};
+use tlc_wire::tf::proto::RecvTensorResponse;
 use tlc_wire::tf::recv_tensor::{self, ResponseMeta};
+use tlc_wire::tf::{grpc, ids};
 
 /// How long the requester waits for the earlier ids: they were served
 /// before this answer, so they are arriving or have arrived.
@@ -53,20 +53,6 @@ fn max_ids(sidecar: &Sidecar) -> usize {
     usize::try_from(sidecar.options().max_tensor_bytes / 4).unwrap_or(usize::MAX)
 }
 
-/// A tensor's dims, if none is negative.
-fn dims_of(tensor: &TensorProto) -> Option<Vec<u64>> {
-    tensor
-        .tensor_shape
-        .as_ref()
-        .map_or(Some(Vec::new()), |shape| {
-            shape
-                .dim
-                .iter()
-                .map(|d| u64::try_from(d.size).ok())
-                .collect()
-        })
-}
-
 /// Holder: `response`, the answer to `call` holding `ids` (as
 /// `keep_row_ids` read them), as a reference to equal ids of the step the
 /// requester keeps: the response without its values, as gRPC chunks, and
@@ -85,8 +71,7 @@ pub(super) fn reference(
     let earlier = sidecar
         .row_ids
         .same_ids_in_step(&key(call, &call.tensor_name), ids)?;
-    let tensor = response.tensor.as_ref()?;
-    let dims = dims_of(tensor)?;
+    let shape = ids::ids_shape(response, ids.len()).ok()?;
     let header = IdsAgainHeader {
         token,
         hash: ids_hash(ids),
@@ -95,8 +80,8 @@ pub(super) fn reference(
     .to_header()?;
     let built = recv_tensor::build_response_with_content(
         &ResponseMeta::of(response),
-        &dims,
-        tensor.dtype,
+        &shape.dims,
+        shape.dtype,
         Bytes::new(),
     )
     .ok()?;
@@ -125,29 +110,16 @@ pub(super) async fn restore(
         .map_err(|e| format!("gRPC framing: {e}"))?;
     let response =
         recv_tensor::decode_response(message).map_err(|e| format!("not a response: {e}"))?;
-    let tensor = response
-        .tensor
-        .as_ref()
-        .filter(|_| !response.is_dead)
-        .ok_or("no tensor")?;
-    if !(tensor.tensor_content.is_empty()
-        && tensor.int64_val.is_empty()
-        && tensor.int_val.is_empty())
-    {
+    let shape = ids::ids_shape(&response, max_ids(sidecar)).map_err(|e| e.to_string())?;
+    let carries_values = response.tensor.as_ref().is_some_and(|tensor| {
+        !(tensor.tensor_content.is_empty()
+            && tensor.int64_val.is_empty()
+            && tensor.int_val.is_empty())
+    });
+    if carries_values {
         return Err("a reference that carries values".into());
     }
-    let int64 = match tensor.dtype {
-        d if d == DataType::DtInt64 as i32 => true,
-        d if d == DataType::DtInt32 as i32 => false,
-        other => return Err(format!("ids of type {other}")),
-    };
-    let dims = dims_of(tensor).ok_or("negative dims")?;
-    let count = dims
-        .iter()
-        .try_fold(1u64, |n, &d| n.checked_mul(d))
-        .and_then(|n| usize::try_from(n).ok())
-        .filter(|&n| n <= max_ids(sidecar))
-        .ok_or("shape too large")?;
+    let count = shape.count;
     let ids = sidecar
         .row_ids
         .wait_for(&key(call, &again.tensor), PATIENCE)
@@ -160,9 +132,9 @@ pub(super) async fn restore(
             ids.len()
         ));
     }
-    let mut content = Vec::with_capacity(count * if int64 { 8 } else { 4 });
+    let mut content = Vec::with_capacity(count * shape.width);
     for &id in ids.iter() {
-        if int64 {
+        if shape.width == 8 {
             content.extend_from_slice(&id.to_le_bytes());
         } else {
             let id = i32::try_from(id).map_err(|_| "an int64 id for int32 ids")?;
@@ -171,8 +143,8 @@ pub(super) async fn restore(
     }
     let built = recv_tensor::build_response_with_content(
         &ResponseMeta::of(&response),
-        &dims,
-        tensor.dtype,
+        &shape.dims,
+        shape.dtype,
         Bytes::from(content),
     )
     .map_err(|e| e.to_string())?;

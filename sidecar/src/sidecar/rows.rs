@@ -5,9 +5,9 @@
 //! - A pull of gathered rows goes through a mirror of the rows the
 //!   requester holds, kept bit-identically by both sidecars
 //!   ([`tlc_context::rows::RowMirror`]): a held row gets a delta with the
-//!   pull codec, a new row a keyframe with `[policy.sparse]`'s codec
-//!   (what every row got before: fp16 by default). The requester announces
-//!   its mirror in `tlc-rows`; any disagreement starts a new one.
+//!   pull codec, a new row a keyframe with `policy.row_keyframe_codec`
+//!   (int8 with a step per row by default). The requester announces its
+//!   mirror in `tlc-rows`; any disagreement starts a new one.
 //! - A push of gradient rows goes through an error buffer per row id
 //!   ([`tlc_context::rows::RowErrors`]), duplicate ids summed first, as
 //!   the consuming op would.
@@ -31,7 +31,7 @@ use tlc_wire::peer::RowsHeader;
 
 use super::row_ids::IdsKey;
 use super::Sidecar;
-use crate::graph::{Classified, RowRole, TensorClass, Training};
+use crate::graph::{Classified, RowRole, Training};
 
 /// What one row costs beyond its values (hash map slot, bookkeeping): the
 /// bound on rows is computed with it.
@@ -236,10 +236,7 @@ impl Sidecar {
         };
         let width = row_width(dims, ids.len(), values.len())?;
         let codec = policy.row_codec(call.direction);
-        // A row new to the requester gets what sparse rows got before.
-        let keyframe = policy
-            .codec_for_class(call.direction, TensorClass::Sparse)
-            .codec;
+        let keyframe = policy.row_keyframe_codec();
         let now = Instant::now();
         let key = RowsKey {
             peer: call.requester_task.clone(),

@@ -21,8 +21,22 @@ pub enum IdsError {
     Content,
 }
 
-/// The ids a response carries, in position order, at most `max` of them.
-pub fn read_ids(response: &RecvTensorResponse, max: usize) -> Result<Vec<i64>, IdsError> {
+/// What a response's ids tensor declares: its type and shape, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdsShape {
+    /// The tensor's dtype, `DT_INT64` or `DT_INT32`.
+    pub dtype: i32,
+    /// Bytes per id: 8 or 4.
+    pub width: usize,
+    /// The dims (none for a scalar).
+    pub dims: Vec<u64>,
+    /// How many ids the dims name, at most the `max` asked for.
+    pub count: usize,
+}
+
+/// The type and shape of the ids `response` carries, at most `max` of
+/// them, without reading the values.
+pub fn ids_shape(response: &RecvTensorResponse, max: usize) -> Result<IdsShape, IdsError> {
     let tensor = response
         .tensor
         .as_ref()
@@ -33,18 +47,37 @@ pub fn read_ids(response: &RecvTensorResponse, max: usize) -> Result<Vec<i64>, I
         d if d == DataType::DtInt32 as i32 => 4,
         other => return Err(IdsError::NotInteger(other)),
     };
-    let count = tensor
+    let dims = tensor
         .tensor_shape
         .as_ref()
-        .map_or(Some(1u64), |shape| {
+        .map_or(Some(Vec::new()), |shape| {
             shape
                 .dim
                 .iter()
-                .try_fold(1u64, |n, d| n.checked_mul(u64::try_from(d.size).ok()?))
+                .map(|d| u64::try_from(d.size).ok())
+                .collect()
         })
+        .ok_or(IdsError::Shape)?;
+    let count = dims
+        .iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(d))
         .and_then(|n| usize::try_from(n).ok())
         .filter(|&n| n <= max)
         .ok_or(IdsError::Shape)?;
+    Ok(IdsShape {
+        dtype: tensor.dtype,
+        width,
+        dims,
+        count,
+    })
+}
+
+/// The ids a response carries, in position order, at most `max` of them.
+pub fn read_ids(response: &RecvTensorResponse, max: usize) -> Result<Vec<i64>, IdsError> {
+    let IdsShape { width, count, .. } = ids_shape(response, max)?;
+    let Some(tensor) = response.tensor.as_ref() else {
+        return Err(IdsError::NoTensor);
+    };
     let content = &tensor.tensor_content;
     if !content.is_empty() {
         if Some(content.len()) != count.checked_mul(width) {
@@ -144,5 +177,28 @@ mod tests {
             read_ids(&response(DataType::DtInt64, &[0], vec![]), 10),
             Ok(vec![])
         );
+    }
+
+    #[test]
+    fn the_shape_is_read_without_the_values() {
+        let shape = ids_shape(&response(DataType::DtInt32, &[2, 3], Vec::new()), 6).unwrap();
+        assert_eq!(
+            shape,
+            IdsShape {
+                dtype: DataType::DtInt32 as i32,
+                width: 4,
+                dims: vec![2, 3],
+                count: 6
+            }
+        );
+        let too_many = response(DataType::DtInt64, &[2, 3], Vec::new());
+        assert_eq!(ids_shape(&too_many, 5), Err(IdsError::Shape));
+        let negative = response(DataType::DtInt64, &[-1], Vec::new());
+        assert_eq!(ids_shape(&negative, 5), Err(IdsError::Shape));
+        let floats = response(DataType::DtFloat, &[1], Vec::new());
+        assert!(matches!(
+            ids_shape(&floats, 5),
+            Err(IdsError::NotInteger(_))
+        ));
     }
 }
