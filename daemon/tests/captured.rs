@@ -265,7 +265,9 @@ async fn without_a_graph_large_tensors_travel_without_memory() {
                     assert!((o - r).abs() <= tolerance, "{name}: {o} came back as {r}");
                     changed += usize::from(o != r);
                 }
-                assert!(changed > 0, "{name}: not compressed at all");
+                // A zero-initialised bias comes back exact through fp16.
+                let zeros = original.values().all(|v| v == 0.0);
+                assert!(changed > 0 || zeros, "{name}: not compressed at all");
             }
             _ => assert!(reply.body == c.response, "{name}: not byte for byte"),
         }
