@@ -102,6 +102,42 @@ fn tf2_embedding_rows_ids_and_sparse_gradients_are_sparse() {
     );
 }
 
+/// The same TF2 component, paired by row id: `ResourceGather` takes its
+/// table as a function argument (a resource handle, not a read), and the
+/// gradient rows, already summed per id on the worker, go with `Unique`'s
+/// ids into `ResourceSparseApplyMomentum`, which applies them row by row.
+#[test]
+fn tf2_embedding_rows_are_paired_with_their_ids() {
+    use tlc_sidecar::graph::{RowKeyed, RowRole};
+    let index = GraphIndex::default();
+    index
+        .learn_enqueue(&fixture("tf2_embedding_ps_component_w0.enqueue.pb"))
+        .unwrap();
+    let rows_of = |src: &str, dst: &str, tensor: &str| index.lookup(src, dst, tensor).unwrap().rows;
+    let paired = |ids: &str, role| {
+        Some(RowKeyed {
+            ids: ids.to_owned(),
+            role,
+        })
+    };
+    let lookup_ids = "edge_71_cond/output/_7";
+    assert_eq!(
+        rows_of(W0, PS, lookup_ids),
+        paired(lookup_ids, RowRole::Ids)
+    );
+    assert_eq!(
+        rows_of(PS, W0, "edge_148_Gather"),
+        paired(lookup_ids, RowRole::Gathered)
+    );
+    let unique = "edge_212_Unique";
+    assert_eq!(rows_of(W0, PS, unique), paired(unique, RowRole::Ids));
+    assert_eq!(
+        rows_of(W0, PS, "edge_211_UnsortedSegmentSum"),
+        paired(unique, RowRole::SlicesApplied)
+    );
+    assert_eq!(rows_of(PS, W0, "edge_152_MatMul/ReadVariableOp"), None);
+}
+
 #[test]
 fn tf2_eager_copies_share_one_name_and_stay_unknown() {
     // Every v.numpy() on the coordinator is `edge_2_input`, whatever the

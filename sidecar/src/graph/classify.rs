@@ -85,6 +85,12 @@ pub enum RowRole {
     Gathered,
     /// Gradient rows for the ids, whose consumer sums duplicates (a push).
     Slices,
+    /// Gradient rows for the ids, applied row by row by a sparse apply
+    /// (`ResourceSparseApplyMomentum`, ...: TF2's optimizers, after their
+    /// own `Unique`/`UnsortedSegmentSum` on the worker). A duplicate id
+    /// would be applied twice, so these get memory by row id only in a
+    /// call whose ids are all distinct, which the holder checks.
+    SlicesApplied,
 }
 
 impl Classified {
@@ -174,6 +180,23 @@ const ROW_SUMS: &[(&str, usize, usize)] = &[
     ("SparseAccumulatorApplyGradient", 2, 3),
     ("ScatterAdd", 1, 2),
     ("ResourceScatterAdd", 1, 2),
+];
+
+/// Sparse applies: each (indices[i], grad[i]) updates its row on its own,
+/// a duplicate id twice: `(op, ids, values)`, from TensorFlow's op
+/// definitions (`var, accum, lr, grad, indices, ...` and the like).
+const ROW_APPLIES: &[(&str, usize, usize)] = &[
+    ("SparseApplyMomentum", 4, 3),
+    ("ResourceSparseApplyMomentum", 4, 3),
+    ("ResourceSparseApplyKerasMomentum", 4, 3),
+    ("SparseApplyAdagrad", 4, 3),
+    ("ResourceSparseApplyAdagrad", 4, 3),
+    ("SparseApplyAdagradV2", 5, 4),
+    ("ResourceSparseApplyAdagradV2", 5, 4),
+    ("SparseApplyFtrl", 4, 3),
+    ("ResourceSparseApplyFtrl", 4, 3),
+    ("SparseApplyFtrlV2", 4, 3),
+    ("ResourceSparseApplyFtrlV2", 4, 3),
 ];
 
 /// Dense update ops that only collect a gradient, to be averaged with
@@ -305,9 +328,13 @@ impl<'a> Body<'a> {
         if !GATHERS.contains(&gather.op.as_str()) {
             return None;
         }
-        let (_, table) = self.source(gather.input.first()?)?;
-        if !VARIABLE_READS.contains(&table.op.as_str()) {
-            return None;
+        // A `ResourceGather` reads a resource variable by definition; its
+        // handle is often a function argument (TF2), not a node.
+        if gather.op != "ResourceGather" {
+            let (_, table) = self.source(gather.input.first()?)?;
+            if !VARIABLE_READS.contains(&table.op.as_str()) {
+                return None;
+            }
         }
         if gather.op == "GatherV2" {
             // Rows only along axis 0, and without batch dimensions.
@@ -323,8 +350,10 @@ impl<'a> Body<'a> {
     }
 
     /// For a `_Recv` of gradient rows: the `_Recv` of their ids, if every
-    /// op the rows reach sums them into the rows the ids name.
-    fn slices_ids(&self, recv: usize) -> Option<usize> {
+    /// op the rows reach adds them into the rows the ids name, and whether
+    /// one applies them row by row ([`RowRole::SlicesApplied`]) rather
+    /// than summing duplicates ([`RowRole::Slices`]).
+    fn slices_ids(&self, recv: usize) -> Option<(usize, RowRole)> {
         let name = self.nodes[recv].name.as_str();
         let is_this = |input: Option<&String>| {
             input
@@ -332,6 +361,7 @@ impl<'a> Body<'a> {
                 .is_some_and(|r| r.node == name && r.output == 0)
         };
         let mut ids = None;
+        let mut role = RowRole::Slices;
         for &consumer in &self.consumers[recv] {
             let node = &self.nodes[consumer];
             let found = if node.op == "UnsortedSegmentSum" && is_this(node.input.first()) {
@@ -343,10 +373,14 @@ impl<'a> Body<'a> {
                     .then(|| self.recv_behind(unique.input.first()?))
                     .flatten()
             } else {
+                let applies = ROW_APPLIES.iter().find(|(op, _, _)| node.op == *op);
                 let &(_, id_input, value_input) =
-                    ROW_SUMS.iter().find(|(op, _, _)| node.op == *op)?;
+                    applies.or_else(|| ROW_SUMS.iter().find(|(op, _, _)| node.op == *op))?;
                 if !is_this(node.input.get(value_input)) {
                     return None;
+                }
+                if applies.is_some() {
+                    role = RowRole::SlicesApplied;
                 }
                 self.recv_behind(node.input.get(id_input)?)
             };
@@ -356,7 +390,7 @@ impl<'a> Body<'a> {
                 (Some(f), _) => ids = Some(f),
             }
         }
-        ids
+        ids.map(|ids| (ids, role))
     }
 
     /// The class of what a `_Send` sends, from its producer chain.
@@ -536,16 +570,17 @@ fn pair_rows(body: &Body<'_>, found: &mut [(usize, RendezvousTensor, Classified)
             continue;
         }
         let node = &body.nodes[*index];
-        let (ids, role, worker) = if is_send(&node.op) {
+        let (found_ids, worker) = if is_send(&node.op) {
             (
-                body.gathered_rows(node),
-                RowRole::Gathered,
+                body.gathered_rows(node).map(|ids| (ids, RowRole::Gathered)),
                 &tensor.dst_task,
             )
         } else {
-            (body.slices_ids(*index), RowRole::Slices, &tensor.src_task)
+            (body.slices_ids(*index), &tensor.src_task)
         };
-        let Some(ids) = ids else { continue };
+        let Some((ids, role)) = found_ids else {
+            continue;
+        };
         let Some(ids_at) = found.iter().position(|(i, _, _)| *i == ids) else {
             continue;
         };

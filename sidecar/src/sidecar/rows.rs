@@ -192,6 +192,14 @@ fn ids_key(call: &TensorCall, ids: &str, role: RowRole) -> IdsKey {
     }
 }
 
+/// Whether no id of `ids` repeats.
+fn all_distinct(ids: &[i64]) -> bool {
+    UNIQUES.with(|uniques| {
+        let mut uniques = uniques.borrow_mut();
+        uniques.compute(ids).0.len() == ids.len()
+    })
+}
+
 /// Values per row, if `dims` is `[ids, ...]` with at least one value per row.
 fn row_width(dims: &[u64], ids: usize, values: usize) -> Option<usize> {
     let (&rows, rest) = dims.split_first()?;
@@ -244,6 +252,12 @@ impl Sidecar {
         };
         let max_bytes = asked.max_bytes.min(self.rows.max_bytes());
         let max_rows = rows_within(max_bytes, width);
+        if rows.role == RowRole::SlicesApplied && !all_distinct(&ids) {
+            // Applied row by row: a duplicate id would be applied twice,
+            // once with its row and once with the zeros its later
+            // positions decode to.
+            return Some(Err("duplicate_ids_for_a_sparse_apply"));
+        }
         let mut bytes = Vec::with_capacity(values.len() / 4 + 256);
         let result = UNIQUES.with(|uniques| {
             let mut uniques = uniques.borrow_mut();
@@ -417,4 +431,19 @@ impl Sidecar {
 pub fn is_rows_envelope(envelope: &[u8]) -> bool {
     tlc_wire::envelope::EnvelopeHeader::parse(envelope)
         .is_ok_and(|h| matches!(h.kind, Kind::RowsPull | Kind::RowsPush))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeated_id_is_found_wherever_it_is() {
+        assert!(all_distinct(&[]));
+        assert!(all_distinct(&[3, 1, 2]));
+        assert!(!all_distinct(&[3, 1, 3]));
+        assert!(!all_distinct(&[7, 7]));
+        // The scratch is reused: an earlier call leaves nothing behind.
+        assert!(all_distinct(&[7]));
+    }
 }
