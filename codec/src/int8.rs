@@ -13,12 +13,7 @@ pub fn encode(mut acc: Accumulator<'_>, out: &mut Vec<u8>) -> Result<Params, Enc
     let step = max / 127.0;
     // At max = f32::MAX the division rounds up and 127 * step overflows.
     if !(step * 127.0).is_finite() {
-        let (index, value) = acc.find_magnitude(max);
-        return Err(EncodeError::OutOfRange {
-            codec: "int8",
-            value,
-            index,
-        });
+        return Err(overflow(&acc, max, "int8"));
     }
     out.reserve(acc.len());
     for i in 0..acc.len() {
@@ -27,6 +22,17 @@ pub fn encode(mut acc: Accumulator<'_>, out: &mut Vec<u8>) -> Result<Params, Enc
         acc.settle(i, f32::from(q) * step);
     }
     Ok(Params::Int8 { step })
+}
+
+/// At `max` near f32::MAX the step rounds up and 127 steps overflow: the
+/// value that set it, for the error.
+fn overflow(acc: &Accumulator<'_>, max: f32, codec: &'static str) -> EncodeError {
+    let (index, value) = acc.find_magnitude(max);
+    EncodeError::OutOfRange {
+        codec,
+        value,
+        index,
+    }
 }
 
 /// `round_ties_even(v)` clamped to [-127, 127], as an integer.
@@ -61,12 +67,7 @@ pub fn encode_rows(
         let max = (start..end).fold(0.0f32, |m, i| m.max(acc.get(i).abs()));
         let step = max / 127.0;
         if !(step * 127.0).is_finite() {
-            let (index, value) = acc.find_magnitude(max);
-            return Err(EncodeError::OutOfRange {
-                codec: "int8-rows",
-                value,
-                index,
-            });
+            return Err(overflow(&acc, max, "int8-rows"));
         }
         out.extend_from_slice(&step.to_le_bytes());
         for i in start..end {

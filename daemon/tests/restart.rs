@@ -114,6 +114,15 @@ impl Reconnecting {
     }
 }
 
+/// Waits until a tlcd offers its listeners at `socket` (once it serves).
+async fn wait_for_offer(socket: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !socket.exists() {
+        assert!(Instant::now() < deadline, "no hand-over socket");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn wait_for_port(addr: SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(addr).is_err() {
@@ -138,11 +147,7 @@ async fn a_successor_takes_the_sockets_over_without_a_failed_call() {
     let mut old = KillOnDrop(old);
     wait_for_port(listen);
     // The offer is made once the sidecar serves.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !socket.exists() {
-        assert!(Instant::now() < deadline, "no hand-over socket");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_offer(&socket).await;
 
     // Calls all the way through the hand-over.
     let calls = tokio::spawn(async move {
@@ -169,18 +174,7 @@ async fn a_successor_takes_the_sockets_over_without_a_failed_call() {
     let _new = KillOnDrop(new);
 
     // The old tlcd closes its connections gracefully and exits.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(status) = old.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the predecessor did not exit after the hand-over"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    assert!(status.success(), "the predecessor exited with {status}");
+    exits(&mut old.0, Duration::from_secs(15), "the predecessor").await;
     let (answered, connections) = calls.await.unwrap();
     assert!(answered > 50, "only {answered} calls went through");
     assert!(
@@ -211,15 +205,21 @@ async fn a_successor_takes_the_sockets_over_without_a_failed_call() {
 
 /// Waits up to `limit` for `child` to exit, successfully.
 async fn exits(child: &mut Child, limit: Duration, what: &str) {
+    let status = exit_status(child, limit, what).await;
+    assert!(status.success(), "{what} exited with {status}");
+}
+
+/// How `child` exited, within `limit` (else the test fails, `what` says
+/// what did not exit).
+async fn exit_status(child: &mut Child, limit: Duration, what: &str) -> std::process::ExitStatus {
     let deadline = Instant::now() + limit;
-    let status = loop {
+    loop {
         if let Some(status) = child.try_wait().unwrap() {
-            break status;
+            return status;
         }
         assert!(Instant::now() < deadline, "{what} did not exit");
         tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    assert!(status.success(), "{what} exited with {status}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -241,11 +241,7 @@ async fn a_slow_client_reads_every_byte_of_its_calls_through_a_take_over() {
         false,
     ));
     wait_for_port(listen);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !socket.exists() {
-        assert!(Instant::now() < deadline, "no hand-over socket");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_offer(&socket).await;
     let client = support::slow::SlowClient::connect(listen, 16 << 10).await;
     let calls: Vec<_> = (0..4).map(|_| client.call()).collect();
     client.wait_for(256 << 10).await;
@@ -322,27 +318,13 @@ async fn a_tlcd_in_another_network_namespace_takes_nothing_over() {
         false,
     ));
     wait_for_port(listen);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !socket.exists() {
-        assert!(Instant::now() < deadline, "the first tlcd never offered");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_offer(&socket).await;
 
     let log = dir.path().join("second");
     let mut second = KillOnDrop(tlcd_under(unshare, listen, upstream, &socket, &log, true));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = second.0.try_wait().unwrap() {
-            break status;
-        }
-        // Still running: it took the listeners and serves them.
-        assert!(
-            Instant::now() < deadline,
-            "the tlcd in another network namespace took over: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    // Still running after that: it took the listeners and serves them.
+    let what = "the tlcd in another network namespace (it took over)";
+    let status = exit_status(&mut second.0, Duration::from_secs(20), what).await;
     assert!(!status.success(), "the tlcd in another namespace started");
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("another network namespace"), "{text}");

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use tlc_sidecar::graph::{GraphIndex, TensorClass};
+use tlc_sidecar::graph::{GraphIndex, RowKeyed, RowRole, TensorClass};
 
 const PS: &str = "/job:ps/replica:0/task:0";
 const W0: &str = "/job:worker/replica:0/task:0";
@@ -14,6 +14,22 @@ const CHIEF: &str = "/job:chief/replica:0/task:0";
 fn fixture(name: &str) -> Vec<u8> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../wire/tests/fixtures/graphs");
     std::fs::read(dir.join(name)).unwrap()
+}
+
+/// What the index pairs the tensor `src` sends `dst` with.
+fn rows_of(index: &GraphIndex, src: &str, dst: &str, tensor: &str) -> Option<RowKeyed> {
+    index
+        .lookup(src, dst, tensor)
+        .unwrap_or_else(|| panic!("{tensor} not classified"))
+        .rows
+}
+
+/// Paired with the ids `ids`, as `role`.
+fn paired(ids: &str, role: RowRole) -> Option<RowKeyed> {
+    Some(RowKeyed {
+        ids: ids.to_owned(),
+        role,
+    })
 }
 
 fn class(index: &GraphIndex, src: &str, dst: &str, name: &str) -> TensorClass {
@@ -108,18 +124,11 @@ fn tf2_embedding_rows_ids_and_sparse_gradients_are_sparse() {
 /// ids into `ResourceSparseApplyMomentum`, which applies them row by row.
 #[test]
 fn tf2_embedding_rows_are_paired_with_their_ids() {
-    use tlc_sidecar::graph::{RowKeyed, RowRole};
     let index = GraphIndex::default();
     index
         .learn_enqueue(&fixture("tf2_embedding_ps_component_w0.enqueue.pb"))
         .unwrap();
-    let rows_of = |src: &str, dst: &str, tensor: &str| index.lookup(src, dst, tensor).unwrap().rows;
-    let paired = |ids: &str, role| {
-        Some(RowKeyed {
-            ids: ids.to_owned(),
-            role,
-        })
-    };
+    let rows_of = |src: &str, dst: &str, tensor: &str| rows_of(&index, src, dst, tensor);
     let lookup_ids = "edge_71_cond/output/_7";
     assert_eq!(
         rows_of(W0, PS, lookup_ids),
@@ -197,7 +206,6 @@ fn built_partitions_classify_as_built() {
 /// same ids in a `SparseConditionalAccumulator`.
 #[test]
 fn tf1_embedding_rows_are_paired_with_their_ids() {
-    use tlc_sidecar::graph::{RowKeyed, RowRole};
     let index = GraphIndex::default();
     const PS1: &str = "/job:ps/replica:0/task:1";
     for (name, ps, ids, rows, grad) in [
@@ -218,18 +226,8 @@ fn tf1_embedding_rows_are_paired_with_their_ids() {
     ] {
         let learned = index.learn_register_graph(&fixture(name)).unwrap();
         assert_eq!(learned.conflicts, 0, "{name}");
-        let rows_of = |src: &str, dst: &str, tensor: &str| {
-            index
-                .lookup(src, dst, tensor)
-                .unwrap_or_else(|| panic!("{tensor} not classified"))
-                .rows
-        };
-        let paired = |role| {
-            Some(RowKeyed {
-                ids: ids.to_owned(),
-                role,
-            })
-        };
+        let rows_of = |src: &str, dst: &str, tensor: &str| rows_of(&index, src, dst, tensor);
+        let paired = |role| paired(ids, role);
         assert_eq!(rows_of(W0, ps, ids), paired(RowRole::Ids), "{name}");
         assert_eq!(rows_of(ps, W0, rows), paired(RowRole::Gathered), "{name}");
         assert_eq!(rows_of(W0, ps, grad), paired(RowRole::Slices), "{name}");
@@ -251,19 +249,12 @@ fn tf1_embedding_rows_are_paired_with_their_ids() {
 /// `Unique` and `UnsortedSegmentSum` before `SparseApplyMomentum`.
 #[test]
 fn tf1_async_embedding_gradient_rows_are_paired_with_their_own_indices() {
-    use tlc_sidecar::graph::{RowKeyed, RowRole};
     let index = GraphIndex::default();
     let learned = index
         .learn_register_graph(&fixture("tf1_embedding_async_1ps_w0.register_graph.pb"))
         .unwrap();
     assert_eq!(learned.conflicts, 0);
-    let rows_of = |src: &str, dst: &str, tensor: &str| index.lookup(src, dst, tensor).unwrap().rows;
-    let paired = |ids: &str, role| {
-        Some(RowKeyed {
-            ids: ids.to_owned(),
-            role,
-        })
-    };
+    let rows_of = |src: &str, dst: &str, tensor: &str| rows_of(&index, src, dst, tensor);
     let ids = "edge_118__recv_ids_0";
     assert_eq!(rows_of(W0, PS, ids), paired(ids, RowRole::Ids));
     assert_eq!(
