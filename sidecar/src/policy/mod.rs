@@ -4,7 +4,7 @@
 //! ```toml
 //! [policy]
 //! parameter_jobs = ["ps"]   # jobs whose tasks hold the model
-//! min_bytes = 1024          # smaller tensors pass as they are
+//! min_bytes = 4096          # smaller tensors pass as they are
 //! hop_compression = true    # zstd over every other message between sidecars
 //! row_memory = true         # embedding rows by row id, see `sidecar::rows`
 //! entropy = true            # zstd over each frame's payload where it shrinks
@@ -303,7 +303,7 @@ impl Default for PolicySettings {
 }
 
 /// Tensors smaller than this pass as they are by default.
-pub const DEFAULT_MIN_BYTES: u64 = 1024;
+pub const DEFAULT_MIN_BYTES: u64 = 4 * 1024;
 
 /// Row-keyed tensors smaller than this pass as they are by default.
 pub const DEFAULT_MIN_ROW_BYTES: u64 = 256;
@@ -402,7 +402,7 @@ impl std::fmt::Debug for Policy {
 }
 
 impl Default for Policy {
-    /// The built-in defaults: 3LC at s = 1.0 both ways from 1 KiB, `ps` holds parameters.
+    /// The built-in defaults: 3LC at s = 1.0 both ways from 4 KiB, `ps` holds parameters.
     fn default() -> Self {
         // The built-in settings are constants of this program, tested below.
         Policy::new(&PolicySettings::default()).expect("built-in policy settings are valid")
