@@ -114,6 +114,20 @@ impl Reconnecting {
     }
 }
 
+/// A tlcd (no take-over) that listens on `listen` and offers its
+/// listeners at `socket`: the offer is made once the sidecar serves.
+async fn serving(
+    listen: SocketAddr,
+    upstream: SocketAddr,
+    socket: &Path,
+    log: &Path,
+) -> KillOnDrop {
+    let running = KillOnDrop(tlcd(listen, upstream, socket, log, false));
+    wait_for_port(listen);
+    wait_for_offer(socket).await;
+    running
+}
+
 /// Waits until a tlcd offers its listeners at `socket` (once it serves).
 async fn wait_for_offer(socket: &Path) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -137,17 +151,7 @@ async fn a_successor_takes_the_sockets_over_without_a_failed_call() {
     let socket = dir.path().join("handover.sock");
     let upstream = start_echo_server().await;
     let listen = free_addr();
-    let old = tlcd(
-        listen,
-        upstream,
-        &socket,
-        &dir.path().join("old.log"),
-        false,
-    );
-    let mut old = KillOnDrop(old);
-    wait_for_port(listen);
-    // The offer is made once the sidecar serves.
-    wait_for_offer(&socket).await;
+    let mut old = serving(listen, upstream, &socket, &dir.path().join("old.log")).await;
 
     // Calls all the way through the hand-over.
     let calls = tokio::spawn(async move {
@@ -233,15 +237,7 @@ async fn a_slow_client_reads_every_byte_of_its_calls_through_a_take_over() {
     let socket = dir.path().join("handover.sock");
     let upstream = support::slow::large_answers(SIZE).await;
     let listen = free_addr();
-    let mut old = KillOnDrop(tlcd(
-        listen,
-        upstream,
-        &socket,
-        &dir.path().join("old.log"),
-        false,
-    ));
-    wait_for_port(listen);
-    wait_for_offer(&socket).await;
+    let mut old = serving(listen, upstream, &socket, &dir.path().join("old.log")).await;
     let client = support::slow::SlowClient::connect(listen, 16 << 10).await;
     let calls: Vec<_> = (0..4).map(|_| client.call()).collect();
     client.wait_for(256 << 10).await;
@@ -310,15 +306,7 @@ async fn a_tlcd_in_another_network_namespace_takes_nothing_over() {
     let socket = dir.path().join("handover.sock");
     let upstream = start_echo_server().await;
     let listen = free_addr();
-    let _first = KillOnDrop(tlcd(
-        listen,
-        upstream,
-        &socket,
-        &dir.path().join("first"),
-        false,
-    ));
-    wait_for_port(listen);
-    wait_for_offer(&socket).await;
+    let _first = serving(listen, upstream, &socket, &dir.path().join("first")).await;
 
     let log = dir.path().join("second");
     let mut second = KillOnDrop(tlcd_under(unshare, listen, upstream, &socket, &log, true));

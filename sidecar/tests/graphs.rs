@@ -32,6 +32,30 @@ fn paired(ids: &str, role: RowRole) -> Option<RowKeyed> {
     })
 }
 
+/// Worker 0's lookup ids and the rows the ps gathers by them, and the
+/// gradient's indices and the gradient rows (`slices`) for them, each
+/// paired as the ps's one-partition graphs show them.
+fn assert_rows_paired(
+    index: &GraphIndex,
+    (lookup_ids, gathered): (&str, &str),
+    (indices, gradient): (&str, &str),
+    slices: RowRole,
+) {
+    assert_eq!(
+        rows_of(index, W0, PS, lookup_ids),
+        paired(lookup_ids, RowRole::Ids)
+    );
+    assert_eq!(
+        rows_of(index, PS, W0, gathered),
+        paired(lookup_ids, RowRole::Gathered)
+    );
+    assert_eq!(
+        rows_of(index, W0, PS, indices),
+        paired(indices, RowRole::Ids)
+    );
+    assert_eq!(rows_of(index, W0, PS, gradient), paired(indices, slices));
+}
+
 fn class(index: &GraphIndex, src: &str, dst: &str, name: &str) -> TensorClass {
     index
         .lookup(src, dst, name)
@@ -128,23 +152,16 @@ fn tf2_embedding_rows_are_paired_with_their_ids() {
     index
         .learn_enqueue(&fixture("tf2_embedding_ps_component_w0.enqueue.pb"))
         .unwrap();
-    let rows_of = |src: &str, dst: &str, tensor: &str| rows_of(&index, src, dst, tensor);
-    let lookup_ids = "edge_71_cond/output/_7";
-    assert_eq!(
-        rows_of(W0, PS, lookup_ids),
-        paired(lookup_ids, RowRole::Ids)
+    assert_rows_paired(
+        &index,
+        ("edge_71_cond/output/_7", "edge_148_Gather"),
+        ("edge_212_Unique", "edge_211_UnsortedSegmentSum"),
+        RowRole::SlicesApplied,
     );
     assert_eq!(
-        rows_of(PS, W0, "edge_148_Gather"),
-        paired(lookup_ids, RowRole::Gathered)
+        rows_of(&index, PS, W0, "edge_152_MatMul/ReadVariableOp"),
+        None
     );
-    let unique = "edge_212_Unique";
-    assert_eq!(rows_of(W0, PS, unique), paired(unique, RowRole::Ids));
-    assert_eq!(
-        rows_of(W0, PS, "edge_211_UnsortedSegmentSum"),
-        paired(unique, RowRole::SlicesApplied)
-    );
-    assert_eq!(rows_of(PS, W0, "edge_152_MatMul/ReadVariableOp"), None);
 }
 
 #[test]
@@ -254,19 +271,15 @@ fn tf1_async_embedding_gradient_rows_are_paired_with_their_own_indices() {
         .learn_register_graph(&fixture("tf1_embedding_async_1ps_w0.register_graph.pb"))
         .unwrap();
     assert_eq!(learned.conflicts, 0);
-    let rows_of = |src: &str, dst: &str, tensor: &str| rows_of(&index, src, dst, tensor);
-    let ids = "edge_118__recv_ids_0";
-    assert_eq!(rows_of(W0, PS, ids), paired(ids, RowRole::Ids));
-    assert_eq!(
-        rows_of(PS, W0, "edge_15_embedding_lookup"),
-        paired(ids, RowRole::Gathered)
-    );
-    let indices = "edge_29_gradients/embedding_lookup_grad/Reshape_1";
-    assert_eq!(rows_of(W0, PS, indices), paired(indices, RowRole::Ids));
-    assert_eq!(
-        rows_of(W0, PS, "edge_82_gradients/embedding_lookup_grad/Reshape"),
-        paired(indices, RowRole::Slices)
+    assert_rows_paired(
+        &index,
+        ("edge_118__recv_ids_0", "edge_15_embedding_lookup"),
+        (
+            "edge_29_gradients/embedding_lookup_grad/Reshape_1",
+            "edge_82_gradients/embedding_lookup_grad/Reshape",
+        ),
+        RowRole::Slices,
     );
     // The momentum hyperparameter crosses too, unpaired.
-    assert_eq!(rows_of(W0, PS, "edge_62_Momentum/momentum"), None);
+    assert_eq!(rows_of(&index, W0, PS, "edge_62_Momentum/momentum"), None);
 }
