@@ -19,7 +19,7 @@
 //! | `limits.handshake_seconds` | 1 to 300 |
 //! | `limits.idle_seconds` | 0 (never) to 604800 (7 days) |
 //! | `limits.memory_wait_seconds` | 1 to 600 |
-//! | `policy.min_bytes` | 0 to 2147483648 (2 GiB, TensorFlow's largest message) |
+//! | `policy.min_bytes`, `policy.min_vector_bytes`, `policy.min_row_bytes` | 0 to 2147483648 (2 GiB, TensorFlow's largest message) |
 //! | `policy.warmup_steps` | 0 to 1000000 |
 //! | `policy.overrides` | at most 1024 entries |
 //! | `policy.refine.*_max_passes` | 1 to 16 (pull), 1 to 8 (push) |

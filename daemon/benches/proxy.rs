@@ -47,6 +47,7 @@ fn policy(codec: &str, min_bytes: u64) -> Policy {
         push: settings.clone(),
         pull: settings,
         min_bytes,
+        min_vector_bytes: min_bytes,
         ..PolicySettings::default()
     })
     .expect("valid policy")

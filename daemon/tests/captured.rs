@@ -179,12 +179,13 @@ async fn captured_server() -> SocketAddr {
 }
 
 /// Whether a capture holds a float tensor the default policy compresses
-/// (at least `min_bytes`); dead, integer and smaller ones pass.
+/// (at least its threshold for the tensor's rank); dead, integer and
+/// smaller ones pass.
 fn large_float(name: &str) -> bool {
     let message = grpc::parse_single(capture(name).response, usize::MAX).unwrap();
     let response = recv_tensor::decode_response(message).unwrap();
     recv_tensor::classify(&response)
-        .is_ok_and(|t| 4 * t.element_count() >= Policy::default().min_bytes())
+        .is_ok_and(|t| 4 * t.element_count() >= Policy::default().threshold(t.dims.len()))
 }
 
 /// The capture's tensor as TensorFlow sent it, and as the client got it.

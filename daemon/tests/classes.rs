@@ -131,6 +131,49 @@ async fn dense_tensors_warm_up_uncompressed_then_use_their_replica() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_int8_warm_up_goes_through_the_replica_that_3lc_carries_on() {
+    let server = start_tensor_server(server_tensors()).await;
+    let settings = PolicySettings {
+        warmup_steps: 3,
+        warmup_codec: "int8".into(),
+        ..PolicySettings::default()
+    };
+    let holder = Arc::new(Sidecar::new(
+        Policy::new(&settings).unwrap(),
+        Default::default(),
+        None,
+    ));
+    let path = pair(server, holder.clone()).await;
+    register_graph(&path.client, partition()).await;
+    let w_key = key(PS, W0, 5, "w/read");
+    for step in 0..6 {
+        let got = recv(&path.client, &w_key, step).await;
+        let sent = model(step);
+        let drift = tlc_context::pull::drift(&sent, &got.values);
+        // int8 deltas, then 3LC's within the pull bound: never the exact
+        // value after the first keyframe, never far from it.
+        assert!(drift <= 0.01, "step {step}: drift {drift}");
+        if step == 1 {
+            assert_ne!(got.values, sent, "a delta through int8, not the value");
+        }
+    }
+    let totals = holder.stats().totals();
+    assert_eq!(totals.passed.get("warmup"), None, "nothing passed as it is");
+    assert_eq!(totals.pull.tensors, 6);
+    let codecs: Vec<_> = holder
+        .tensors()
+        .into_iter()
+        .map(|t| t.codec.codec)
+        .collect();
+    assert_eq!(codecs, ["3lc"], "3LC once the warm-up is over");
+    assert_eq!(
+        holder.table_sizes().pull.contexts,
+        1,
+        "one replica throughout"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_sidecar_carrying_two_requesters_keeps_their_replicas_apart() {
     // TF2's coordinator routes both workers' pulls through its own sidecar.
     let server = start_tensor_server(server_tensors()).await;

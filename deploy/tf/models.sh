@@ -34,6 +34,10 @@
 #   --timeout S    kill a run after S seconds (default 900)
 #   --tls          the sidecars speak mutual TLS to each other
 #                  (run_with_tlcd.sh --tls)
+#   --base-from DIR  take each case's run without sidecars from an earlier
+#                  --out DIR (same cases, steps and train.py flags) instead
+#                  of running it again: synchronous runs are deterministic,
+#                  so comparing settings needs one baseline per seed
 #
 # Bytes are tlcd's own counters, summed over the sidecars (the last
 # "sidecar totals" line of each OUT/sidecars/tlcd-*.log): raw = the
@@ -73,7 +77,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cases=mlp-sync-1ps,embedding-sync-1ps,embedding-sync-2ps,resnet-sync-1ps,mlp-async-1ps,embedding-async-1ps
-steps=300; config=""; OUT=""; TLCD=$root/target/release/tlcd; check=0; max_loss=0.5; timeout=900; tls=()
+steps=300; config=""; OUT=""; base_from=""; TLCD=$root/target/release/tlcd; check=0; max_loss=0.5; timeout=900; tls=()
 train_args=()
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 die() { echo "models: $*" >&2; exit 1; }
@@ -88,6 +92,7 @@ while (($#)); do
         --max-loss) max_loss=${2:?}; shift 2 ;;
         --timeout) timeout=${2:?}; shift 2 ;;
         --tls) tls=(--tls); shift ;;
+        --base-from) base_from=${2:?}; shift 2 ;;
         -h | --help) usage 0 ;;
         --) shift; train_args=("$@"); break ;;
         *) echo "models: unknown argument '$1'" >&2; usage 2 >&2 ;;
@@ -97,6 +102,13 @@ done
 [[ -x $TLCD ]] || die "no tlcd at $TLCD (cargo build --release -p tlc-daemon, or --tlcd PATH)"
 [[ -z $config || -r $config ]] || die "cannot read --config $config"
 [[ -n $config ]] && config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config")
+if [[ -n $base_from ]]; then
+    [[ -r $base_from/meta.txt ]] || die "--base-from $base_from: not the --out of an earlier run (no meta.txt)"
+    [[ $(sed -n 's/^train_args=//p' "$base_from/meta.txt") == "${train_args[*]}" ]] ||
+        die "--base-from $base_from: its train.py flags differ ($(sed -n 's/^train_args=//p' "$base_from/meta.txt"))"
+    [[ $(sed -n 's/^steps=//p' "$base_from/meta.txt") == "$steps" ]] ||
+        die "--base-from $base_from: not a run of --steps $steps"
+fi
 
 if [[ -n ${TLC_PYTHON:-} ]]; then PY=$TLC_PYTHON
 elif [[ -x /work/tfvenv/bin/python ]]; then PY=/work/tfvenv/bin/python
@@ -132,6 +144,7 @@ rm -f "$OUT"/results.{md,json} "$OUT"/runs.tsv
     echo "tlcd_version=$("$OUT/tlcd" --version 2>/dev/null || true)"
     echo "config=${config:-none}"
     echo "train_args=${train_args[*]}"
+    echo "steps=$steps"
     echo "started=$(date -Iseconds)"
 } >"$OUT/meta.txt"
 echo "models: ${#case_list[@]} case(s), results in $OUT (tlcd $(sed -n 's/^tlcd_sha256=//p' "$OUT/meta.txt" | cut -c1-12))"
@@ -239,8 +252,19 @@ run() {
     return 0
 }
 
+# reuse CASE: the run without sidecars of --base-from, copied.
+reuse() {
+    local c=$1 from=$base_from/$1
+    [[ -d $from/base && -s $from/base.out ]] || die "--base-from: no run without sidecars of $c in $base_from"
+    mkdir -p "$OUT/$c"
+    cp -r "$from/base" "$OUT/$c/" && cp "$from/base.out" "$OUT/$c/base.out"
+    [[ -s $from/base.hop ]] && cp "$from/base.hop" "$OUT/$c/base.hop"
+    grep "^$c	base	" "$base_from/runs.tsv" >>"$OUT/runs.tsv" || true
+    echo "models: $c base taken from $from"
+}
+
 for c in "${case_list[@]}"; do
-    run "$c" base
+    if [[ -n $base_from ]]; then reuse "$c"; else run "$c" base; fi
     run "$c" tlcd
 done
 

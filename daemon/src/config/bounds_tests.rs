@@ -23,6 +23,7 @@ fn every_bound_accepts_its_max_and_refuses_one_more() {
         ("contexts.pull_cache", PULL_CACHE),
         ("contexts.fallback_mib", FALLBACK_MIB),
         ("policy.min_bytes", MIN_BYTES),
+        ("policy.min_vector_bytes", MIN_BYTES),
         ("policy.min_row_bytes", MIN_BYTES),
         ("policy.warmup_steps", WARMUP_STEPS),
         ("recovery.stall_warn_seconds", STALL_WARN_SECONDS),

@@ -4,7 +4,8 @@
 //! ```toml
 //! [policy]
 //! parameter_jobs = ["ps"]   # jobs whose tasks hold the model
-//! min_bytes = 4096          # smaller tensors pass as they are
+//! min_bytes = 1024          # smaller tensors pass as they are
+//! min_vector_bytes = 4096   # and so do smaller vectors (biases, batch norm)
 //! hop_compression = true    # zstd over every other message between sidecars
 //! row_memory = true         # embedding rows by row id, see `sidecar::rows`
 //! entropy = true            # zstd over each frame's payload where it shrinks
@@ -234,6 +235,11 @@ pub struct PolicySettings {
     pub parameter_jobs: Vec<String>,
     /// Tensors smaller than this many bytes pass uncompressed.
     pub min_bytes: u64,
+    /// Tensors of at most one dimension (biases, batch-norm parameters and
+    /// moving statistics) smaller than this many bytes pass too, whatever
+    /// `min_bytes`: their norms are small, and one 3LC pass leaves such a
+    /// vector 10-100% off where a matrix of the same size is not.
+    pub min_vector_bytes: u64,
     /// Compress, losslessly, every message between two sidecars that is
     /// not an envelope (control calls, integer and small tensors; see
     /// `crate::hop`).
@@ -267,6 +273,10 @@ pub struct PolicySettings {
     /// Dense tensors cross uncompressed for their first this many steps
     /// (per tensor and requesting task), while training moves fastest.
     pub warmup_steps: u32,
+    /// The codec of those first steps: `none` (uncompressed), or `fp16`,
+    /// `bf16` or `int8` through the tensor's own memory (error buffer,
+    /// replica), which 3LC then carries on.
+    pub warmup_codec: String,
     /// How far 3LC's memory may lag (further passes).
     pub refine: RefineSettings,
     /// Per-tensor exceptions, first match wins.
@@ -286,6 +296,7 @@ impl Default for PolicySettings {
         PolicySettings {
             parameter_jobs: vec!["ps".into()],
             min_bytes: DEFAULT_MIN_BYTES,
+            min_vector_bytes: DEFAULT_MIN_VECTOR_BYTES,
             hop_compression: true,
             row_memory: true,
             min_row_bytes: DEFAULT_MIN_ROW_BYTES,
@@ -296,6 +307,7 @@ impl Default for PolicySettings {
             sparse: memoryless_default(),
             unknown: memoryless_default(),
             warmup_steps: 0,
+            warmup_codec: "none".into(),
             refine: RefineSettings::default(),
             overrides: Vec::new(),
         }
@@ -303,7 +315,10 @@ impl Default for PolicySettings {
 }
 
 /// Tensors smaller than this pass as they are by default.
-pub const DEFAULT_MIN_BYTES: u64 = 4 * 1024;
+pub const DEFAULT_MIN_BYTES: u64 = 1024;
+
+/// Vectors smaller than this pass as they are by default.
+pub const DEFAULT_MIN_VECTOR_BYTES: u64 = 4 * 1024;
 
 /// Row-keyed tensors smaller than this pass as they are by default.
 pub const DEFAULT_MIN_ROW_BYTES: u64 = 256;
@@ -360,6 +375,7 @@ pub struct Policy {
     sparse: CodecChoice,
     unknown: CodecChoice,
     row_keyframe: Codec,
+    warmup_codec: Codec,
     refine: Refine,
     overrides: Vec<Override>,
 }
@@ -371,6 +387,24 @@ const ROW_KEYFRAME_CODECS: [CodecId; 4] = [
     CodecId::Bf16,
     CodecId::Int8Rows,
 ];
+
+/// The codecs warm-up may take: nearly lossless ones.
+const WARMUP_CODECS: [CodecId; 4] = [CodecId::None, CodecId::Fp16, CodecId::Bf16, CodecId::Int8];
+
+/// `policy.warmup_codec`, checked.
+fn warmup_codec(name: &str) -> Result<Codec, ConfigError> {
+    name.parse::<CodecId>()
+        .ok()
+        .filter(|id| WARMUP_CODECS.contains(id))
+        .map(CodecId::with_defaults)
+        .ok_or_else(|| ConfigError::Invalid {
+            key: "policy.warmup_codec".into(),
+            value: name.into(),
+            allowed:
+                "none, fp16, bf16 or int8 (a codec that loses little while training moves fastest)"
+                    .into(),
+        })
+}
 
 /// `policy.row_keyframe_codec`, checked.
 fn row_keyframe_codec(name: &str) -> Result<Codec, ConfigError> {
@@ -402,7 +436,8 @@ impl std::fmt::Debug for Policy {
 }
 
 impl Default for Policy {
-    /// The built-in defaults: 3LC at s = 1.0 both ways from 4 KiB, `ps` holds parameters.
+    /// The built-in defaults: 3LC at s = 1.0 both ways from 1 KiB (vectors
+    /// from 4 KiB), `ps` holds parameters.
     fn default() -> Self {
         // The built-in settings are constants of this program, tested below.
         Policy::new(&PolicySettings::default()).expect("built-in policy settings are valid")
@@ -420,6 +455,7 @@ impl Policy {
             });
         }
         bounds::MIN_BYTES.check("policy.min_bytes", settings.min_bytes)?;
+        bounds::MIN_BYTES.check("policy.min_vector_bytes", settings.min_vector_bytes)?;
         bounds::MIN_BYTES.check("policy.min_row_bytes", settings.min_row_bytes)?;
         bounds::WARMUP_STEPS.check("policy.warmup_steps", u64::from(settings.warmup_steps))?;
         bounds::OVERRIDES.check(
@@ -431,6 +467,7 @@ impl Policy {
         let sparse = settings.sparse.resolve_memoryless("policy.sparse")?;
         let unknown = settings.unknown.resolve_memoryless("policy.unknown")?;
         let row_keyframe = row_keyframe_codec(&settings.row_keyframe_codec)?;
+        let warmup_codec = warmup_codec(&settings.warmup_codec)?;
         let refine = Refine::new(&settings.refine)?;
         let mut overrides = Vec::new();
         for (i, o) in settings.overrides.iter().enumerate() {
@@ -473,6 +510,7 @@ impl Policy {
             sparse,
             unknown,
             row_keyframe,
+            warmup_codec,
             refine,
             overrides,
         })
@@ -486,6 +524,16 @@ impl Policy {
     /// Tensors smaller than this pass uncompressed.
     pub fn min_bytes(&self) -> u64 {
         self.min_bytes
+    }
+
+    /// The size from which a tensor of `rank` dimensions is compressed:
+    /// vectors and scalars from `min_vector_bytes` too.
+    pub fn threshold(&self, rank: usize) -> u64 {
+        if rank <= 1 {
+            self.min_bytes.max(self.settings.min_vector_bytes)
+        } else {
+            self.min_bytes
+        }
     }
 
     /// Whether messages that are not envelopes are compressed losslessly
@@ -519,9 +567,16 @@ impl Policy {
         self.row_keyframe
     }
 
-    /// Steps a dense tensor crosses uncompressed before its context starts.
+    /// Steps a dense tensor crosses with the warm-up codec before 3LC
+    /// takes over its context.
     pub fn warmup_steps(&self) -> u32 {
         self.settings.warmup_steps
+    }
+
+    /// The codec of the warm-up steps; `Codec::None` passes them as they
+    /// are.
+    pub fn warmup_codec(&self) -> Codec {
+        self.warmup_codec
     }
 
     /// How far 3LC's memory may lag before another pass is sent.
@@ -563,30 +618,38 @@ impl Policy {
     /// compressed, whatever its size: then the response need not be read
     /// before it is forwarded.
     pub fn never_compresses(&self, direction: Direction, class: TensorClass, tensor: &str) -> bool {
-        self.decide(direction, class, tensor, u64::MAX) == Decision::Pass(PassReason::Skipped)
+        self.decide(direction, class, tensor, u64::MAX, 0) == Decision::Pass(PassReason::Skipped)
     }
 
-    /// What to do with a tensor of `bytes` bytes named `tensor` of `class`
-    /// travelling `direction`.
+    /// What to do with a tensor of `bytes` bytes and `rank` dimensions
+    /// named `tensor` of `class` travelling `direction`.
     pub fn decide(
         &self,
         direction: Direction,
         class: TensorClass,
         tensor: &str,
         bytes: u64,
+        rank: usize,
     ) -> Decision {
-        if bytes < self.min_bytes {
+        if bytes < self.threshold(rank) {
             return Decision::Pass(PassReason::Small);
         }
         self.choose(direction, class, tensor)
     }
 
-    /// What to do with a tensor of `bytes` bytes named `tensor` that the
-    /// graph pairs with its row ids: with row memory on, it is compressed
-    /// from `min_row_bytes`, as a sparse tensor; otherwise as `decide`.
-    pub fn decide_rows(&self, direction: Direction, tensor: &str, bytes: u64) -> Decision {
+    /// What to do with a tensor of `bytes` bytes and `rank` dimensions
+    /// named `tensor` that the graph pairs with its row ids: with row
+    /// memory on, it is compressed from `min_row_bytes`, as a sparse
+    /// tensor; otherwise as `decide`.
+    pub fn decide_rows(
+        &self,
+        direction: Direction,
+        tensor: &str,
+        bytes: u64,
+        rank: usize,
+    ) -> Decision {
         if !self.settings.row_memory {
-            return self.decide(direction, TensorClass::Sparse, tensor, bytes);
+            return self.decide(direction, TensorClass::Sparse, tensor, bytes, rank);
         }
         if bytes < self.settings.min_row_bytes {
             return Decision::Pass(PassReason::Small);
@@ -651,11 +714,11 @@ mod tests {
         assert!(p.is_parameter_job("ps"));
         assert!(!p.is_parameter_job("worker"));
         assert_eq!(
-            p.decide(Direction::Push, TensorClass::DenseGradient, "w1", 1000),
+            p.decide(Direction::Push, TensorClass::DenseGradient, "w1", 1000, 2),
             Decision::Pass(PassReason::Small)
         );
         let Decision::Compress(choice, Treatment::Replica) =
-            p.decide(Direction::Pull, TensorClass::DenseRead, "w1", 1 << 20)
+            p.decide(Direction::Pull, TensorClass::DenseRead, "w1", 1 << 20, 2)
         else {
             panic!("large tensor not compressed")
         };
@@ -674,6 +737,7 @@ mod tests {
             r#"
             [policy]
             min_bytes = 0
+            min_vector_bytes = 0
             [policy.push]
             codec = "3lc"
             sparsity = 1.5
@@ -696,7 +760,8 @@ mod tests {
                 Direction::Pull,
                 TensorClass::DenseRead,
                 "bn/batch_norm/gamma",
-                10
+                10,
+                1
             ),
             Decision::Pass(PassReason::Skipped)
         );
@@ -704,13 +769,13 @@ mod tests {
             sparsity: Sparsity::new(s).unwrap(),
         };
         assert!(
-            matches!(p.decide(Direction::Push, TensorClass::DenseGradient, "dense_2/kernel", 10), Decision::Compress(c, _) if c.codec == three(1.9))
+            matches!(p.decide(Direction::Push, TensorClass::DenseGradient, "dense_2/kernel", 10, 2), Decision::Compress(c, _) if c.codec == three(1.9))
         );
         assert!(
-            matches!(p.decide(Direction::Pull, TensorClass::DenseRead, "dense_2/kernel", 10), Decision::Compress(c, _) if c.codec == Codec::TopK { percent: TopKPercent::new(5.0).unwrap() })
+            matches!(p.decide(Direction::Pull, TensorClass::DenseRead, "dense_2/kernel", 10, 2), Decision::Compress(c, _) if c.codec == Codec::TopK { percent: TopKPercent::new(5.0).unwrap() })
         );
         assert!(
-            matches!(p.decide(Direction::Push, TensorClass::DenseGradient, "dense_1/kernel", 10), Decision::Compress(c, _) if c.codec == three(1.5))
+            matches!(p.decide(Direction::Push, TensorClass::DenseGradient, "dense_1/kernel", 10, 2), Decision::Compress(c, _) if c.codec == three(1.5))
         );
     }
 
@@ -750,7 +815,7 @@ mod tests {
     fn only_dense_tensors_get_memory() {
         let p = policy("").unwrap();
         let big = 1 << 20;
-        let fp16 = |d, c| match p.decide(d, c, "t", big) {
+        let fp16 = |d, c| match p.decide(d, c, "t", big, 2) {
             Decision::Compress(choice, Treatment::Stateless) => {
                 choice.codec == Codec::Fp16 && choice.feedback == Feedback::Off
             }
@@ -765,7 +830,7 @@ mod tests {
         assert!(fp16(Direction::Push, TensorClass::DenseRead));
         assert!(fp16(Direction::Pull, TensorClass::DenseGradient));
         assert!(matches!(
-            p.decide(Direction::Push, TensorClass::DenseGradient, "t", big),
+            p.decide(Direction::Push, TensorClass::DenseGradient, "t", big, 2),
             Decision::Compress(c, Treatment::ErrorFeedback) if c.feedback == Feedback::On
         ));
     }
@@ -795,7 +860,7 @@ mod tests {
         );
         let p = policy("[policy.unknown]\ncodec = \"3lc\"\nsparsity = 1.5\n").unwrap();
         let Decision::Compress(choice, Treatment::Stateless) =
-            p.decide(Direction::Push, TensorClass::Unknown, "t", 1 << 20)
+            p.decide(Direction::Push, TensorClass::Unknown, "t", 1 << 20, 2)
         else {
             panic!("unknown tensor not compressed statelessly")
         };
@@ -816,29 +881,74 @@ mod tests {
         let p = policy("").unwrap();
         // 130 rows of a one-column table: under min_bytes, over min_row_bytes.
         assert_eq!(
-            p.decide(Direction::Push, TensorClass::Sparse, "wide", 520),
+            p.decide(Direction::Push, TensorClass::Sparse, "wide", 520, 2),
             Decision::Pass(PassReason::Small)
         );
         assert!(matches!(
-            p.decide_rows(Direction::Push, "wide", 520),
+            p.decide_rows(Direction::Push, "wide", 520, 2),
             Decision::Compress(_, Treatment::Stateless)
         ));
         assert_eq!(
-            p.decide_rows(Direction::Pull, "wide", 200),
+            p.decide_rows(Direction::Pull, "wide", 200, 2),
             Decision::Pass(PassReason::Small)
         );
         // Overrides still apply; without row memory, min_bytes does.
         let p = policy("[[policy.overrides]]\ntensor = \"wide\"\nskip = true\n").unwrap();
         assert_eq!(
-            p.decide_rows(Direction::Push, "wide", 520),
+            p.decide_rows(Direction::Push, "wide", 520, 2),
             Decision::Pass(PassReason::Skipped)
         );
         let p = policy("[policy]\nrow_memory = false\n").unwrap();
         assert_eq!(
-            p.decide_rows(Direction::Push, "wide", 520),
+            p.decide_rows(Direction::Push, "wide", 520, 2),
             Decision::Pass(PassReason::Small)
         );
         let err = policy("[policy]\nmin_row_bytes = 4294967296\n").unwrap_err();
         assert!(err.to_string().starts_with("policy.min_row_bytes"), "{err}");
+    }
+
+    #[test]
+    fn warmup_takes_a_nearly_lossless_codec() {
+        assert_eq!(Policy::default().warmup_codec(), Codec::None);
+        let p = policy("[policy]\nwarmup_codec = \"int8\"\n").unwrap();
+        assert_eq!(p.warmup_codec(), Codec::Int8);
+        for bad in ["3lc", "topk", "int8-rows", "gzip"] {
+            let err = policy(&format!("[policy]\nwarmup_codec = \"{bad}\"\n")).unwrap_err();
+            assert!(err.to_string().starts_with("policy.warmup_codec"), "{err}");
+            assert!(err.to_string().contains("fp16, bf16 or int8"), "{err}");
+        }
+    }
+
+    #[test]
+    fn vectors_compress_from_their_own_threshold() {
+        let p = Policy::default();
+        let decide = |bytes, rank| {
+            p.decide(
+                Direction::Push,
+                TensorClass::DenseGradient,
+                "t",
+                bytes,
+                rank,
+            )
+        };
+        let small = Decision::Pass(PassReason::Small);
+        // A 512-value bias passes; a 32 x 10 logits kernel of 1280 bytes does not.
+        assert_eq!(decide(2048, 1), small);
+        assert_eq!(decide(0, 0), small);
+        assert!(matches!(decide(1280, 2), Decision::Compress(..)));
+        assert!(matches!(decide(1280, 4), Decision::Compress(..)));
+        assert_eq!(decide(1000, 2), small);
+        assert!(matches!(decide(4096, 1), Decision::Compress(..)));
+        // min_bytes above the vectors' threshold holds for every rank.
+        let p = policy("[policy]\nmin_bytes = 65536\n").unwrap();
+        assert_eq!(p.threshold(1), 65536);
+        assert_eq!(p.threshold(2), 65536);
+        let p = policy("[policy]\nmin_bytes = 0\nmin_vector_bytes = 0\n").unwrap();
+        assert_eq!(p.threshold(0), 0);
+        let err = policy("[policy]\nmin_vector_bytes = 4294967296\n").unwrap_err();
+        assert!(
+            err.to_string().starts_with("policy.min_vector_bytes"),
+            "{err}"
+        );
     }
 }

@@ -19,7 +19,7 @@ use crate::graph::{Classified, RowRole, Training};
 use crate::policy::{CodecChoice, Decision, Policy, Treatment};
 use crate::sidecar::calls;
 use crate::training::step_reads::{self, Watched};
-use tlc_codec::EntropyStage;
+use tlc_codec::{Codec, EntropyStage, Feedback};
 use tlc_context::{Encoded, Encoding, Memory, ReplicaState};
 use tlc_core::TensorCall;
 use tlc_core::{Outcome, Role};
@@ -261,7 +261,8 @@ fn compress(
         // side reads whole: it would only come back as a fallback.
         return Err("too_large");
     }
-    let (mut choice, mut treatment) = decide(sidecar, policy, call, classified, raw_bytes)?;
+    let size = (raw_bytes, tensor.dims.len());
+    let (mut choice, mut treatment) = decide(sidecar, policy, call, classified, size)?;
     let mut scratch = Vec::new();
     let values = tensor_bytes::as_f32(&tensor.content, &mut scratch);
     let token = sidecar.fallbacks.token();
@@ -364,14 +365,15 @@ fn account_refinement(sidecar: &Sidecar, call: &TensorCall, encoded: &Encoded) {
 }
 
 /// The codec and treatment the policy gives the tensor `call` asks for,
-/// `raw_bytes` long, or why it passes (too small, skipped, warming up). A
-/// tensor that passes is still recorded with its class.
+/// `raw_bytes` long with `rank` dimensions, or why it passes (too small,
+/// skipped, warming up). A tensor that passes is still recorded with its
+/// class.
 fn decide(
     sidecar: &Sidecar,
     policy: &Policy,
     call: &TensorCall,
     classified: &Classified,
-    raw_bytes: usize,
+    (raw_bytes, rank): (usize, usize),
 ) -> Result<(CodecChoice, Treatment), &'static str> {
     let elements = raw_bytes / 4;
     let row_keyed = classified
@@ -379,13 +381,14 @@ fn decide(
         .as_ref()
         .is_some_and(|rows| rows.role != RowRole::Ids);
     let decision = if row_keyed {
-        policy.decide_rows(call.direction, &call.tensor, raw_bytes as u64)
+        policy.decide_rows(call.direction, &call.tensor, raw_bytes as u64, rank)
     } else {
         policy.decide(
             call.direction,
             classified.class,
             &call.tensor,
             raw_bytes as u64,
+            rank,
         )
     };
     let (choice, treatment) = match decision {
@@ -396,8 +399,18 @@ fn decide(
         }
     };
     if treatment != Treatment::Stateless && sidecar.warming_up(call, policy.warmup_steps()) {
-        sidecar.record_class(call, classified, None, elements);
-        return Err("warmup");
+        let codec = policy.warmup_codec();
+        if codec == Codec::None {
+            sidecar.record_class(call, classified, None, elements);
+            return Err("warmup");
+        }
+        // Through the tensor's own memory, so that 3LC carries on from
+        // what the warm-up left (an error buffer, a replica).
+        let warm = CodecChoice {
+            codec,
+            feedback: Feedback::On,
+        };
+        return Ok((warm, treatment));
     }
     Ok((choice, treatment))
 }

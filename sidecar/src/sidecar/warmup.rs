@@ -1,5 +1,7 @@
-//! Warm-up: a dense tensor crosses uncompressed for its first
-//! `policy.warmup_steps` steps, counted per tensor and requesting task.
+//! Warm-up: a dense tensor crosses uncompressed (or with the nearly
+//! lossless `policy.warmup_codec`, through its own error buffer or
+//! replica) for its first `policy.warmup_steps` steps, counted per tensor
+//! and requesting task.
 //! Error feedback and pull deltas lag most while the model moves fastest,
 //! early in training; users of other compressors expect this knob
 //! (DeepSpeed's `freeze_step`, PowerSGD's `start_powerSGD_iter`).
