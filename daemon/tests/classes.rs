@@ -174,6 +174,38 @@ async fn an_int8_warm_up_goes_through_the_replica_that_3lc_carries_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evaluation_reads_the_model_exact_between_training_steps() {
+    let server = start_tensor_server(server_tensors()).await;
+    let holder = Arc::new(Sidecar::default());
+    let path = pair(server, holder.clone()).await;
+    register_graph(&path.client, partition()).await;
+    // The chief's evaluation: the ps's partition only reads and sends.
+    let evaluation = PartitionBuilder::new(PS_TASK).dense_read("w", "edge_9_w/read", W0_TASK);
+    register_graph(&path.client, evaluation).await;
+    let training = key(PS, W0, 5, "w/read");
+    let evaluated = key(PS, W0, 9, "w/read");
+    for step in 0..4 {
+        let got = recv(&path.client, &training, step).await;
+        if step > 0 {
+            assert_ne!(
+                got.values,
+                model(step),
+                "step {step}: training reads a replica"
+            );
+        }
+        let got = recv(&path.client, &evaluated, step).await;
+        assert_eq!(
+            got.values,
+            model(step),
+            "step {step}: the evaluation reads the model"
+        );
+    }
+    let totals = holder.stats().totals();
+    assert_eq!(totals.passed.get("exact_read"), Some(&4));
+    assert_eq!(totals.pull.tensors, 4, "only the training reads compressed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_sidecar_carrying_two_requesters_keeps_their_replicas_apart() {
     // TF2's coordinator routes both workers' pulls through its own sidecar.
     let server = start_tensor_server(server_tensors()).await;

@@ -168,9 +168,13 @@ async fn model_values_share_one_encode_and_replicas_agree() {
     let holder = Arc::new(Sidecar::default());
     teach(
         &holder,
+        // A training step's partition: the reads and the gradients they
+        // bring back (a partition of reads alone is an evaluation's).
         PartitionBuilder::new(PS_TASK)
             .dense_read("dense/kernel", "edge_7_dense/kernel/read", WORKER0_TASK)
-            .dense_read("dense/kernel", "edge_9_dense/kernel/read", WORKER1_TASK),
+            .dense_read("dense/kernel", "edge_9_dense/kernel/read", WORKER1_TASK)
+            .accumulated_gradient("dense/kernel", "edge_8_grad", WORKER0_TASK)
+            .accumulated_gradient("dense/kernel", "edge_10_grad", WORKER1_TASK),
     );
     // Two workers, each with its own sidecar, pull from one parameter task.
     let worker0 = path_to(server, holder.clone()).await;

@@ -356,7 +356,7 @@ for c in cases:
         except (OSError, ValueError):
             s = {}
         r.update({k: s.get(k) for k in ("ok", "global_step", "local_steps", "step_seconds", "test_accuracy",
-                                       "test_loss", "wall_seconds", "params", "problems")})
+                                       "test_loss", "wall_seconds", "params", "problems", "final_read_max_diff")})
         if kind == "tlcd":
             r.update(sidecars(f"{out}/{c}/{kind}"))
         r["hop"] = hop(f"{out}/{c}/{kind}.hop")
@@ -376,6 +376,8 @@ for c in cases:
         row["check"].append(f"accuracy {-row['accuracy_delta_points']:.2f} points below the run without sidecars")
     if t.get("decode_failures"):
         row["check"].append(f"{t['decode_failures']} decode failures")
+    if t.get("final_read_max_diff"):
+        row["check"].append(f"the model read after training is {t['final_read_max_diff']:g} off the ps's (train.py --check-final-read)")
     if check and row["check"]:
         problems.append(f"{c}: check failed: " + "; ".join(row["check"]))
     rows.append(row)

@@ -208,6 +208,8 @@ summary = {
     "test_loss": chief.get("test_loss"), "wall_seconds": round(wall, 2),
     "params": chief["params"], "out": out, "model": model, "mode": mode,
 }
+if "final_read_max_diff" in chief:
+    summary["final_read_max_diff"] = chief["final_read_max_diff"]
 problems = [f"worker{i} ran no steps" for i, s in enumerate(local) if s == 0]
 # SyncReplicasOptimizer counts gradients, not workers: a worker that lags
 # leaves its share of the steps to the others. Asynchronous workers share
@@ -244,6 +246,7 @@ print(f"tf-run {'ok' if not problems else 'FAILED: ' + '; '.join(problems)}: "
       f"step={step_s or 0:.4f}s acc={chief.get('test_accuracy')} loss={chief.get('test_loss')} "
       f"wall={wall:.1f}s out={out}"
       + ("" if summary["sessions"] == [1] * n else f" sessions={'/'.join(map(str, summary['sessions']))}")
-      + ("" if (model, mode) == ("mlp", "sync") else f" model={model} mode={mode}"))
+      + ("" if (model, mode) == ("mlp", "sync") else f" model={model} mode={mode}")
+      + ("" if "final_read_max_diff" not in summary else f" final_read_max_diff={summary['final_read_max_diff']:g}"))
 sys.exit(1 if problems else 0)
 EOF

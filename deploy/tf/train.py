@@ -105,6 +105,11 @@ def parse_args(argv=None):
     p.add_argument("--save-checkpoint-steps", type=int, default=50,
                    help="with --checkpoint-dir: a checkpoint every N global steps (default 50)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--check-final-read", action="store_true",
+                   help="after training, the chief reads every trainable variable through the cluster "
+                        "(RecvTensor from the ps, where sidecars sit) and fetches it from the ps directly "
+                        "(RunGraph's own response), and reports the largest difference "
+                        "(final_read_max_diff: 0 when what a worker reads after training is the model)")
     p.add_argument("--log-every", type=int, default=0,
                    help="log this worker's training loss every N local steps (default 0: never)")
     p.add_argument("--result", help="write this task's result as JSON to FILE")
@@ -884,6 +889,13 @@ def run_worker(tf, args, cluster, config):
         if work.updates:
             # Batch norm's moving statistics, updated with every local step.
             train_op = tf.group(train_op, *work.updates)
+    final_reads = None
+    if args.check_final_read:
+        # A copy on this worker: the ps sends each value with a RecvTensor
+        # call, as an evaluation's reads do. Fetching the variable itself
+        # returns it in RunGraph's response, which no sidecar changes.
+        with tf.compat.v1.device(worker_device):
+            final_reads = [(v, tf.identity(v)) for v in tf.compat.v1.trainable_variables()]
     params = sum(int(v.shape.num_elements()) for v in tf.compat.v1.trainable_variables())
     placed = {}
     for v in tf.compat.v1.trainable_variables():
@@ -977,6 +989,13 @@ def run_worker(tf, args, cluster, config):
             test_loss, test_acc = evaluate(sess, work.test_loss, work.test_accuracy, work.test_feeds)
             result["test_loss"] = round(float(test_loss), 5)
             result["test_accuracy"] = round(float(test_acc), 5)
+            if final_reads:
+                import numpy as np
+                model = sess.run_step_fn(raw([v for v, _ in final_reads]))
+                read = sess.run_step_fn(raw([r for _, r in final_reads]))
+                result["final_read_max_diff"] = max(
+                    float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+                    for a, b in zip(model, read))
         log(args, f"stopped after {local_steps} local steps, global step {step}, closing")
 
     if result is None:

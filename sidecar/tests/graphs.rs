@@ -283,3 +283,30 @@ fn tf1_async_embedding_gradient_rows_are_paired_with_their_own_indices() {
     // The momentum hyperparameter crosses too, unpaired.
     assert_eq!(rows_of(&index, W0, PS, "edge_62_Momentum/momentum"), None);
 }
+
+#[test]
+fn tf1_an_evaluation_reads_exact_and_training_does_not() {
+    let index = GraphIndex::default();
+    for name in [
+        "tf1_mlp_sync_ps_train_w0.register_graph.pb",
+        "tf1_mlp_sync_ps_eval_w0.register_graph.pb",
+    ] {
+        let learned = index.learn_register_graph(&fixture(name)).unwrap();
+        assert_eq!(learned.conflicts, 0, "{name}");
+    }
+    let read = |name: &str| {
+        index
+            .lookup(PS, W0, name)
+            .unwrap_or_else(|| panic!("{name} not classified"))
+    };
+    // The training step's reads: a replica, within the bound.
+    for name in ["edge_11_w0/read", "edge_14_b0/read"] {
+        assert_eq!(read(name).class, TensorClass::DenseRead, "{name}");
+        assert!(!read(name).read_only, "{name}");
+    }
+    // The chief's evaluation after training: the model itself.
+    for name in ["edge_9_w0/read", "edge_11_b0/read", "edge_14_w1/read"] {
+        assert_eq!(read(name).class, TensorClass::DenseRead, "{name}");
+        assert!(read(name).read_only, "{name}");
+    }
+}

@@ -55,6 +55,11 @@ pub struct Classified {
     /// between the same two tasks in the same step: those ids, and what
     /// this tensor is to them (see [`RowKeyed`]). `None` for every other.
     pub rows: Option<RowKeyed>,
+    /// A dense read sent by a TF1 graph that only reads variables and
+    /// sends them (an evaluation, an unsharded checkpoint, a read after
+    /// training): the model's own values, which cross exact. `false` for
+    /// everything else, and where two graphs share the name but not this.
+    pub read_only: bool,
 }
 
 /// A tensor of embedding rows or row ids, paired by the graph.
@@ -169,6 +174,23 @@ const VARIABLE_READS: &[&str] = &[
     "ReadVariableOp",
     "_ReadVariablesOp",
     "VarHandleOp",
+];
+
+/// The only ops of a graph that reads variables and changes nothing: a
+/// TF1 evaluation's or checkpoint's partition on a parameter task is
+/// variables, their reads and `_Send`s. A `_Recv`, an assign, an apply, a
+/// queue or an accumulator makes it part of training.
+const READ_ONLY_OPS: &[&str] = &[
+    "VariableV2",
+    "Variable",
+    "VarHandleOp",
+    "ReadVariableOp",
+    "Identity",
+    "Snapshot",
+    "Const",
+    "NoOp",
+    "_Send",
+    "_HostSend",
 ];
 
 /// Ops that gather rows of their first input by the ids of their second.
@@ -414,6 +436,7 @@ impl<'a> Body<'a> {
                     function: None,
                     accumulated: false,
                     rows: None,
+                    read_only: false,
                 };
             }
             if is_sparse_op(op) {
@@ -424,6 +447,7 @@ impl<'a> Body<'a> {
                     function: None,
                     accumulated: false,
                     rows: None,
+                    read_only: false,
                 };
             }
             if !PASS_THROUGH.contains(&op) {
@@ -461,6 +485,7 @@ impl<'a> Body<'a> {
                         function: None,
                         accumulated: false,
                         rows: None,
+                        read_only: false,
                     };
                 }
                 if is_dense_update(op) {
@@ -487,6 +512,7 @@ impl<'a> Body<'a> {
                 function: None,
                 accumulated: accumulated && !applied_on_arrival,
                 rows: None,
+                read_only: false,
             },
             (_, Some(o)) => unknown(0, format!("feeds {} {}", o.op, o.name)),
             (None, None) => unknown(0, "received but not consumed"),
@@ -502,6 +528,7 @@ fn unknown(output: u32, reason: impl Into<String>) -> Classified {
         function: None,
         accumulated: false,
         rows: None,
+        read_only: false,
     }
 }
 
@@ -525,6 +552,10 @@ pub fn classify_body(
     function: Option<&str>,
 ) -> Vec<(RendezvousTensor, Classified)> {
     let body = Body::new(nodes);
+    // TF2 functions are left out: a component function that reads may be
+    // one half of a training step whose other half applies.
+    let read_only =
+        function.is_none() && nodes.iter().all(|n| READ_ONLY_OPS.contains(&n.op.as_str()));
     // (node index, tensor, class) of every cross-task transfer.
     let mut found: Vec<(usize, RendezvousTensor, Classified)> = Vec::new();
     for (index, node) in nodes.iter().enumerate() {
@@ -548,6 +579,7 @@ pub fn classify_body(
             body.classify_recv(index)
         };
         classified.function = function.map(str::to_owned);
+        classified.read_only = read_only && classified.class == TensorClass::DenseRead;
         let tensor = RendezvousTensor {
             src_task,
             dst_task,

@@ -231,6 +231,7 @@ impl GraphIndex {
                         function: None,
                         accumulated: false,
                         rows: None,
+                        read_only: false,
                     };
                 }
                 // One graph accumulates a gradient, another applies it on
@@ -239,6 +240,8 @@ impl GraphIndex {
                 // same ones.
                 Some(existing) => {
                     existing.accumulated &= classified.accumulated;
+                    // Exact only while every graph that names it reads only.
+                    existing.read_only &= classified.read_only;
                     if existing.rows != classified.rows {
                         existing.rows = None;
                     }

@@ -75,6 +75,7 @@ impl Sidecar {
                 function: hint.function.then(|| "(the requester's)".into()),
                 accumulated: hint.accumulated,
                 rows: None,
+                read_only: false,
             },
             None => Classified {
                 class: TensorClass::Unknown,
@@ -83,6 +84,7 @@ impl Sidecar {
                 function: None,
                 accumulated: false,
                 rows: None,
+                read_only: false,
             },
         }
     }
