@@ -46,6 +46,9 @@ pub enum Memory {
         requester_has: Option<ReplicaState>,
         /// How far the replica may lag before further versions are sent.
         refine: Refinement,
+        /// The read needs the model itself (an evaluation, a checkpoint):
+        /// the requester's replica is brought to the value exactly.
+        exact: bool,
     },
     /// Anything else: encoded on its own, nothing remembered.
     None,
@@ -223,6 +226,7 @@ impl Contexts {
             Memory::Replica {
                 requester_has,
                 refine,
+                exact,
             } => {
                 let key = SourceKey {
                     holder: call.holder_task.clone(),
@@ -239,9 +243,12 @@ impl Contexts {
                 source.set_entropy_stage(entropy);
                 let started = Instant::now();
                 let before = source.counters();
-                let served = source
-                    .serve(values, requester_has, codec, refine, fallback_token, out)
-                    .map_err(|_| EncodeRefused::Codec)?;
+                let served = if exact {
+                    source.serve_exact(values, requester_has, fallback_token, out)
+                } else {
+                    source.serve(values, requester_has, codec, refine, fallback_token, out)
+                }
+                .map_err(|_| EncodeRefused::Codec)?;
                 let after = source.counters();
                 encoded.took = started.elapsed();
                 encoded.keyframe = matches!(served.served, Served::Keyframe(_));
@@ -453,6 +460,7 @@ mod tests {
             let memory = Memory::Replica {
                 requester_has: requester.replica_state(&pull, now),
                 refine: Refinement::OFF,
+                exact: false,
             };
             let mut envelope = Vec::new();
             let encoded = holder
@@ -482,6 +490,62 @@ mod tests {
         }
         assert_eq!(holder.sizes()[1].contexts, 1);
         assert_eq!(requester.sizes()[2].contexts, 1);
+    }
+
+    #[test]
+    fn an_exact_read_settles_the_replica_once_and_later_reads_are_empty() {
+        let (holder, requester, other) = (contexts(1 << 30), contexts(1 << 30), contexts(1 << 30));
+        let pull = call(Direction::Pull);
+        let now = Instant::now();
+        // `pull` reads steps 0..3 as training does, `other` only step 0.
+        let read = |from: &Contexts, step, exact| {
+            let memory = Memory::Replica {
+                requester_has: from.replica_state(&pull, now),
+                refine: Refinement::OFF,
+                exact,
+            };
+            let mut envelope = Vec::new();
+            holder
+                .encode(&pull, &values(step), encoding(memory), now, &mut envelope)
+                .unwrap();
+            let restored = from
+                .restore(
+                    &pull,
+                    &envelope,
+                    &limits(),
+                    now,
+                    |_| unreachable!(),
+                    <[f32]>::to_vec,
+                )
+                .unwrap();
+            (restored.content, envelope.len())
+        };
+        read(&other, 0, false);
+        for step in 0..3 {
+            read(&requester, step, false);
+        }
+        let (approximate, _) = read(&requester, 2, false);
+        assert_ne!(approximate, values(2), "3LC leaves the replica off");
+        // The evaluation after training: the model, bit for bit, through a
+        // lossless delta in the chain.
+        let (exact, settling) = read(&requester, 2, true);
+        assert_eq!(exact, values(2));
+        let (again, empty) = read(&requester, 2, true);
+        assert_eq!(again, values(2));
+        assert!(empty < settling / 10, "{empty} bytes, settling {settling}");
+        // A requester behind follows the same chain, the settle included.
+        let (behind, _) = read(&other, 2, false);
+        assert_eq!(behind, values(2));
+        let source = holder.pull().get(
+            &SourceKey {
+                holder: pull.holder_task.clone(),
+                tensor: pull.tensor.clone(),
+            },
+            now,
+        );
+        let counters = lock(&source.unwrap()).counters();
+        assert_eq!(counters.settles, 1);
+        assert_eq!(counters.resets, 1, "only the first value");
     }
 
     #[test]
@@ -525,6 +589,7 @@ mod tests {
         let memory = Memory::Replica {
             requester_has: None,
             refine: Refinement::OFF,
+            exact: false,
         };
         let mut envelope = Vec::new();
         holder

@@ -200,9 +200,12 @@ async fn an_evaluation_reads_the_model_exact_between_training_steps() {
             "step {step}: the evaluation reads the model"
         );
     }
+    // Through the replica both times: the evaluation's reads are lossless
+    // deltas that settle it, the training reads 3LC deltas from there.
     let totals = holder.stats().totals();
-    assert_eq!(totals.passed.get("exact_read"), Some(&4));
-    assert_eq!(totals.pull.tensors, 4, "only the training reads compressed");
+    assert_eq!(totals.pull.tensors, 8);
+    assert!(totals.passed.is_empty(), "{:?}", totals.passed);
+    assert_eq!(holder.table_sizes().pull.contexts, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

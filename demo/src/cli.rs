@@ -42,7 +42,7 @@ pub struct DemoArgs {
     /// Seed of data, weights and batches [default: 0].
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Tensors below this many bytes pass uncompressed [default: the policy's `min_bytes`, 4096].
+    /// Tensors below this many bytes pass uncompressed [default: the policy's `min_bytes`, 1024; vectors from 4096].
     #[arg(long, value_name = "BYTES")]
     pub min_bytes: Option<u64>,
     /// Print one JSON object instead of the table.

@@ -90,6 +90,9 @@ pub struct PullCounters {
     pub chains: u64,
     /// Answers: keyframes.
     pub keyframes: u64,
+    /// Exact reads that found the replica off the value and brought it
+    /// there (a lossless delta, or a reset where f32 cannot add up to it).
+    pub settles: u64,
     /// Bytes the values would have cost as f32.
     pub raw_bytes: u64,
     /// Bytes of envelopes sent.
@@ -114,6 +117,12 @@ pub fn drift(value: &[f32], replica: &[f32]) -> f64 {
 fn drift_against(value: &[f32], replica: &[f32], value_squares: f64) -> f64 {
     let error = sum_of_squares(value.iter().zip(replica).map(|(v, r)| v - r));
     relative_to(error, value_squares)
+}
+
+/// Whether two tensors hold the same bits (so `-0.0` differs from `0.0`,
+/// and a NaN from every other NaN payload).
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
 /// Why [`PullSource::serve`] produced nothing; the caller passes the
@@ -198,6 +207,35 @@ impl PullSource {
         out: &mut Vec<u8>,
     ) -> Result<PullServed, ServeError> {
         let update = self.update(value, codec, refine);
+        self.answer_counted(update, value, requester, fallback_token, out)
+    }
+
+    /// As [`serve`](Self::serve), but the requester ends with `value`
+    /// itself, bit for bit: for a read that needs the model (an
+    /// evaluation, a checkpoint), not a replica within the bound. The
+    /// replica is brought to the value by a lossless delta that every
+    /// requester's chain can carry; a later read of the same value is an
+    /// empty chain.
+    pub fn serve_exact(
+        &mut self,
+        value: &[f32],
+        requester: Option<ReplicaState>,
+        fallback_token: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<PullServed, ServeError> {
+        let update = self.settle(value);
+        self.answer_counted(update, value, requester, fallback_token, out)
+    }
+
+    /// Appends the answer to `requester` and counts it.
+    fn answer_counted(
+        &mut self,
+        update: Update,
+        value: &[f32],
+        requester: Option<ReplicaState>,
+        fallback_token: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<PullServed, ServeError> {
         let start = out.len();
         let served = self
             .answer(requester, fallback_token, out)
@@ -266,6 +304,32 @@ impl PullSource {
                 // NaN or infinity in V - R, say: send V losslessly instead,
                 // and count it.
                 self.counters.encode_failures += 1;
+                self.reset(value, hash);
+                Update::Reset
+            }
+        }
+    }
+
+    /// Makes `R` equal to `value` bit for bit: nothing if it is, else a
+    /// lossless delta `V - R` as a new version, or a reset where `R + (V -
+    /// R)` does not give `V` back in f32 (rare: far apart exponents).
+    fn settle(&mut self, value: &[f32]) -> Update {
+        let hash = replica_hash(value);
+        if self.version == 0 || self.updating || value.len() != self.replica.len() {
+            self.reset(value, hash);
+            return Update::Reset;
+        }
+        self.value_hash = hash;
+        if same_bits(&self.replica, value) {
+            return Update::Unchanged;
+        }
+        self.counters.settles += 1;
+        // One more frame than the cache holds now, so that no requester
+        // loses the chain it is on.
+        let cache_len = (self.deltas.len() + 1).max(self.cache_updates);
+        match self.encode_delta(value, Codec::None, cache_len, None) {
+            Ok(()) if same_bits(&self.replica, value) => Update::Delta,
+            _ => {
                 self.reset(value, hash);
                 Update::Reset
             }

@@ -531,3 +531,32 @@ fn replica_store_applies_under_its_key() {
     store.table().evict(now + Duration::from_secs(61));
     assert_eq!(store.state(&key, now), None);
 }
+
+#[test]
+fn an_exact_read_resets_where_f32_cannot_add_up_to_the_value() {
+    let mut source = PullSource::new(epoch(5), DEFAULT_CACHE_LEN);
+    let mut replica = Replica::new();
+    let mut v = ramp(100, 0.01);
+    v[0] = 0.0;
+    pull(&mut source, &mut replica, &v);
+    // 0.0 + (-0.0 - 0.0) is 0.0: no delta gives -0.0 back.
+    v[0] = -0.0;
+    let mut wire = Vec::new();
+    let served = source
+        .serve_exact(&v, replica.state(), 0, &mut wire)
+        .unwrap();
+    assert_eq!(served.update, Update::Reset);
+    assert!(matches!(served.served, Served::Keyframe(_)));
+    replica.apply(&wire, &Limits::default()).unwrap();
+    assert_eq!(replica.replica_hash(), Some(replica_hash(&v)));
+    // Read again: nothing to send.
+    let mut wire = Vec::new();
+    let served = source
+        .serve_exact(&v, replica.state(), 0, &mut wire)
+        .unwrap();
+    assert_eq!(
+        (served.update, served.served),
+        (Update::Unchanged, Served::UpToDate)
+    );
+    assert_eq!(source.counters().settles, 1);
+}

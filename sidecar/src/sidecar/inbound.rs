@@ -22,7 +22,7 @@ use crate::training::step_reads::{self, Watched};
 use tlc_codec::{Codec, EntropyStage, Feedback};
 use tlc_context::{Encoded, Encoding, Memory, ReplicaState};
 use tlc_core::TensorCall;
-use tlc_core::{Direction, Outcome, Role};
+use tlc_core::{Outcome, Role};
 use tlc_proxy::body::{self, Collected, Peeked, ProxyBody};
 use tlc_proxy::connection::ConnectionId;
 use tlc_proxy::forward::forward;
@@ -376,12 +376,6 @@ fn decide(
     (raw_bytes, rank): (usize, usize),
 ) -> Result<(CodecChoice, Treatment), &'static str> {
     let elements = raw_bytes / 4;
-    if classified.read_only && call.direction == Direction::Pull {
-        // An evaluation or a checkpoint reads the model: the holder's own
-        // values, not the replica (within the bound of training).
-        sidecar.record_class(call, classified, None, elements);
-        return Err("exact_read");
-    }
     let row_keyed = classified
         .rows
         .as_ref()
@@ -443,6 +437,7 @@ fn memory_for(
             refine: policy
                 .refine()
                 .pull(sidecar.graphs.training(&call.holder_task) == Training::Synchronous),
+            exact: classified.read_only,
         },
         // Rows are encoded through their own contexts, never here.
         Treatment::Stateless | Treatment::RowMemory => Memory::None,
