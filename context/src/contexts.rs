@@ -451,6 +451,38 @@ mod tests {
         Limits { max_elements: 1000 }
     }
 
+    /// The requester's side of a pull envelope, its values copied out.
+    fn restore_pull(
+        requester: &Contexts,
+        pull: &TensorCall,
+        envelope: &[u8],
+        now: Instant,
+    ) -> Restored<Vec<f32>> {
+        requester
+            .restore(
+                pull,
+                envelope,
+                &limits(),
+                now,
+                |_| unreachable!(),
+                <[f32]>::to_vec,
+            )
+            .unwrap()
+    }
+
+    /// The holder's pull source of `pull`'s tensor.
+    fn pull_source(
+        holder: &Contexts,
+        pull: &TensorCall,
+        now: Instant,
+    ) -> std::sync::Arc<std::sync::Mutex<PullSource>> {
+        let key = SourceKey {
+            holder: pull.holder_task.clone(),
+            tensor: pull.tensor.clone(),
+        };
+        holder.pull().get(&key, now).unwrap()
+    }
+
     #[test]
     fn a_pull_is_a_keyframe_then_deltas_and_both_replicas_agree() {
         let (holder, requester) = (contexts(1 << 30), contexts(1 << 30));
@@ -467,25 +499,9 @@ mod tests {
                 .encode(&pull, &values(step), encoding(memory), now, &mut envelope)
                 .unwrap();
             assert_eq!(encoded.keyframe, step == 0, "step {step}");
-            let restored = requester
-                .restore(
-                    &pull,
-                    &envelope,
-                    &limits(),
-                    now,
-                    |_| unreachable!(),
-                    <[f32]>::to_vec,
-                )
-                .unwrap();
+            let restored = restore_pull(&requester, &pull, &envelope, now);
             assert_eq!(restored.keyframe, step == 0);
-            let source = holder.pull().get(
-                &SourceKey {
-                    holder: pull.holder_task.clone(),
-                    tensor: pull.tensor.clone(),
-                },
-                now,
-            );
-            let source = source.unwrap();
+            let source = pull_source(&holder, &pull, now);
             assert_eq!(lock(&source).replica(), restored.content.as_slice());
         }
         assert_eq!(holder.sizes()[1].contexts, 1);
@@ -508,16 +524,7 @@ mod tests {
             holder
                 .encode(&pull, &values(step), encoding(memory), now, &mut envelope)
                 .unwrap();
-            let restored = from
-                .restore(
-                    &pull,
-                    &envelope,
-                    &limits(),
-                    now,
-                    |_| unreachable!(),
-                    <[f32]>::to_vec,
-                )
-                .unwrap();
+            let restored = restore_pull(from, &pull, &envelope, now);
             (restored.content, envelope.len())
         };
         read(&other, 0, false);
@@ -536,14 +543,7 @@ mod tests {
         // A requester behind follows the same chain, the settle included.
         let (behind, _) = read(&other, 2, false);
         assert_eq!(behind, values(2));
-        let source = holder.pull().get(
-            &SourceKey {
-                holder: pull.holder_task.clone(),
-                tensor: pull.tensor.clone(),
-            },
-            now,
-        );
-        let counters = lock(&source.unwrap()).counters();
+        let counters = lock(&pull_source(&holder, &pull, now)).counters();
         assert_eq!(counters.settles, 1);
         assert_eq!(counters.resets, 1, "only the first value");
     }

@@ -99,18 +99,24 @@ async fn a_graph_on_the_wire_teaches_both_sidecars_and_rows_cross_without_memory
         .contains("gathered by GatherV2"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dense_tensors_warm_up_uncompressed_then_use_their_replica() {
-    let server = start_tensor_server(server_tensors()).await;
+/// A holder whose policy warms dense tensors up for `steps` with `codec`.
+fn warming_holder(steps: u32, codec: &str) -> Arc<Sidecar> {
     let settings = PolicySettings {
-        warmup_steps: 3,
+        warmup_steps: steps,
+        warmup_codec: codec.into(),
         ..PolicySettings::default()
     };
-    let holder = Arc::new(Sidecar::new(
+    Arc::new(Sidecar::new(
         Policy::new(&settings).unwrap(),
         Default::default(),
         None,
-    ));
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dense_tensors_warm_up_uncompressed_then_use_their_replica() {
+    let server = start_tensor_server(server_tensors()).await;
+    let holder = warming_holder(3, "none");
     let path = pair(server, holder.clone()).await;
     register_graph(&path.client, partition()).await;
     let w_key = key(PS, W0, 5, "w/read");
@@ -133,16 +139,7 @@ async fn dense_tensors_warm_up_uncompressed_then_use_their_replica() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_int8_warm_up_goes_through_the_replica_that_3lc_carries_on() {
     let server = start_tensor_server(server_tensors()).await;
-    let settings = PolicySettings {
-        warmup_steps: 3,
-        warmup_codec: "int8".into(),
-        ..PolicySettings::default()
-    };
-    let holder = Arc::new(Sidecar::new(
-        Policy::new(&settings).unwrap(),
-        Default::default(),
-        None,
-    ));
+    let holder = warming_holder(3, "int8");
     let path = pair(server, holder.clone()).await;
     register_graph(&path.client, partition()).await;
     let w_key = key(PS, W0, 5, "w/read");
