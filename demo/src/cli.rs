@@ -8,6 +8,7 @@ use anyhow::{ensure, Context, Result};
 use crate::options::{Compression, DemoOptions};
 use crate::report::DemoReport;
 use crate::run::run_job;
+use tlc_sidecar::policy::{Policy, PolicySettings};
 
 /// Trains an emulated TensorFlow parameter-server job twice through tlc
 /// sidecars over rate-limited links — uncompressed, then with 3LC — and
@@ -45,6 +46,11 @@ pub struct DemoArgs {
     /// Tensors below this many bytes pass uncompressed [default: the policy's `min_bytes`, 1024; vectors from 4096].
     #[arg(long, value_name = "BYTES")]
     pub min_bytes: Option<u64>,
+    /// The compressed run's sidecars take this file's `[policy]` table (as in
+    /// tlcd's config file; tlcd's defaults for keys it leaves out) instead of
+    /// 3LC at --sparsity.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["sparsity", "min_bytes"])]
+    pub policy: Option<std::path::PathBuf>,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -75,6 +81,7 @@ impl DemoArgs {
             lr: self.lr.unwrap_or(d.lr),
             seed: self.seed.unwrap_or(d.seed),
             min_bytes: self.min_bytes.unwrap_or(d.min_bytes),
+            policy: self.policy.as_deref().map(read_policy).transpose()?,
             ..d
         };
         ensure!(
@@ -94,6 +101,23 @@ impl DemoArgs {
             .with_context(|| format!("--sparsity {}", options.sparsity))?;
         Ok(options)
     }
+}
+
+/// The `[policy]` table of a TOML file, checked as tlcd checks it.
+fn read_policy(path: &std::path::Path) -> Result<PolicySettings> {
+    /// The file: a `[policy]` table, and nothing else.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct File {
+        #[serde(default)]
+        policy: PolicySettings,
+    }
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--policy {}: cannot read it", path.display()))?;
+    let file: File = toml::from_str(&text)
+        .with_context(|| format!("--policy {}: reading its [policy] table", path.display()))?;
+    Policy::new(&file.policy).with_context(|| format!("--policy {}", path.display()))?;
+    Ok(file.policy)
 }
 
 /// Runs `tlc-demo` and prints its result.
@@ -143,4 +167,49 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         print!("{}", report.table());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        demo: DemoArgs,
+    }
+
+    fn options(args: &[&str]) -> Result<DemoOptions> {
+        let cli = Cli::try_parse_from(std::iter::once("tlc-demo").chain(args.iter().copied()))?;
+        cli.demo.options()
+    }
+
+    #[test]
+    fn a_policy_file_is_the_compressed_runs_whole_policy() {
+        let dir = std::env::temp_dir().join(format!("tlc-demo-policy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.toml");
+        std::fs::write(&good, "[policy]\nwarmup_steps = 5\n").unwrap();
+        let o = options(&["--policy", good.to_str().unwrap()]).unwrap();
+        let compressed = o.policy_for(Compression::ThreeLc { sparsity: 1.0 });
+        assert_eq!(compressed.warmup_steps, 5);
+        assert_eq!(compressed.push.codec, "3lc", "tlcd's defaults for the rest");
+        assert_eq!(o.policy_for(Compression::None).push.codec, "none");
+        assert_eq!(
+            o.label_for(Compression::ThreeLc { sparsity: 1.0 }),
+            "--policy"
+        );
+
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, "[policy.push]\ncodec = \"3lc\"\nsparsity = 2.5\n").unwrap();
+        let err = options(&["--policy", bad.to_str().unwrap()]).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("policy.push.sparsity = 2.5"),
+            "{err:#}"
+        );
+        let err = options(&["--policy", good.to_str().unwrap(), "--sparsity", "1.5"]);
+        assert!(err.is_err(), "--policy replaces --sparsity");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

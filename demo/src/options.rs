@@ -37,6 +37,9 @@ pub struct DemoOptions {
     /// Tensors smaller than this pass the sidecars uncompressed (the
     /// policy's `min_bytes`).
     pub min_bytes: u64,
+    /// The compressed run's whole `[policy]` table (`--policy FILE`),
+    /// instead of 3LC at `sparsity` from `min_bytes`.
+    pub policy: Option<PolicySettings>,
 }
 
 impl Default for DemoOptions {
@@ -60,11 +63,29 @@ impl Default for DemoOptions {
             seed: 0,
             data: DataSpec::default(),
             min_bytes: PolicySettings::default().min_bytes,
+            policy: None,
         }
     }
 }
 
 impl DemoOptions {
+    /// The sidecars' policy for a run of `compression`: the `--policy`
+    /// table for the compressed run if there is one.
+    pub fn policy_for(&self, compression: Compression) -> PolicySettings {
+        match (&self.policy, compression) {
+            (Some(policy), Compression::ThreeLc { .. }) => policy.clone(),
+            _ => compression.policy(self.min_bytes),
+        }
+    }
+
+    /// A short name for a run of `compression` in reports.
+    pub fn label_for(&self, compression: Compression) -> String {
+        match (&self.policy, compression) {
+            (Some(_), Compression::ThreeLc { .. }) => "--policy".into(),
+            _ => compression.label(),
+        }
+    }
+
     /// The network these options train.
     pub fn mlp(&self) -> Mlp {
         Mlp::new(vec![

@@ -28,7 +28,7 @@ pub async fn run_job(options: &DemoOptions, compression: Compression) -> Result<
     let (job, ps_handler, worker_handlers) = Job::new(options);
     let spec = PodsSpec {
         workers: options.workers,
-        policy: compression.policy(options.min_bytes),
+        policy: options.policy_for(compression),
         rate_mbit: options.rate_mbit,
         latency: options.latency,
     };
@@ -165,7 +165,7 @@ fn report(
     let tensor_bytes =
         outcome.ps.tensor_bytes + outcome.workers.iter().map(|w| w.tensor_bytes).sum::<u64>();
     RunReport {
-        label: compression.label(),
+        label: options.label_for(compression),
         compression,
         parameters: mlp.parameter_count(),
         step_seconds: outcome.ps.step_seconds,
