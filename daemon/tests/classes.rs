@@ -8,7 +8,7 @@ mod support;
 
 use std::sync::Arc;
 
-use support::metrics::{key, pair};
+use support::metrics::{key, pair, Pair};
 use support::register_graph;
 use support::tf::{recv, start_tensor_server, Tensors};
 use tlc_core::TensorClass;
@@ -170,10 +170,20 @@ async fn an_int8_warm_up_goes_through_the_replica_that_3lc_carries_on() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_evaluation_reads_the_model_exact_between_training_steps() {
+/// A pair whose holder knows a training partition and an evaluation's
+/// (reads only) for worker 0, with `exact_reads` as given; the training
+/// read's key and the evaluation's.
+async fn training_and_evaluation(exact_reads: bool) -> (Pair, Arc<Sidecar>, String, String) {
     let server = start_tensor_server(server_tensors()).await;
-    let holder = Arc::new(Sidecar::default());
+    let settings = PolicySettings {
+        exact_reads,
+        ..PolicySettings::default()
+    };
+    let holder = Arc::new(Sidecar::new(
+        Policy::new(&settings).unwrap(),
+        Default::default(),
+        None,
+    ));
     let path = pair(server, holder.clone()).await;
     register_graph(&path.client, partition()).await;
     // The chief's evaluation: the ps's partition only reads and sends.
@@ -181,6 +191,24 @@ async fn an_evaluation_reads_the_model_exact_between_training_steps() {
     register_graph(&path.client, evaluation).await;
     let training = key(PS, W0, 5, "w/read");
     let evaluated = key(PS, W0, 9, "w/read");
+    (path, holder, training, evaluated)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evaluation_reads_the_replica_where_exact_reads_are_off() {
+    let (path, _, training, evaluated) = training_and_evaluation(false).await;
+    for step in 0..3 {
+        recv(&path.client, &training, step).await;
+        let got = recv(&path.client, &evaluated, step).await;
+        if step > 0 {
+            assert_ne!(got.values, model(step), "step {step}: the replica");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evaluation_reads_the_model_exact_between_training_steps() {
+    let (path, holder, training, evaluated) = training_and_evaluation(true).await;
     for step in 0..4 {
         let got = recv(&path.client, &training, step).await;
         if step > 0 {

@@ -258,6 +258,13 @@ pub struct PolicySettings {
     /// about 0.5% of each row, well inside the pull bound, at half of
     /// fp16's bytes).
     pub row_keyframe_codec: String,
+    /// A read-only step's pulls (a TF1 evaluation, an unsharded
+    /// checkpoint) bring the requester's replica to the model exactly, with
+    /// a lossless delta once per value; off, they read the replica, within
+    /// the pull bound, like training. An evaluation every few steps pays
+    /// that delta each time: turn it off where that costs more than it
+    /// buys.
+    pub exact_reads: bool,
     /// Frames carry the entropy stage (zstd over the codec's payload, where
     /// it shrinks: about 1.9x more on 3LC at s = 1.0) for requesters that
     /// read it.
@@ -301,6 +308,7 @@ impl Default for PolicySettings {
             row_memory: true,
             min_row_bytes: DEFAULT_MIN_ROW_BYTES,
             row_keyframe_codec: "int8-rows".into(),
+            exact_reads: true,
             entropy: true,
             push: CodecSettings::default(),
             pull: CodecSettings::default(),
@@ -546,6 +554,11 @@ impl Policy {
     /// between sidecars.
     pub fn hop_compression(&self) -> bool {
         self.settings.hop_compression
+    }
+
+    /// Whether a read-only step's pulls settle the replica to the model.
+    pub fn exact_reads(&self) -> bool {
+        self.settings.exact_reads
     }
 
     /// Whether frames may carry the entropy stage.

@@ -437,7 +437,7 @@ fn memory_for(
             refine: policy
                 .refine()
                 .pull(sidecar.graphs.training(&call.holder_task) == Training::Synchronous),
-            exact: classified.read_only,
+            exact: classified.read_only && policy.exact_reads(),
         },
         // Rows are encoded through their own contexts, never here.
         Treatment::Stateless | Treatment::RowMemory => Memory::None,
