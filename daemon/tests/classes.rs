@@ -8,11 +8,11 @@ mod support;
 
 use std::sync::Arc;
 
-use support::metrics::{key, pair, Pair};
+use support::metrics::{holder_with, key, pair, Pair};
 use support::register_graph;
 use support::tf::{recv, start_tensor_server, Tensors};
 use tlc_core::TensorClass;
-use tlc_sidecar::policy::{Policy, PolicySettings};
+use tlc_sidecar::policy::PolicySettings;
 use tlc_sidecar::Sidecar;
 use tlc_wire::graph::build::PartitionBuilder;
 
@@ -106,11 +106,7 @@ fn warming_holder(steps: u32, codec: &str) -> Arc<Sidecar> {
         warmup_codec: codec.into(),
         ..PolicySettings::default()
     };
-    Arc::new(Sidecar::new(
-        Policy::new(&settings).unwrap(),
-        Default::default(),
-        None,
-    ))
+    holder_with(&settings)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,11 +175,7 @@ async fn training_and_evaluation(exact_reads: bool) -> (Pair, Arc<Sidecar>, Stri
         exact_reads,
         ..PolicySettings::default()
     };
-    let holder = Arc::new(Sidecar::new(
-        Policy::new(&settings).unwrap(),
-        Default::default(),
-        None,
-    ));
+    let holder = holder_with(&settings);
     let path = pair(server, holder.clone()).await;
     register_graph(&path.client, partition()).await;
     // The chief's evaluation: the ps's partition only reads and sends.

@@ -8,11 +8,11 @@ mod support;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use support::metrics::{get, http, key, pair, Exposition};
+use support::metrics::{get, holder_with, http, key, pair, Exposition};
 use support::teach;
 use support::tf::{recv, start_tensor_server, Tensors};
 use tlc_context::{PushKey, SourceKey};
-use tlc_sidecar::policy::{CodecSettings, Policy, PolicySettings};
+use tlc_sidecar::policy::{CodecSettings, PolicySettings};
 use tlc_sidecar::Sidecar;
 use tlc_wire::graph::build::PartitionBuilder;
 
@@ -107,11 +107,7 @@ async fn exposition_matches_the_sidecars_counters() {
         },
         ..PolicySettings::default()
     };
-    let holder = Arc::new(Sidecar::new(
-        Policy::new(&settings).unwrap(),
-        Default::default(),
-        None,
-    ));
+    let holder = holder_with(&settings);
     let path = pair(server, holder.clone()).await;
     let mut partition = PartitionBuilder::new(PS_TASK).dense_read(
         "dense/kernel",

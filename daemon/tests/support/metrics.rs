@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tlc_core::Role;
 use tlc_proxy::Proxy;
+use tlc_sidecar::policy::{Policy, PolicySettings};
 use tlc_sidecar::Sidecar;
 
 use super::Client;
@@ -415,6 +416,15 @@ pub struct Pair {
 }
 
 /// A [`Pair`] in front of `server`, with `holder` on the holding side.
+/// A holder-side sidecar with `settings` as its policy (checked).
+pub fn holder_with(settings: &PolicySettings) -> Arc<Sidecar> {
+    Arc::new(Sidecar::new(
+        Policy::new(settings).unwrap(),
+        Default::default(),
+        None,
+    ))
+}
+
 pub async fn pair(server: SocketAddr, holder: Arc<Sidecar>) -> Pair {
     let inbound = super::proxy(Role::Inbound, server, holder.clone()).await;
     let requester = Arc::new(Sidecar::default());
