@@ -24,7 +24,8 @@ fi
 
 [[ -x $dir/bin/python ]] || "$python" -m venv "$dir"
 "$dir/bin/python" -m pip install --quiet --upgrade pip
-"$dir/bin/python" -m pip install --quiet "${packages[@]}"
+# No wheel cache: TensorFlow's wheel would take its size twice on disk.
+"$dir/bin/python" -m pip install --quiet --no-cache-dir "${packages[@]}"
 # Prove it works the way train.py uses it.
 TF_CPP_MIN_LOG_LEVEL=2 "$dir/bin/python" -c '
 import sklearn.datasets, tensorflow as tf
