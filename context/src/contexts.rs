@@ -17,8 +17,8 @@ use tlc_core::TensorCall;
 use tlc_wire::envelope::{EnvelopeError, EnvelopeHeader, Kind, HEADER_LEN};
 
 use crate::pull::{
-    ApplyError, EpochGenerator, PullSource, ReplicaKey, ReplicaState, ReplicaStore, Served,
-    SourceKey,
+    ApplyError, EpochGenerator, PullSource, ReplicaKey, ReplicaState, ReplicaStore, Requester,
+    Served, SourceKey,
 };
 use crate::push::{decode_push, encode_stateless, PushContext, PushError, PushKey};
 use crate::refine::Refinement;
@@ -38,6 +38,10 @@ pub enum Memory {
         feedback: Feedback,
         /// How far the buffer may lag before further passes are sent.
         refine: Refinement,
+        /// Further passes also while `‖e‖₂` is above this times the
+        /// largest `‖g‖₂` the context has encoded (`inf`: no such bound).
+        /// See [`PushContext::encode`].
+        peak_lag: f64,
     },
     /// A dense variable read: the replica every requester shares, and the
     /// deltas from the version this requester holds.
@@ -49,6 +53,9 @@ pub enum Memory {
         /// The read needs the model itself (an evaluation, a checkpoint):
         /// the requester's replica is brought to the value exactly.
         exact: bool,
+        /// The codec of a tensor's first keyframe, where the requester
+        /// reads it (see [`Requester::first_keyframe`]); `None`: lossless.
+        first_keyframe: Option<Codec>,
     },
     /// Anything else: encoded on its own, nothing remembered.
     None,
@@ -201,7 +208,11 @@ impl Contexts {
             drift_reset: None,
         };
         match memory {
-            Memory::ErrorFeedback { feedback, refine } => {
+            Memory::ErrorFeedback {
+                feedback,
+                refine,
+                peak_lag,
+            } => {
                 let key = PushKey {
                     requester_task: call.requester_task.clone(),
                     holder_task: call.holder_task.clone(),
@@ -218,7 +229,7 @@ impl Contexts {
                 context.set_entropy_stage(entropy);
                 let started = Instant::now();
                 let pushed = context
-                    .encode(values, codec, refine, fallback_token, out)
+                    .encode(values, codec, refine, peak_lag, fallback_token, out)
                     .map_err(|_| EncodeRefused::Codec)?;
                 encoded.took = started.elapsed();
                 encoded.refinements = u64::from(pushed.frames - 1);
@@ -227,7 +238,12 @@ impl Contexts {
                 requester_has,
                 refine,
                 exact,
+                first_keyframe,
             } => {
+                let requester = Requester {
+                    has: requester_has,
+                    first_keyframe,
+                };
                 let key = SourceKey {
                     holder: call.holder_task.clone(),
                     tensor: call.tensor.clone(),
@@ -244,9 +260,9 @@ impl Contexts {
                 let started = Instant::now();
                 let before = source.counters();
                 let served = if exact {
-                    source.serve_exact(values, requester_has, fallback_token, out)
+                    source.serve_exact(values, requester, fallback_token, out)
                 } else {
-                    source.serve(values, requester_has, codec, refine, fallback_token, out)
+                    source.serve(values, requester, codec, refine, fallback_token, out)
                 }
                 .map_err(|_| EncodeRefused::Codec)?;
                 let after = source.counters();
@@ -493,6 +509,7 @@ mod tests {
                 requester_has: requester.replica_state(&pull, now),
                 refine: Refinement::OFF,
                 exact: false,
+                first_keyframe: None,
             };
             let mut envelope = Vec::new();
             let encoded = holder
@@ -519,6 +536,7 @@ mod tests {
                 requester_has: from.replica_state(&pull, now),
                 refine: Refinement::OFF,
                 exact,
+                first_keyframe: None,
             };
             let mut envelope = Vec::new();
             holder
@@ -556,6 +574,7 @@ mod tests {
         let memory = Memory::ErrorFeedback {
             feedback: Feedback::On,
             refine: Refinement::OFF,
+            peak_lag: f64::INFINITY,
         };
         let mut envelope = Vec::new();
         holder
@@ -578,6 +597,7 @@ mod tests {
         let memory = Memory::ErrorFeedback {
             feedback: Feedback::On,
             refine: Refinement::OFF,
+            peak_lag: f64::INFINITY,
         };
         let refused = tiny
             .encode(&push, &values(0), encoding(memory), now, &mut Vec::new())
@@ -590,6 +610,7 @@ mod tests {
             requester_has: None,
             refine: Refinement::OFF,
             exact: false,
+            first_keyframe: None,
         };
         let mut envelope = Vec::new();
         holder

@@ -29,7 +29,7 @@ pub use contexts::{
 };
 pub use pull::{
     replica_hash, ApplyError, EpochGenerator, PullServed, PullSource, Replica, ReplicaKey,
-    ReplicaState, ReplicaStore, ServeError, SourceKey,
+    ReplicaState, ReplicaStore, Requester, ServeError, SourceKey,
 };
 pub use push::{decode_push, encode_stateless, PushContext, PushError, PushKey};
 pub use refine::{PassScale, Refinement};

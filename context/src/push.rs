@@ -46,6 +46,9 @@ pub struct PushCounters {
     /// The scale of the last frame (3LC's `M`, TernGrad's scale, int8's
     /// step), if its codec has one.
     pub last_scale: Option<f32>,
+    /// The largest gradient (L2) encoded so far, where a peak-lag bound
+    /// asked for it to be measured (0 otherwise).
+    pub peak_l2: f64,
 }
 
 /// What one [`PushContext::encode`] produced.
@@ -69,6 +72,9 @@ pub struct PushContext {
     /// A zero tensor: encoding it through the error buffer encodes the
     /// buffer alone (a refinement). Allocated at the first refinement.
     zeros: Vec<f32>,
+    /// `‖g‖₂²` of the largest gradient encoded so far (kept where a
+    /// peak-lag bound is set).
+    peak_squares: f64,
 }
 
 impl PushContext {
@@ -78,6 +84,7 @@ impl PushContext {
             encoder: Encoder::new(codec, feedback),
             counters: PushCounters::default(),
             zeros: Vec::new(),
+            peak_squares: 0.0,
         }
     }
 
@@ -91,6 +98,16 @@ impl PushContext {
     /// for it (and the context has an error buffer), frames of what is
     /// left in the buffer.
     ///
+    /// `peak_lag` bounds the buffer against the stream's own history as
+    /// well: further frames (within `refine`'s pass budget) while `‖e‖₂`
+    /// is above `peak_lag` times the largest `‖g‖₂` encoded so far. While
+    /// gradients are as large as they have ever been (early in training)
+    /// that is a bound relative to the gradient, as tight as `peak_lag`;
+    /// as they decay, the same absolute lag is a growing multiple of them
+    /// and 3LC's single pass meets it alone. The model's lag behind the
+    /// gradients it was sent (`lr · e` for SGD) stays below what one early
+    /// step moved it, without a step count to choose. `inf`: no such bound.
+    ///
     /// `codec` is the codec configured now: a change (of `s`, say) applies
     /// to this gradient and keeps the pending error. On error the context
     /// and `out` are as they were (only the failure counter moves), and the
@@ -100,6 +117,7 @@ impl PushContext {
         values: &[f32],
         codec: Codec,
         refine: Refinement,
+        peak_lag: f64,
         fallback_token: u64,
         out: &mut Vec<u8>,
     ) -> Result<PushEncoded, EncodeError> {
@@ -118,7 +136,7 @@ impl PushContext {
                 return Err(err);
             }
         };
-        let frames = self.refine(values, refine, fallback_token, start, out);
+        let frames = self.refine(values, refine, peak_lag, fallback_token, start, out);
         let encoded = PushEncoded {
             raw_bytes: std::mem::size_of_val(values),
             wire_bytes: out.len() - start,
@@ -131,6 +149,7 @@ impl PushContext {
         c.raw_bytes += encoded.raw_bytes as u64;
         c.wire_bytes += encoded.wire_bytes as u64;
         c.last_scale = scale_of(&frame.params);
+        c.peak_l2 = self.peak_squares.sqrt();
         Ok(encoded)
     }
 
@@ -142,6 +161,7 @@ impl PushContext {
         &mut self,
         gradient: &[f32],
         refine: Refinement,
+        peak_lag: f64,
         fallback_token: u64,
         start: usize,
         out: &mut Vec<u8>,
@@ -155,7 +175,21 @@ impl PushContext {
         }
         let mut frames = 1;
         let gradient_squares = sum_of_squares(gradient.iter().copied());
-        while refine.another_pass(frames, self.relative_error(gradient_squares)) {
+        let peak_bound = peak_lag.is_finite();
+        if peak_bound && gradient_squares.is_finite() {
+            self.peak_squares = self.peak_squares.max(gradient_squares);
+        }
+        loop {
+            let residual = sum_of_squares(self.encoder.residual().iter().copied());
+            // Either bound asks for a pass: the gradient's, or the peak's.
+            let gradient_asks =
+                refine.another_pass(frames, relative_to(residual, gradient_squares));
+            let peak_asks = peak_bound
+                && frames < refine.max_passes
+                && relative_to(residual, self.peak_squares) > peak_lag;
+            if !(gradient_asks || peak_asks) {
+                break;
+            }
             self.zeros.resize(gradient.len(), 0.0);
             // The error buffer plus a zero gradient: a frame of the error
             // alone, which the buffer then loses.
@@ -170,15 +204,6 @@ impl PushContext {
             set_frame_count(&mut header, frames, start, out);
         }
         frames
-    }
-
-    /// `‖e‖₂ / ‖g‖₂`: the error buffer against the gradient just encoded,
-    /// given `‖g‖₂²`.
-    fn relative_error(&self, gradient_squares: f64) -> f64 {
-        relative_to(
-            sum_of_squares(self.encoder.residual().iter().copied()),
-            gradient_squares,
-        )
     }
 
     /// The codec the last gradient was encoded with (or the initial one).
@@ -215,7 +240,14 @@ pub fn encode_stateless(
 ) -> Result<PushEncoded, EncodeError> {
     let mut context = PushContext::new(codec, Feedback::Off);
     context.set_entropy_stage(entropy);
-    context.encode(values, codec, Refinement::OFF, fallback_token, out)
+    context.encode(
+        values,
+        codec,
+        Refinement::OFF,
+        f64::INFINITY,
+        fallback_token,
+        out,
+    )
 }
 
 impl ContextMemory for PushContext {
@@ -352,7 +384,14 @@ mod tests {
             let mut wire = Vec::new();
             let codec = three_lc(if t < 20 { 1.0 } else { 1.5 });
             let out = ctx
-                .encode(&g, codec, Refinement::OFF, t as u64, &mut wire)
+                .encode(
+                    &g,
+                    codec,
+                    Refinement::OFF,
+                    f64::INFINITY,
+                    t as u64,
+                    &mut wire,
+                )
                 .unwrap();
             assert_eq!(out.wire_bytes, wire.len());
             assert_eq!(out.raw_bytes, 4 * n);
@@ -394,6 +433,7 @@ mod tests {
             &gradient(50, 0),
             three_lc(1.0),
             Refinement::OFF,
+            f64::INFINITY,
             0,
             &mut Vec::new(),
         )
@@ -402,8 +442,15 @@ mod tests {
         assert!(residual.iter().any(|&e| e != 0.0));
         // Encoding zeros with s = 1.5 sends part of the pending error.
         let mut wire = Vec::new();
-        ctx.encode(&[0.0; 50], three_lc(1.5), Refinement::OFF, 0, &mut wire)
-            .unwrap();
+        ctx.encode(
+            &[0.0; 50],
+            three_lc(1.5),
+            Refinement::OFF,
+            f64::INFINITY,
+            0,
+            &mut wire,
+        )
+        .unwrap();
         let mut decoded = Vec::new();
         decode_push(&wire, &Limits::default(), &mut decoded).unwrap();
         for i in 0..50 {
@@ -419,6 +466,7 @@ mod tests {
             &gradient(20, 0),
             three_lc(1.0),
             Refinement::OFF,
+            f64::INFINITY,
             0,
             &mut wire,
         )
@@ -429,7 +477,14 @@ mod tests {
         let mut bad = gradient(20, 1);
         bad[3] = f32::NAN;
         let err = ctx
-            .encode(&bad, three_lc(1.5), Refinement::OFF, 0, &mut wire)
+            .encode(
+                &bad,
+                three_lc(1.5),
+                Refinement::OFF,
+                f64::INFINITY,
+                0,
+                &mut wire,
+            )
             .unwrap_err();
         assert_eq!(err, EncodeError::NonFinite);
         assert_eq!(wire.len(), len);
@@ -450,8 +505,15 @@ mod tests {
         let mut out = Vec::new();
         let mut wire = Vec::new();
         let mut ctx = PushContext::new(Codec::None, Feedback::Off);
-        ctx.encode(&[1.0; 10], Codec::None, Refinement::OFF, 0, &mut wire)
-            .unwrap();
+        ctx.encode(
+            &[1.0; 10],
+            Codec::None,
+            Refinement::OFF,
+            f64::INFINITY,
+            0,
+            &mut wire,
+        )
+        .unwrap();
         assert!(decode_push(&wire, &limits, &mut out).is_ok());
         assert_eq!(out, [1.0; 10]);
 
@@ -469,8 +531,15 @@ mod tests {
         ));
         // Too many values for the limits.
         let mut big = Vec::new();
-        ctx.encode(&[0.5; 101], Codec::None, Refinement::OFF, 0, &mut big)
-            .unwrap();
+        ctx.encode(
+            &[0.5; 101],
+            Codec::None,
+            Refinement::OFF,
+            f64::INFINITY,
+            0,
+            &mut big,
+        )
+        .unwrap();
         assert!(matches!(
             decode_push(&big, &limits, &mut out),
             Err(PushError::Envelope(EnvelopeError::Frame {
@@ -499,6 +568,7 @@ mod tests {
             &[1.0; 1000],
             three_lc(1.0),
             Refinement::OFF,
+            f64::INFINITY,
             0,
             &mut Vec::new(),
         )

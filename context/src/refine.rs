@@ -133,7 +133,7 @@ mod tests {
         )
     }
     use crate::pull::{drift, PullSource, Replica, Served};
-    use crate::push::{decode_push, PushContext};
+    use crate::push::{decode_push, l2, PushContext};
     use std::num::NonZeroU64;
     use tlc_codec::{Codec, Feedback, Limits, Sparsity};
     use tlc_wire::envelope::Envelope;
@@ -243,7 +243,9 @@ mod tests {
                 (&mut on, refine, &mut sent_on),
             ] {
                 let mut wire = Vec::new();
-                let encoded = ctx.encode(&g, THREE_LC, r, 7, &mut wire).unwrap();
+                let encoded = ctx
+                    .encode(&g, THREE_LC, r, f64::INFINITY, 7, &mut wire)
+                    .unwrap();
                 let envelope = Envelope::parse(&wire, &limits).unwrap();
                 assert_eq!(envelope.frames().len() as u32, encoded.frames);
                 assert!(encoded.frames <= r.max_passes);
@@ -287,6 +289,51 @@ mod tests {
     }
 
     #[test]
+    fn a_peak_lag_refines_early_gradients_and_lets_decayed_ones_go_alone() {
+        let limits = Limits::default();
+        // No bound against the gradient itself: only the peak's.
+        let refine = Refinement {
+            target: f64::INFINITY,
+            max_passes: 8,
+            scale: PassScale::Max,
+        };
+        let mut ctx = PushContext::new(THREE_LC, Feedback::On);
+        let mut frames_by_step = Vec::new();
+        let mut decoded = Vec::new();
+        let mut peak = 0f64;
+        for t in 0..12 {
+            // Gradients that shrink by half every two steps, as a loss
+            // falling early in training makes them.
+            let scale = 0.5f32.powf(t as f32 / 2.0);
+            let g: Vec<f32> = heavy_tailed(3000, t).iter().map(|v| v * scale).collect();
+            peak = peak.max(l2(&g));
+            let mut wire = Vec::new();
+            let encoded = ctx.encode(&g, THREE_LC, refine, 0.5, 7, &mut wire).unwrap();
+            decode_push(&wire, &limits, &mut decoded).unwrap();
+            let lag = l2(ctx.residual()) / peak;
+            if encoded.frames < refine.max_passes {
+                assert!(lag <= 0.5, "step {t}: lag {lag} of the peak");
+            }
+            frames_by_step.push(encoded.frames);
+        }
+        assert!((ctx.counters().peak_l2 - peak).abs() <= 1e-9 * peak);
+        assert!(frames_by_step[0] > 1, "{frames_by_step:?}");
+        assert_eq!(
+            frames_by_step[8..],
+            [1, 1, 1, 1],
+            "decayed gradients go in one pass: {frames_by_step:?}"
+        );
+        // Without the bound, the same context would never refine.
+        let mut unbounded = PushContext::new(THREE_LC, Feedback::On);
+        let g = heavy_tailed(3000, 0);
+        let encoded = unbounded
+            .encode(&g, THREE_LC, refine, f64::INFINITY, 7, &mut Vec::new())
+            .unwrap();
+        assert_eq!(encoded.frames, 1);
+        assert_eq!(unbounded.counters().peak_l2, 0.0);
+    }
+
+    #[test]
     fn a_context_without_feedback_never_refines() {
         let mut ctx = PushContext::new(THREE_LC, Feedback::Off);
         let mut wire = Vec::new();
@@ -296,7 +343,14 @@ mod tests {
             scale: PassScale::Max,
         };
         let encoded = ctx
-            .encode(&heavy_tailed(500, 1), THREE_LC, refine, 0, &mut wire)
+            .encode(
+                &heavy_tailed(500, 1),
+                THREE_LC,
+                refine,
+                f64::INFINITY,
+                0,
+                &mut wire,
+            )
             .unwrap();
         assert_eq!(encoded.frames, 1);
     }

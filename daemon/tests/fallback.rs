@@ -43,6 +43,7 @@ fn broken_envelope_body() -> Bytes {
                 sparsity: Sparsity::ONE,
             },
             Refinement::OFF,
+            f64::INFINITY,
             TOKEN,
             &mut envelope,
         )

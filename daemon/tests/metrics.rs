@@ -338,17 +338,18 @@ async fn exposition_matches_the_sidecars_counters() {
     assert_eq!(r.sum("tlc_decode_failures_total", &[]), 0.0);
     assert_eq!(rtotals.decode_failures, 0);
     assert_eq!(r.value("tlc_decode_seconds_count", &push_3lc), Some(pushes));
-    // The first pull is a keyframe (no codec), then one int8 delta each.
+    // The first pull is an int8 keyframe (policy.keyframe_codec), then
+    // one int8 delta each (the pull codec): no lossless frame at all.
     assert_eq!(
         r.value(
             "tlc_decode_seconds_count",
             &[("direction", "pull"), ("codec", "none")]
         ),
-        Some(1.0)
+        None
     );
     assert_eq!(
         r.value("tlc_decode_seconds_count", &pull_int8),
-        Some((PULL_STEPS - 1) as f64)
+        Some(PULL_STEPS as f64)
     );
     assert_eq!(
         r.value("tlc_keyframes_total", &[("side", "requester")]),

@@ -23,7 +23,8 @@
 //! Parsing ([`Envelope::parse`]) checks everything a receiver relies on
 //! before it touches any state: header checksum, kind-specific fields,
 //! every frame's own header, limits and checksum, that the frames fill the
-//! buffer exactly, that a keyframe is lossless (codec `none`), that the
+//! buffer exactly, that a keyframe is `none` (lossless) or `int8` (a
+//! tensor's first value, held as its int8 decode on both sides), that the
 //! frames of a chain all have the same length, and for the rows kinds the
 //! rows section and that each frame holds the values it declares.
 
@@ -165,8 +166,8 @@ pub enum EnvelopeError {
     /// Bytes remain after the declared frames.
     #[error("{0} trailing bytes after the envelope's last frame")]
     TrailingBytes(usize),
-    /// A keyframe whose frame is not lossless.
-    #[error("keyframe frame uses codec {0}; a keyframe must be lossless (none)")]
+    /// A keyframe whose frame is neither lossless nor int8.
+    #[error("keyframe frame uses codec {0}; a keyframe is none (lossless) or int8")]
     KeyframeCodec(CodecId),
     /// The frames of a chain or a push do not all have the same number of
     /// values.
@@ -453,6 +454,10 @@ impl EnvelopeHeader {
     }
 }
 
+/// The codecs a keyframe's frame may use: lossless, or int8 for a
+/// tensor's first value (the holder's replica is then that decode).
+pub const KEYFRAME_CODECS: [CodecId; 2] = [CodecId::None, CodecId::Int8];
+
 /// A parsed, fully checked envelope borrowing its frames from the input.
 #[derive(Debug, Clone)]
 pub struct Envelope<'a> {
@@ -470,7 +475,7 @@ impl<'a> Envelope<'a> {
     /// header (see [`EnvelopeHeader::parse`]), then every frame with
     /// [`Frame::parse`] against `limits`, that there are exactly
     /// `frame_count` of them with nothing after, that a keyframe's frame is
-    /// lossless and that a chain's frames all have the same length. A rows
+    /// one of [`KEYFRAME_CODECS`] and that a chain's frames all have the same length. A rows
     /// envelope's rows section is checked before its frames
     /// ([`RowsSection::parse`], [`RowsSection::check`] against `limits`),
     /// and each frame's element count against the section's after them.
@@ -505,7 +510,7 @@ impl<'a> Envelope<'a> {
         match header.kind {
             Kind::Keyframe => {
                 let codec = frames.first().map_or(CodecId::None, |f| f.header.codec());
-                if codec != CodecId::None {
+                if !KEYFRAME_CODECS.contains(&codec) {
                     return Err(EnvelopeError::KeyframeCodec(codec));
                 }
             }
@@ -888,11 +893,15 @@ mod tests {
                 ..
             })
         ));
-        // A keyframe must be lossless.
+        // A keyframe is lossless or int8, never 3LC.
         assert_eq!(
             with(key, std::slice::from_ref(&one)).unwrap_err(),
             EnvelopeError::KeyframeCodec(CodecId::ThreeLc)
         );
+        for codec in KEYFRAME_CODECS {
+            let keyframe = frame(codec.with_defaults(), &[1.0, -0.5]);
+            assert!(with(key, &[keyframe]).is_ok(), "{codec}");
+        }
         // A chain's count is target - base.
         let mut c = EnvelopeHeader::chain(0, 5, 3, 4).unwrap();
         c.frame_count = 2;

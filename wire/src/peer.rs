@@ -12,6 +12,7 @@
 //! | `tlc-fallback: TOKEN` | request to [`FALLBACK_PATH`] | asks for the original response of an envelope |
 //! | `tlc-rows: EPOCH-VERSION-BYTES` | request | for gathered rows and gradient rows the graph pairs with their ids: the requester decodes row-keyed envelopes; for gathered rows, the rows it holds (epoch in hex, `0-0` for none) and the most bytes of rows it keeps for the tensor |
 //! | `tlc-entropy: zstd` | request | the requester reads frames with the entropy stage (`codec/FORMAT.md`) |
+//! | `tlc-keyframe: int8` | request | the requester reads a tensor's first keyframe as an int8 frame (`wire/ENVELOPE.md`) |
 //! | `tlc-hop: 1` | request | the caller is a sidecar that restores hop-compressed responses ([`crate::hop`]); with `grpc-encoding: zstd`, this request's messages are hop-compressed |
 //! | `tlc-hop-ref: ID` | request | hop-compressed against the earlier request `ID` (hex), which the holder's sidecar keeps |
 //! | `tlc-hop-miss: 1` | response | the holder's sidecar no longer keeps the `tlc-hop-ref` request: send it again without |
@@ -42,6 +43,8 @@ pub const HOP_REF: &str = "tlc-hop-ref";
 pub const HOP_MISS: &str = "tlc-hop-miss";
 /// Request header: the requester reads frames with the entropy stage.
 pub const ENTROPY: &str = "tlc-entropy";
+/// Request header: the requester reads int8 first keyframes.
+pub const KEYFRAME: &str = "tlc-keyframe";
 /// Request header: the requester decodes row-keyed envelopes, and holds
 /// these rows.
 pub const ROWS: &str = "tlc-rows";
@@ -255,6 +258,11 @@ pub fn reads_entropy(headers: &HeaderMap) -> bool {
     headers.get(ENTROPY).is_some_and(|v| v == "zstd")
 }
 
+/// Whether the requester reads a tensor's first keyframe as int8.
+pub fn reads_int8_keyframes(headers: &HeaderMap) -> bool {
+    headers.get(KEYFRAME).is_some_and(|v| v == "int8")
+}
+
 /// Whether a request came from a sidecar that speaks our envelope version.
 pub fn is_peer(headers: &HeaderMap) -> bool {
     headers.get(PEER).is_some_and(|v| v == PROTOCOL)
@@ -296,12 +304,15 @@ pub fn restores_short_paths(headers: &HeaderMap) -> bool {
     headers.get(HOP_PATHS).is_some_and(|v| v == PROTOCOL)
 }
 
+/// Every header of the table above: what [`strip`] removes.
+pub const ALL: [&str; 15] = [
+    PEER, REPLICA, CLASS, MAX_TENSOR, ENVELOPE, FALLBACK, HOP, ROWS, ENTROPY, KEYFRAME, HOP_REF,
+    HOP_MISS, HOP_PATHS, IDS, IDS_AGAIN,
+];
+
 /// Removes every `tlc-*` header, so TensorFlow sees exactly what it sent.
 pub fn strip(headers: &mut HeaderMap) {
-    for name in [
-        PEER, REPLICA, CLASS, MAX_TENSOR, ENVELOPE, FALLBACK, HOP, ROWS, ENTROPY, HOP_REF,
-        HOP_MISS, HOP_PATHS, IDS, IDS_AGAIN,
-    ] {
+    for name in ALL {
         headers.remove(name);
     }
 }
@@ -440,18 +451,26 @@ mod tests {
     #[test]
     fn strip_removes_only_tlc_headers() {
         let mut headers = HeaderMap::new();
-        for name in [
-            ROWS, ENTROPY, HOP, HOP_REF, HOP_MISS, HOP_PATHS, IDS, IDS_AGAIN,
-        ] {
+        for name in ALL {
             headers.insert(name, HeaderValue::from_static("1"));
         }
-        headers.insert(PEER, HeaderValue::from_static(PROTOCOL));
-        headers.insert(REPLICA, HeaderValue::from_static("1-2"));
-        headers.insert(MAX_TENSOR, HeaderValue::from_static("5"));
         headers.insert("grpc-timeout", HeaderValue::from_static("5S"));
         assert!(is_peer(&headers));
         strip(&mut headers);
         assert!(!is_peer(&headers));
         assert_eq!(headers.len(), 1);
+    }
+
+    /// A header added to the table at the top of this module and not to
+    /// [`ALL`] would reach TensorFlow.
+    #[test]
+    fn every_documented_header_is_stripped() {
+        let documented: std::collections::BTreeSet<&str> = include_str!("peer.rs")
+            .lines()
+            .filter_map(|line| line.strip_prefix("//! | `"))
+            .filter_map(|rest| rest.split([':', '`']).next())
+            .collect();
+        let stripped: std::collections::BTreeSet<&str> = ALL.into_iter().collect();
+        assert_eq!(documented, stripped);
     }
 }

@@ -25,11 +25,13 @@ mod replica;
 mod source;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_keyframe;
 
 pub use replica::{ApplyError, Replica, ReplicaCounters, ReplicaKey, ReplicaStore};
 pub use source::{
-    drift, KeyframeReason, PullCounters, PullServed, PullSource, ServeError, Served, SourceKey,
-    Update, MAX_DRIFT,
+    drift, KeyframeReason, PullCounters, PullServed, PullSource, Requester, ServeError, Served,
+    SourceKey, Update, MAX_DRIFT,
 };
 
 /// How many updates' deltas a [`PullSource`] keeps by default (each

@@ -8,7 +8,9 @@ use std::num::NonZeroU64;
 use bytes::Bytes;
 use thiserror::Error;
 use tlc_codec::frame::{FIXED_HEADER_LEN, TRAILER_LEN};
-use tlc_codec::{Codec, DecodeError, EncodeError, Encoder, EntropyStage, Feedback, Limits};
+use tlc_codec::{
+    Codec, CodecId, DecodeError, EncodeError, Encoder, EntropyStage, Feedback, Limits,
+};
 
 use super::{add_delta, replica_hash, ReplicaState, DEFAULT_CACHE_LEN};
 use crate::refine::{relative_to, sum_of_squares, Refinement};
@@ -40,6 +42,31 @@ pub enum Served {
     Chain(u32),
     /// The replica itself.
     Keyframe(KeyframeReason),
+}
+
+/// Who asks for a pull: the replica they hold, and whether they read a
+/// lossy first keyframe. `None` or `Some(state)` converts into a requester
+/// that reads lossless keyframes only.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Requester {
+    /// The requester's replica, as its request said.
+    pub has: Option<ReplicaState>,
+    /// The codec of a tensor's first keyframe, if the requester reads one
+    /// (`int8`): a source that has no value yet holds the first value as
+    /// this codec's decode, where that is within the refinement's target
+    /// of it, and sends that frame as the keyframe instead of 4 bytes per
+    /// value. The replica is then exactly the decode on both sides, so
+    /// every later delta applies as before.
+    pub first_keyframe: Option<Codec>,
+}
+
+impl From<Option<ReplicaState>> for Requester {
+    fn from(has: Option<ReplicaState>) -> Requester {
+        Requester {
+            has,
+            first_keyframe: None,
+        }
+    }
 }
 
 /// How the last value changed the source.
@@ -90,6 +117,9 @@ pub struct PullCounters {
     pub chains: u64,
     /// Answers: keyframes.
     pub keyframes: u64,
+    /// First values held as a lossy codec's decode, sent as a lossy
+    /// keyframe (see [`Requester::first_keyframe`]).
+    pub lossy_starts: u64,
     /// Exact reads that found the replica off the value and brought it
     /// there (a lossless delta, or a reset where f32 cannot add up to it).
     pub settles: u64,
@@ -156,6 +186,9 @@ pub struct PullSource {
     cache_updates: usize,
     /// Without feedback: the error of a lossy delta stays in `V - R`.
     encoder: Encoder,
+    /// The lossy first keyframe whose decode `R` is, while `R` is still
+    /// that version: (version, its codec, the frame).
+    first_keyframe: Option<(u64, CodecId, Bytes)>,
     /// Set while `R` is being changed: if an update is cut short (a
     /// panic), the next call sees it and resets instead of serving a
     /// half-updated replica under an old version.
@@ -179,6 +212,7 @@ impl PullSource {
             deltas: VecDeque::with_capacity(cache_updates.min(DEFAULT_CACHE_LEN)),
             cache_updates,
             encoder: Encoder::new(Codec::None, Feedback::Off),
+            first_keyframe: None,
             updating: false,
             counters: PullCounters::default(),
             last_scale: None,
@@ -200,13 +234,18 @@ impl PullSource {
     pub fn serve(
         &mut self,
         value: &[f32],
-        requester: Option<ReplicaState>,
+        requester: impl Into<Requester>,
         codec: Codec,
         refine: Refinement,
         fallback_token: u64,
         out: &mut Vec<u8>,
     ) -> Result<PullServed, ServeError> {
-        let update = self.update(value, codec, refine);
+        let requester = requester.into();
+        let update = match requester.first_keyframe {
+            Some(first) if self.version == 0 => self.start_lossy(value, first, refine),
+            _ => None,
+        }
+        .unwrap_or_else(|| self.update(value, codec, refine));
         self.answer_counted(update, value, requester, fallback_token, out)
     }
 
@@ -219,10 +258,11 @@ impl PullSource {
     pub fn serve_exact(
         &mut self,
         value: &[f32],
-        requester: Option<ReplicaState>,
+        requester: impl Into<Requester>,
         fallback_token: u64,
         out: &mut Vec<u8>,
     ) -> Result<PullServed, ServeError> {
+        let requester = requester.into();
         let update = self.settle(value);
         self.answer_counted(update, value, requester, fallback_token, out)
     }
@@ -232,7 +272,7 @@ impl PullSource {
         &mut self,
         update: Update,
         value: &[f32],
-        requester: Option<ReplicaState>,
+        requester: Requester,
         fallback_token: u64,
         out: &mut Vec<u8>,
     ) -> Result<PullServed, ServeError> {
@@ -261,6 +301,31 @@ impl PullSource {
         c.raw_bytes += result.raw_bytes as u64;
         c.wire_bytes += result.wire_bytes as u64;
         Ok(result)
+    }
+
+    /// The first value held as `codec`'s decode (a new version, as a
+    /// reset), if that decode is within `refine`'s target of it; `None`
+    /// (nothing changed) if not, or if the codec refuses the value.
+    fn start_lossy(&mut self, value: &[f32], codec: Codec, refine: Refinement) -> Option<Update> {
+        let mut frame = Vec::new();
+        Encoder::new(codec, Feedback::Off)
+            .encode(value, &mut frame)
+            .ok()?;
+        let mut decoded = vec![0f32; value.len()];
+        let limits = Limits {
+            max_elements: value.len() as u64,
+        };
+        tlc_codec::decode(&frame, &limits, &mut decoded).ok()?;
+        // NaN (a value with NaN in it) is not within anything.
+        let off = drift(value, &decoded);
+        if off.is_nan() || off > refine.target {
+            return None;
+        }
+        self.reset(value, replica_hash(value));
+        self.replica.copy_from_slice(&decoded);
+        self.first_keyframe = Some((self.version, codec.id(), Bytes::from(frame)));
+        self.counters.lossy_starts += 1;
+        Some(Update::Reset)
     }
 
     fn update(&mut self, value: &[f32], codec: Codec, refine: Refinement) -> Update {
@@ -339,6 +404,7 @@ impl PullSource {
     /// `R = V` exactly, a new version, no deltas to reach it: everyone
     /// gets a keyframe.
     fn reset(&mut self, value: &[f32], hash: u64) {
+        self.first_keyframe = None;
         self.replica.clear();
         self.replica.extend_from_slice(value);
         self.value_hash = hash;
@@ -375,6 +441,7 @@ impl PullSource {
         };
         tlc_codec::decode(&frame, &limits, &mut delta)?;
         self.updating = true;
+        self.first_keyframe = None;
         add_delta(&mut self.replica, &delta);
         self.version += 1;
         self.updating = false;
@@ -390,13 +457,13 @@ impl PullSource {
 
     fn answer(
         &mut self,
-        requester: Option<ReplicaState>,
+        requester: Requester,
         fallback_token: u64,
         out: &mut Vec<u8>,
     ) -> Result<Served, ServeError> {
         let epoch = self.epoch.get();
         let version = self.version;
-        let reason = match requester {
+        let reason = match requester.has {
             None => KeyframeReason::NoReplica,
             Some(r) if r.epoch != epoch => KeyframeReason::OtherEpoch,
             Some(r) if r.version > version => KeyframeReason::Ahead,
@@ -426,12 +493,25 @@ impl PullSource {
                 }
             }
         };
-        self.write_keyframe(fallback_token, out)?;
+        self.write_keyframe(requester, fallback_token, out)?;
         Ok(Served::Keyframe(reason))
     }
 
-    fn write_keyframe(&self, fallback_token: u64, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+    fn write_keyframe(
+        &self,
+        requester: Requester,
+        fallback_token: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), EncodeError> {
         EnvelopeHeader::keyframe(fallback_token, self.epoch.get(), self.version).write(out);
+        // The lossy first keyframe, to a requester that reads its codec.
+        if let Some((version, codec, frame)) = &self.first_keyframe {
+            if *version == self.version && requester.first_keyframe.map(|c| c.id()) == Some(*codec)
+            {
+                out.extend_from_slice(frame);
+                return Ok(());
+            }
+        }
         // `none` is lossless and stateless: a fresh encoder costs nothing.
         Encoder::new(Codec::None, Feedback::Off).encode(&self.replica, out)?;
         Ok(())
@@ -500,6 +580,7 @@ impl ContextMemory for PullSource {
         std::mem::size_of::<PullSource>()
             + self.replica.capacity() * 4
             + self.deltas.iter().map(Bytes::len).sum::<usize>()
+            + self.first_keyframe.as_ref().map_or(0, |(_, _, f)| f.len())
     }
 }
 

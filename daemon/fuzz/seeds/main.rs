@@ -129,7 +129,7 @@ fn envelope() -> Result<Seeds> {
     let mut context = PushContext::new(three_lc, Feedback::On);
     for step in 0..3 {
         let mut out = Vec::new();
-        context.encode(&gradient, three_lc, refine, 4 + step, &mut out)?;
+        context.encode(&gradient, three_lc, refine, f64::INFINITY, 4 + step, &mut out)?;
         seeds.push((format!("push-refined-{step}"), 1000, out));
     }
     // A zero-run 3LC push of the largest tensor the target's limits allow.

@@ -258,6 +258,11 @@ pub struct PolicySettings {
     /// about 0.5% of each row, well inside the pull bound, at half of
     /// fp16's bytes).
     pub row_keyframe_codec: String,
+    /// Codec of a dense tensor's first keyframe (its first value, read by
+    /// each worker before training): `int8`, where the int8 decode is
+    /// within the pull bound of the value (else lossless), for requesters
+    /// that read it; or `none`. A quarter of the bytes of that first read.
+    pub keyframe_codec: String,
     /// A read-only step's pulls (a TF1 evaluation, an unsharded
     /// checkpoint) bring the requester's replica to the model exactly, with
     /// a lossless delta once per value; off, they read the replica, within
@@ -308,6 +313,7 @@ impl Default for PolicySettings {
             row_memory: true,
             min_row_bytes: DEFAULT_MIN_ROW_BYTES,
             row_keyframe_codec: "int8-rows".into(),
+            keyframe_codec: "int8".into(),
             exact_reads: true,
             entropy: true,
             push: CodecSettings::default(),
@@ -383,6 +389,7 @@ pub struct Policy {
     sparse: CodecChoice,
     unknown: CodecChoice,
     row_keyframe: Codec,
+    keyframe: Codec,
     warmup_codec: Codec,
     refine: Refine,
     overrides: Vec<Override>,
@@ -426,6 +433,16 @@ fn codec_among(
 fn warmup_codec(name: &str) -> Result<Codec, ConfigError> {
     let why = "a codec that loses little while training moves fastest";
     codec_among("policy.warmup_codec", name, &WARMUP_CODECS, why)
+}
+
+/// The codecs a dense tensor's first keyframe may take (the envelope's
+/// keyframe codecs).
+const KEYFRAME_CODECS: [CodecId; 2] = [CodecId::None, CodecId::Int8];
+
+/// `policy.keyframe_codec`, checked.
+fn keyframe_codec(name: &str) -> Result<Codec, ConfigError> {
+    let why = "a keyframe the requester's replica can hold bit for bit";
+    codec_among("policy.keyframe_codec", name, &KEYFRAME_CODECS, why)
 }
 
 /// `policy.row_keyframe_codec`, checked.
@@ -481,6 +498,7 @@ impl Policy {
         let sparse = settings.sparse.resolve_memoryless("policy.sparse")?;
         let unknown = settings.unknown.resolve_memoryless("policy.unknown")?;
         let row_keyframe = row_keyframe_codec(&settings.row_keyframe_codec)?;
+        let keyframe = keyframe_codec(&settings.keyframe_codec)?;
         let warmup_codec = warmup_codec(&settings.warmup_codec)?;
         let refine = Refine::new(&settings.refine)?;
         let mut overrides = Vec::new();
@@ -524,6 +542,7 @@ impl Policy {
             sparse,
             unknown,
             row_keyframe,
+            keyframe,
             warmup_codec,
             refine,
             overrides,
@@ -584,6 +603,11 @@ impl Policy {
     /// `int8-rows` takes the table's row length.
     pub fn row_keyframe_codec(&self) -> Codec {
         self.row_keyframe
+    }
+
+    /// The codec of a dense tensor's first keyframe, if not lossless.
+    pub fn keyframe_codec(&self) -> Option<Codec> {
+        (self.keyframe.id() != CodecId::None).then_some(self.keyframe)
     }
 
     /// Steps a dense tensor crosses with the warm-up codec before 3LC

@@ -62,6 +62,12 @@ pub struct RefineSettings {
     pub push_max_error: f64,
     /// Pushes: frames per gradient at most, the first included (1 = off).
     pub push_max_passes: u32,
+    /// Pushes, asynchronous and synchronous: further frames (within
+    /// `push_max_passes`) while `‖e‖₂` is above this times the largest
+    /// `‖g‖₂` the stream has pushed (`inf`: no such bound). Tight while
+    /// gradients are as large as they have been, loose once they decay:
+    /// see `tlc_context::PushContext::encode`.
+    pub push_max_lag: f64,
     /// Rows by row id (embedding rows pulled, their gradients pushed): how
     /// passes after the first pick their scale, both directions.
     pub rows_pass_scale: PassScale,
@@ -104,6 +110,7 @@ impl Default for RefineSettings {
             pull_pass_scale: PassScale::Max,
             push_max_error: 0.5,
             push_max_passes: 8,
+            push_max_lag: f64::INFINITY,
             rows_pass_scale: PassScale::Toward,
             synchronous: SynchronousTargets::default(),
         }
@@ -120,6 +127,7 @@ pub struct Refine {
     push: Refinement,
     synchronous_pull: Refinement,
     synchronous_push: Refinement,
+    push_lag: f64,
     rows_scale: PassScale,
 }
 
@@ -169,6 +177,7 @@ impl Refine {
                 push_passes,
                 PassScale::Max,
             )?,
+            push_lag: target("policy.refine.push_max_lag", settings.push_max_lag)?,
             rows_scale: settings.rows_pass_scale,
         })
     }
@@ -190,6 +199,12 @@ impl Refine {
             scale: self.rows_scale,
             ..of
         }
+    }
+
+    /// The bound of a dense gradient's error buffer against the largest
+    /// gradient its stream has pushed (`inf`: none).
+    pub fn push_lag(&self) -> f64 {
+        self.push_lag
     }
 
     /// The refinement of a dense gradient; `synchronous` is whether the

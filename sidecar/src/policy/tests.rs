@@ -213,6 +213,22 @@ fn row_keyed_tensors_compress_from_their_own_threshold() {
 }
 
 #[test]
+fn a_first_keyframe_is_int8_or_lossless() {
+    assert_eq!(Policy::default().keyframe_codec(), Some(Codec::Int8));
+    let p = policy("[policy]\nkeyframe_codec = \"none\"\n").unwrap();
+    assert_eq!(p.keyframe_codec(), None);
+    for bad in ["fp16", "3lc", "int8-rows"] {
+        let err = policy(&format!("[policy]\nkeyframe_codec = \"{bad}\"\n")).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with(&format!("policy.keyframe_codec = {bad}")),
+            "{err}"
+        );
+        assert!(err.to_string().contains("none or int8"), "{err}");
+    }
+}
+
+#[test]
 fn warmup_takes_a_nearly_lossless_codec() {
     assert_eq!(Policy::default().warmup_codec(), Codec::None);
     let p = policy("[policy]\nwarmup_codec = \"int8\"\n").unwrap();

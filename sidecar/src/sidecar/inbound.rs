@@ -20,7 +20,7 @@ use crate::policy::{CodecChoice, Decision, Policy, Treatment};
 use crate::sidecar::calls;
 use crate::training::step_reads::{self, Watched};
 use tlc_codec::{Codec, EntropyStage, Feedback};
-use tlc_context::{Encoded, Encoding, Memory, ReplicaState};
+use tlc_context::{Encoded, Encoding, Memory, ReplicaState, Requester};
 use tlc_core::TensorCall;
 use tlc_core::{Outcome, Role};
 use tlc_proxy::body::{self, Collected, Peeked, ProxyBody};
@@ -57,6 +57,7 @@ pub async fn recv_tensor(
         .get(peer::ROWS)
         .and_then(peer::RowsHeader::parse);
     let entropy = peer::reads_entropy(request.headers());
+    let int8_keyframes = peer::reads_int8_keyframes(request.headers());
     let ids_again = request.headers().get(peer::IDS).is_some_and(|v| v == "1");
     let Some(connection) = ConnectionId::of(&request) else {
         // Every listener stamps its calls; without a connection there is
@@ -155,6 +156,7 @@ pub async fn recv_tensor(
                 replica,
                 rows,
                 entropy,
+                int8_keyframes,
                 ids_again,
                 max_tensor,
                 connection,
@@ -193,6 +195,8 @@ struct Asked {
     rows: Option<peer::RowsHeader>,
     /// Whether the requester reads frames with the entropy stage.
     entropy: bool,
+    /// Whether the requester reads int8 first keyframes.
+    int8_keyframes: bool,
     /// Whether the requester keeps ids and restores ids sent again.
     ids_again: bool,
     /// The largest tensor the requester decodes and this side reads whole.
@@ -227,6 +231,7 @@ fn compress(
         replica,
         rows,
         entropy,
+        int8_keyframes,
         ids_again,
         max_tensor,
         connection,
@@ -292,8 +297,12 @@ fn compress(
                 debug!(tensor = %call.tensor, reason, "rows without memory this time");
             }
             let mut envelope = Vec::with_capacity(raw_bytes / 8 + 256);
+            let requester = Requester {
+                has: replica,
+                first_keyframe: policy.keyframe_codec().filter(|_| int8_keyframes),
+            };
             let memory = memory_for(
-                sidecar, policy, call, classified, &choice, treatment, replica,
+                sidecar, policy, call, classified, &choice, treatment, requester,
             );
             let encoding = Encoding {
                 codec: choice.codec,
@@ -425,15 +434,17 @@ fn memory_for(
     classified: &Classified,
     choice: &CodecChoice,
     treatment: Treatment,
-    replica: Option<ReplicaState>,
+    requester: Requester,
 ) -> Memory {
     match treatment {
         Treatment::ErrorFeedback => Memory::ErrorFeedback {
             feedback: choice.feedback,
             refine: policy.refine().push(classified.accumulated),
+            peak_lag: policy.refine().push_lag(),
         },
         Treatment::Replica => Memory::Replica {
-            requester_has: replica,
+            requester_has: requester.has,
+            first_keyframe: requester.first_keyframe,
             refine: policy
                 .refine()
                 .pull(sidecar.graphs.training(&call.holder_task) == Training::Synchronous),

@@ -61,6 +61,9 @@ pub async fn recv_tensor(
     parts
         .headers
         .insert(peer::ENTROPY, http::HeaderValue::from_static("zstd"));
+    parts
+        .headers
+        .insert(peer::KEYFRAME, http::HeaderValue::from_static("int8"));
     // What this side's graphs say the tensor is: the holder's sidecar may
     // not have seen the graph (TF2's coordinator routes registrations past it).
     let known = sidecar
