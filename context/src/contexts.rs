@@ -38,10 +38,6 @@ pub enum Memory {
         feedback: Feedback,
         /// How far the buffer may lag before further passes are sent.
         refine: Refinement,
-        /// Further passes also while `‖e‖₂` is above this times the
-        /// largest `‖g‖₂` the context has encoded (`inf`: no such bound).
-        /// See [`PushContext::encode`].
-        peak_lag: f64,
     },
     /// A dense variable read: the replica every requester shares, and the
     /// deltas from the version this requester holds.
@@ -208,11 +204,7 @@ impl Contexts {
             drift_reset: None,
         };
         match memory {
-            Memory::ErrorFeedback {
-                feedback,
-                refine,
-                peak_lag,
-            } => {
+            Memory::ErrorFeedback { feedback, refine } => {
                 let key = PushKey {
                     requester_task: call.requester_task.clone(),
                     holder_task: call.holder_task.clone(),
@@ -229,7 +221,7 @@ impl Contexts {
                 context.set_entropy_stage(entropy);
                 let started = Instant::now();
                 let pushed = context
-                    .encode(values, codec, refine, peak_lag, fallback_token, out)
+                    .encode(values, codec, refine, fallback_token, out)
                     .map_err(|_| EncodeRefused::Codec)?;
                 encoded.took = started.elapsed();
                 encoded.refinements = u64::from(pushed.frames - 1);
@@ -574,7 +566,6 @@ mod tests {
         let memory = Memory::ErrorFeedback {
             feedback: Feedback::On,
             refine: Refinement::OFF,
-            peak_lag: f64::INFINITY,
         };
         let mut envelope = Vec::new();
         holder
@@ -597,7 +588,6 @@ mod tests {
         let memory = Memory::ErrorFeedback {
             feedback: Feedback::On,
             refine: Refinement::OFF,
-            peak_lag: f64::INFINITY,
         };
         let refused = tiny
             .encode(&push, &values(0), encoding(memory), now, &mut Vec::new())

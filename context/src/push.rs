@@ -11,7 +11,7 @@ use tlc_codec::{
     Codec, DecodeError, EncodeError, Encoder, EntropyStage, Feedback, FrameHeader, Limits, Params,
 };
 
-use super::refine::{relative_to, set_frame_count, sum_of_squares, Refinement};
+use super::refine::{set_frame_count, sum_of_squares, Refinement};
 use super::table::ContextMemory;
 use tlc_wire::envelope::{
     Envelope, EnvelopeError, EnvelopeHeader, Kind, HEADER_LEN, MAX_PUSH_FRAMES,
@@ -98,15 +98,8 @@ impl PushContext {
     /// for it (and the context has an error buffer), frames of what is
     /// left in the buffer.
     ///
-    /// `peak_lag` bounds the buffer against the stream's own history as
-    /// well: further frames (within `refine`'s pass budget) while `‖e‖₂`
-    /// is above `peak_lag` times the largest `‖g‖₂` encoded so far. While
-    /// gradients are as large as they have ever been (early in training)
-    /// that is a bound relative to the gradient, as tight as `peak_lag`;
-    /// as they decay, the same absolute lag is a growing multiple of them
-    /// and 3LC's single pass meets it alone. The model's lag behind the
-    /// gradients it was sent (`lr · e` for SGD) stays below what one early
-    /// step moved it, without a step count to choose. `inf`: no such bound.
+    /// `refine.peak_lag` bounds the buffer against the stream's largest
+    /// gradient as well (see [`Refinement::peak_lag`]).
     ///
     /// `codec` is the codec configured now: a change (of `s`, say) applies
     /// to this gradient and keeps the pending error. On error the context
@@ -117,7 +110,6 @@ impl PushContext {
         values: &[f32],
         codec: Codec,
         refine: Refinement,
-        peak_lag: f64,
         fallback_token: u64,
         out: &mut Vec<u8>,
     ) -> Result<PushEncoded, EncodeError> {
@@ -136,7 +128,7 @@ impl PushContext {
                 return Err(err);
             }
         };
-        let frames = self.refine(values, refine, peak_lag, fallback_token, start, out);
+        let frames = self.refine(values, refine, fallback_token, start, out);
         let encoded = PushEncoded {
             raw_bytes: std::mem::size_of_val(values),
             wire_bytes: out.len() - start,
@@ -161,7 +153,6 @@ impl PushContext {
         &mut self,
         gradient: &[f32],
         refine: Refinement,
-        peak_lag: f64,
         fallback_token: u64,
         start: usize,
         out: &mut Vec<u8>,
@@ -175,19 +166,13 @@ impl PushContext {
         }
         let mut frames = 1;
         let gradient_squares = sum_of_squares(gradient.iter().copied());
-        let peak_bound = peak_lag.is_finite();
-        if peak_bound && gradient_squares.is_finite() {
+        if refine.peak_lag.is_finite() && gradient_squares.is_finite() {
             self.peak_squares = self.peak_squares.max(gradient_squares);
         }
         loop {
             let residual = sum_of_squares(self.encoder.residual().iter().copied());
-            // Either bound asks for a pass: the gradient's, or the peak's.
-            let gradient_asks =
-                refine.another_pass(frames, relative_to(residual, gradient_squares));
-            let peak_asks = peak_bound
-                && frames < refine.max_passes
-                && relative_to(residual, self.peak_squares) > peak_lag;
-            if !(gradient_asks || peak_asks) {
+            if !refine.another_pass_with_peak(frames, residual, gradient_squares, self.peak_squares)
+            {
                 break;
             }
             self.zeros.resize(gradient.len(), 0.0);
@@ -240,14 +225,7 @@ pub fn encode_stateless(
 ) -> Result<PushEncoded, EncodeError> {
     let mut context = PushContext::new(codec, Feedback::Off);
     context.set_entropy_stage(entropy);
-    context.encode(
-        values,
-        codec,
-        Refinement::OFF,
-        f64::INFINITY,
-        fallback_token,
-        out,
-    )
+    context.encode(values, codec, Refinement::OFF, fallback_token, out)
 }
 
 impl ContextMemory for PushContext {
@@ -384,14 +362,7 @@ mod tests {
             let mut wire = Vec::new();
             let codec = three_lc(if t < 20 { 1.0 } else { 1.5 });
             let out = ctx
-                .encode(
-                    &g,
-                    codec,
-                    Refinement::OFF,
-                    f64::INFINITY,
-                    t as u64,
-                    &mut wire,
-                )
+                .encode(&g, codec, Refinement::OFF, t as u64, &mut wire)
                 .unwrap();
             assert_eq!(out.wire_bytes, wire.len());
             assert_eq!(out.raw_bytes, 4 * n);
@@ -433,7 +404,6 @@ mod tests {
             &gradient(50, 0),
             three_lc(1.0),
             Refinement::OFF,
-            f64::INFINITY,
             0,
             &mut Vec::new(),
         )
@@ -442,15 +412,8 @@ mod tests {
         assert!(residual.iter().any(|&e| e != 0.0));
         // Encoding zeros with s = 1.5 sends part of the pending error.
         let mut wire = Vec::new();
-        ctx.encode(
-            &[0.0; 50],
-            three_lc(1.5),
-            Refinement::OFF,
-            f64::INFINITY,
-            0,
-            &mut wire,
-        )
-        .unwrap();
+        ctx.encode(&[0.0; 50], three_lc(1.5), Refinement::OFF, 0, &mut wire)
+            .unwrap();
         let mut decoded = Vec::new();
         decode_push(&wire, &Limits::default(), &mut decoded).unwrap();
         for i in 0..50 {
@@ -466,7 +429,6 @@ mod tests {
             &gradient(20, 0),
             three_lc(1.0),
             Refinement::OFF,
-            f64::INFINITY,
             0,
             &mut wire,
         )
@@ -477,14 +439,7 @@ mod tests {
         let mut bad = gradient(20, 1);
         bad[3] = f32::NAN;
         let err = ctx
-            .encode(
-                &bad,
-                three_lc(1.5),
-                Refinement::OFF,
-                f64::INFINITY,
-                0,
-                &mut wire,
-            )
+            .encode(&bad, three_lc(1.5), Refinement::OFF, 0, &mut wire)
             .unwrap_err();
         assert_eq!(err, EncodeError::NonFinite);
         assert_eq!(wire.len(), len);
@@ -505,15 +460,8 @@ mod tests {
         let mut out = Vec::new();
         let mut wire = Vec::new();
         let mut ctx = PushContext::new(Codec::None, Feedback::Off);
-        ctx.encode(
-            &[1.0; 10],
-            Codec::None,
-            Refinement::OFF,
-            f64::INFINITY,
-            0,
-            &mut wire,
-        )
-        .unwrap();
+        ctx.encode(&[1.0; 10], Codec::None, Refinement::OFF, 0, &mut wire)
+            .unwrap();
         assert!(decode_push(&wire, &limits, &mut out).is_ok());
         assert_eq!(out, [1.0; 10]);
 
@@ -531,15 +479,8 @@ mod tests {
         ));
         // Too many values for the limits.
         let mut big = Vec::new();
-        ctx.encode(
-            &[0.5; 101],
-            Codec::None,
-            Refinement::OFF,
-            f64::INFINITY,
-            0,
-            &mut big,
-        )
-        .unwrap();
+        ctx.encode(&[0.5; 101], Codec::None, Refinement::OFF, 0, &mut big)
+            .unwrap();
         assert!(matches!(
             decode_push(&big, &limits, &mut out),
             Err(PushError::Envelope(EnvelopeError::Frame {
@@ -568,7 +509,6 @@ mod tests {
             &[1.0; 1000],
             three_lc(1.0),
             Refinement::OFF,
-            f64::INFINITY,
             0,
             &mut Vec::new(),
         )

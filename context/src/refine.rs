@@ -54,6 +54,18 @@ pub struct Refinement {
     pub max_passes: u32,
     /// How passes after the first pick their scale.
     pub scale: PassScale,
+    /// Further passes also while the error is above this times the largest
+    /// change the context has been asked to carry (`inf`: no such bound;
+    /// dense contexts only, rows ignore it). For a push the change is the
+    /// gradient, `‖e‖₂ ≤ peak_lag · max ‖g‖₂`; for a pull it is the update,
+    /// `‖V − R‖₂ ≤ peak_lag · max ‖V − R₀‖₂` with `R₀` the replica before
+    /// it. While changes are as large as they have been (early in
+    /// training) that is a bound relative to the change, as tight as
+    /// `peak_lag`; as they decay, the same absolute lag is a growing
+    /// multiple of them and 3LC's single pass meets it alone. What the
+    /// model lags behind stays below what one early step moved it,
+    /// without a step count to choose.
+    pub peak_lag: f64,
 }
 
 impl Refinement {
@@ -62,12 +74,30 @@ impl Refinement {
         target: f64::INFINITY,
         max_passes: 1,
         scale: PassScale::Max,
+        peak_lag: f64::INFINITY,
     };
 
     /// Whether another pass is due after `passes_done` passes left a
     /// relative error of `error`. NaN (a zero tensor with error) refines.
     pub fn another_pass(&self, passes_done: u32, error: f64) -> bool {
         passes_done < self.max_passes && (error > self.target || error.is_nan())
+    }
+
+    /// [`another_pass`](Self::another_pass), with the peak bound too:
+    /// `error_squares` is `Σ err²`, `reference_squares` the change's own
+    /// `Σ v²` (the relative error is against it) and `peak_squares` the
+    /// largest such change so far.
+    pub(crate) fn another_pass_with_peak(
+        &self,
+        passes_done: u32,
+        error_squares: f64,
+        reference_squares: f64,
+        peak_squares: f64,
+    ) -> bool {
+        self.another_pass(passes_done, relative_to(error_squares, reference_squares))
+            || (passes_done < self.max_passes
+                && self.peak_lag.is_finite()
+                && relative_to(error_squares, peak_squares) > self.peak_lag)
     }
 
     /// The goal of a refinement pass against a reference whose `Σ v²` is
@@ -164,6 +194,7 @@ mod tests {
             target: 0.02,
             max_passes: 6,
             scale: PassScale::Toward,
+            peak_lag: f64::INFINITY,
         };
         let mut unrefined_drifted = 0;
         for (r, expect_passes) in [(Refinement::OFF, false), (refine, true)] {
@@ -227,6 +258,7 @@ mod tests {
             target: 0.5,
             max_passes: 8,
             scale: PassScale::Max,
+            peak_lag: f64::INFINITY,
         };
         let mut off = PushContext::new(THREE_LC, Feedback::On);
         let mut on = PushContext::new(THREE_LC, Feedback::On);
@@ -243,9 +275,7 @@ mod tests {
                 (&mut on, refine, &mut sent_on),
             ] {
                 let mut wire = Vec::new();
-                let encoded = ctx
-                    .encode(&g, THREE_LC, r, f64::INFINITY, 7, &mut wire)
-                    .unwrap();
+                let encoded = ctx.encode(&g, THREE_LC, r, 7, &mut wire).unwrap();
                 let envelope = Envelope::parse(&wire, &limits).unwrap();
                 assert_eq!(envelope.frames().len() as u32, encoded.frames);
                 assert!(encoded.frames <= r.max_passes);
@@ -296,6 +326,7 @@ mod tests {
             target: f64::INFINITY,
             max_passes: 8,
             scale: PassScale::Max,
+            peak_lag: 0.5,
         };
         let mut ctx = PushContext::new(THREE_LC, Feedback::On);
         let mut frames_by_step = Vec::new();
@@ -308,7 +339,7 @@ mod tests {
             let g: Vec<f32> = heavy_tailed(3000, t).iter().map(|v| v * scale).collect();
             peak = peak.max(l2(&g));
             let mut wire = Vec::new();
-            let encoded = ctx.encode(&g, THREE_LC, refine, 0.5, 7, &mut wire).unwrap();
+            let encoded = ctx.encode(&g, THREE_LC, refine, 7, &mut wire).unwrap();
             decode_push(&wire, &limits, &mut decoded).unwrap();
             let lag = l2(ctx.residual()) / peak;
             if encoded.frames < refine.max_passes {
@@ -326,11 +357,65 @@ mod tests {
         // Without the bound, the same context would never refine.
         let mut unbounded = PushContext::new(THREE_LC, Feedback::On);
         let g = heavy_tailed(3000, 0);
+        let unbounded_refine = Refinement {
+            peak_lag: f64::INFINITY,
+            ..refine
+        };
         let encoded = unbounded
-            .encode(&g, THREE_LC, refine, f64::INFINITY, 7, &mut Vec::new())
+            .encode(&g, THREE_LC, unbounded_refine, 7, &mut Vec::new())
             .unwrap();
         assert_eq!(encoded.frames, 1);
         assert_eq!(unbounded.counters().peak_l2, 0.0);
+    }
+
+    #[test]
+    fn a_pull_peak_lag_refines_early_updates_and_lets_decayed_ones_go_alone() {
+        let refine = Refinement {
+            target: f64::INFINITY,
+            max_passes: 8,
+            scale: PassScale::Max,
+            peak_lag: 0.5,
+        };
+        let mut source = PullSource::new(NonZeroU64::new(3).unwrap(), 8);
+        let mut replica = Replica::new();
+        let mut value = vec![1.0f32; 3000];
+        let mut peak = 0f64;
+        let mut refined_by_step = Vec::new();
+        for t in 0..14 {
+            // Updates that halve every two steps.
+            let scale = 0.5f32.powf(t as f32 / 2.0);
+            let before: Vec<f32> = source.replica().to_vec();
+            for (v, g) in value.iter_mut().zip(heavy_tailed(3000, t)) {
+                *v -= g * scale;
+            }
+            if t > 0 {
+                let update = relative_l2(value.iter().zip(&before).map(|(v, r)| v - r), &[1.0]);
+                peak = peak.max(update);
+            }
+            let refinements = source.counters().refinements;
+            let mut wire = Vec::new();
+            source
+                .serve(&value, replica.state(), THREE_LC, refine, 0, &mut wire)
+                .unwrap();
+            replica.apply(&wire, &Limits::default()).unwrap();
+            let off = relative_l2(
+                value.iter().zip(source.replica()).map(|(v, r)| v - r),
+                &[1.0],
+            );
+            if t > 0 {
+                assert!(
+                    off <= 0.5 * peak * (1.0 + 1e-9),
+                    "step {t}: {off} of {peak}"
+                );
+            }
+            refined_by_step.push(source.counters().refinements - refinements);
+        }
+        assert!(refined_by_step[1] > 0, "{refined_by_step:?}");
+        assert_eq!(
+            refined_by_step[10..],
+            [0, 0, 0, 0],
+            "decayed updates go in one pass: {refined_by_step:?}"
+        );
     }
 
     #[test]
@@ -341,16 +426,10 @@ mod tests {
             target: 1e-9,
             max_passes: 8,
             scale: PassScale::Max,
+            peak_lag: f64::INFINITY,
         };
         let encoded = ctx
-            .encode(
-                &heavy_tailed(500, 1),
-                THREE_LC,
-                refine,
-                f64::INFINITY,
-                0,
-                &mut wire,
-            )
+            .encode(&heavy_tailed(500, 1), THREE_LC, refine, 0, &mut wire)
             .unwrap();
         assert_eq!(encoded.frames, 1);
     }
@@ -367,6 +446,7 @@ mod tests {
             target: 0.02,
             max_passes: 3,
             scale: PassScale::Max,
+            peak_lag: f64::INFINITY,
         };
         assert!(r.another_pass(1, 0.5));
         assert!(r.another_pass(2, 0.021));

@@ -302,7 +302,7 @@ fn push_contexts_in_a_table_keep_error_feedback_through_envelopes() {
             let encoded = ctx
                 .lock()
                 .unwrap()
-                .encode(&g, codec, Refinement::OFF, f64::INFINITY, step, &mut wire)
+                .encode(&g, codec, Refinement::OFF, step, &mut wire)
                 .unwrap();
             assert!(encoded.wire_bytes * 10 < encoded.raw_bytes);
             let got = decode_push(&wire, &Limits::default(), &mut decoded).unwrap();

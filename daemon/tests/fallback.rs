@@ -43,7 +43,6 @@ fn broken_envelope_body() -> Bytes {
                 sparsity: Sparsity::ONE,
             },
             Refinement::OFF,
-            f64::INFINITY,
             TOKEN,
             &mut envelope,
         )

@@ -145,8 +145,12 @@ pub fn drift(value: &[f32], replica: &[f32]) -> f64 {
 
 /// [`drift`] given `‖value‖₂²`.
 fn drift_against(value: &[f32], replica: &[f32], value_squares: f64) -> f64 {
-    let error = sum_of_squares(value.iter().zip(replica).map(|(v, r)| v - r));
-    relative_to(error, value_squares)
+    relative_to(off_squares(value, replica), value_squares)
+}
+
+/// `‖value − replica‖₂²`.
+fn off_squares(value: &[f32], replica: &[f32]) -> f64 {
+    sum_of_squares(value.iter().zip(replica).map(|(v, r)| v - r))
 }
 
 /// Whether two tensors hold the same bits (so `-0.0` differs from `0.0`,
@@ -189,6 +193,9 @@ pub struct PullSource {
     /// The lossy first keyframe whose decode `R` is, while `R` is still
     /// that version: (version, its codec, the frame).
     first_keyframe: Option<(u64, CodecId, Bytes)>,
+    /// `‖V − R₀‖₂²` of the largest update so far (kept where a peak-lag
+    /// bound is set; see [`Refinement::peak_lag`]).
+    peak_squares: f64,
     /// Set while `R` is being changed: if an update is cut short (a
     /// panic), the next call sees it and resets instead of serving a
     /// half-updated replica under an old version.
@@ -213,6 +220,7 @@ impl PullSource {
             cache_updates,
             encoder: Encoder::new(Codec::None, Feedback::Off),
             first_keyframe: None,
+            peak_squares: 0.0,
             updating: false,
             counters: PullCounters::default(),
             last_scale: None,
@@ -341,20 +349,30 @@ impl PullSource {
         let cache_len = self
             .cache_updates
             .saturating_mul(refine.max_passes.max(1) as usize);
+        if refine.peak_lag.is_finite() {
+            // The update's size, `‖V − R₀‖₂²`, for the peak bound.
+            let update = off_squares(value, &self.replica);
+            if update.is_finite() {
+                self.peak_squares = self.peak_squares.max(update);
+            }
+        }
         let mut result = self.encode_delta(value, codec, cache_len, None);
         let mut passes = 1;
         // ‖V‖² once: every drift and a refinement's goal are against it.
         let value_squares = sum_of_squares(value.iter().copied());
-        let mut drifted = drift_against(value, &self.replica, value_squares);
+        let mut off = off_squares(value, &self.replica);
         let goal = refine.pass_goal(value_squares);
-        while result.is_ok() && refine.another_pass(passes, drifted) {
+        while result.is_ok()
+            && refine.another_pass_with_peak(passes, off, value_squares, self.peak_squares)
+        {
             result = self.encode_delta(value, codec, cache_len, goal);
             if result.is_ok() {
                 self.counters.refinements += 1;
             }
             passes += 1;
-            drifted = drift_against(value, &self.replica, value_squares);
+            off = off_squares(value, &self.replica);
         }
+        let drifted = relative_to(off, value_squares);
         match result {
             Ok(()) if drifted > MAX_DRIFT => {
                 // The lossy deltas no longer keep up with the value (fast,

@@ -262,7 +262,7 @@ fn chains_apply_only_at_their_base() {
     // A push is not a pull answer.
     let mut push = Vec::new();
     crate::push::PushContext::new(three_lc(), Feedback::On)
-        .encode(&v, three_lc(), Refinement::OFF, f64::INFINITY, 0, &mut push)
+        .encode(&v, three_lc(), Refinement::OFF, 0, &mut push)
         .unwrap();
     assert_eq!(a.apply(&push, &limits).unwrap_err(), ApplyError::NotAPull);
     // a applies it twice? The second time its version moved on.

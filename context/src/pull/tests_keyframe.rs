@@ -24,6 +24,7 @@ fn bound() -> Refinement {
         target: 0.01,
         max_passes: 8,
         scale: PassScale::Max,
+        peak_lag: f64::INFINITY,
     }
 }
 

@@ -583,6 +583,7 @@ fn refinement_passes_keep_the_held_rows_within_the_drift_bound() {
                 target: 0.01,
                 max_passes: 8,
                 scale: crate::refine::PassScale::Max,
+                peak_lag: f64::INFINITY,
             });
         }
         let mut requester = None;

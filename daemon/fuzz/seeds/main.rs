@@ -84,6 +84,7 @@ fn envelope() -> Result<Seeds> {
         target: 0.001,
         max_passes: 8,
         scale: PassScale::Max,
+        peak_lag: f64::INFINITY,
     };
 
     // Pulls from the fuzz target's replica state: epoch 1, version 1,
@@ -129,7 +130,7 @@ fn envelope() -> Result<Seeds> {
     let mut context = PushContext::new(three_lc, Feedback::On);
     for step in 0..3 {
         let mut out = Vec::new();
-        context.encode(&gradient, three_lc, refine, f64::INFINITY, 4 + step, &mut out)?;
+        context.encode(&gradient, three_lc, refine, 4 + step, &mut out)?;
         seeds.push((format!("push-refined-{step}"), 1000, out));
     }
     // A zero-run 3LC push of the largest tensor the target's limits allow.

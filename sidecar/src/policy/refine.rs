@@ -9,6 +9,8 @@
 //! pull_pass_scale = "max"        # later passes: "max" (3LC's M = max|acc| s) or "toward" the target
 //! push_max_error = 0.5           # error buffer at most 0.5x the gradient (L2) after a push
 //! push_max_passes = 8            # frames per gradient at most (1..=8); 1 = off
+//! push_max_lag = 1.0             # and error buffer at most 1x the stream's largest gradient (L2)
+//! pull_max_lag = inf             # and replica at most this x the source's largest update (L2) off
 //! rows_pass_scale = "toward"     # embedding rows' later passes, pulls and pushes: "max" or "toward"
 //!
 //! [policy.refine.synchronous]    # the graph shows every gradient accumulated
@@ -66,8 +68,12 @@ pub struct RefineSettings {
     /// `push_max_passes`) while `‖e‖₂` is above this times the largest
     /// `‖g‖₂` the stream has pushed (`inf`: no such bound). Tight while
     /// gradients are as large as they have been, loose once they decay:
-    /// see `tlc_context::PushContext::encode`.
+    /// see `tlc_context::Refinement::peak_lag`.
     pub push_max_lag: f64,
+    /// Pulls, asynchronous and synchronous: further passes (within
+    /// `pull_max_passes`) while `‖V − R‖₂` is above this times the largest
+    /// update `‖V − R₀‖₂` the source has carried (`inf`: no such bound).
+    pub pull_max_lag: f64,
     /// Rows by row id (embedding rows pulled, their gradients pushed): how
     /// passes after the first pick their scale, both directions.
     pub rows_pass_scale: PassScale,
@@ -110,7 +116,8 @@ impl Default for RefineSettings {
             pull_pass_scale: PassScale::Max,
             push_max_error: 0.5,
             push_max_passes: 8,
-            push_max_lag: f64::INFINITY,
+            push_max_lag: 1.0,
+            pull_max_lag: f64::INFINITY,
             rows_pass_scale: PassScale::Toward,
             synchronous: SynchronousTargets::default(),
         }
@@ -127,7 +134,6 @@ pub struct Refine {
     push: Refinement,
     synchronous_pull: Refinement,
     synchronous_push: Refinement,
-    push_lag: f64,
     rows_scale: PassScale,
 }
 
@@ -145,39 +151,46 @@ impl Refine {
             MAX_PUSH_FRAMES,
         )?;
         let sync = &settings.synchronous;
-        let refinement = |key: &str, value: f64, max_passes: u32, scale: PassScale| {
-            Ok(Refinement {
-                target: target(key, value)?,
-                max_passes,
-                scale,
-            })
-        };
+        let pull_lag = target("policy.refine.pull_max_lag", settings.pull_max_lag)?;
+        let push_lag = target("policy.refine.push_max_lag", settings.push_max_lag)?;
+        let refinement =
+            |key: &str, value: f64, max_passes: u32, scale: PassScale, peak_lag: f64| {
+                Ok(Refinement {
+                    target: target(key, value)?,
+                    max_passes,
+                    scale,
+                    peak_lag,
+                })
+            };
         Ok(Refine {
             pull: refinement(
                 "policy.refine.pull_max_drift",
                 settings.pull_max_drift,
                 pull_passes,
                 settings.pull_pass_scale,
+                pull_lag,
             )?,
             push: refinement(
                 "policy.refine.push_max_error",
                 settings.push_max_error,
                 push_passes,
                 PassScale::Max,
+                push_lag,
             )?,
             synchronous_pull: refinement(
                 "policy.refine.synchronous.pull_max_drift",
                 sync.pull_max_drift,
                 pull_passes,
                 sync.pull_pass_scale,
+                pull_lag,
             )?,
             synchronous_push: refinement(
                 "policy.refine.synchronous.push_max_error",
                 sync.push_max_error,
                 push_passes,
                 PassScale::Max,
+                push_lag,
             )?,
-            push_lag: target("policy.refine.push_max_lag", settings.push_max_lag)?,
             rows_scale: settings.rows_pass_scale,
         })
     }
@@ -199,12 +212,6 @@ impl Refine {
             scale: self.rows_scale,
             ..of
         }
-    }
-
-    /// The bound of a dense gradient's error buffer against the largest
-    /// gradient its stream has pushed (`inf`: none).
-    pub fn push_lag(&self) -> f64 {
-        self.push_lag
     }
 
     /// The refinement of a dense gradient; `synchronous` is whether the
@@ -274,6 +281,7 @@ mod tests {
             target,
             max_passes: 8,
             scale,
+            peak_lag: f64::INFINITY,
         };
         assert_eq!(r.pull(false), pull(0.01, PassScale::Max));
         assert_eq!(r.pull(true), pull(0.01, PassScale::Max));
@@ -283,8 +291,11 @@ mod tests {
                 target: 0.5,
                 max_passes: 8,
                 scale: PassScale::Max,
+                peak_lag: 1.0,
             }
         );
+        // Both push bounds take the peak lag, synchronous or not.
+        assert_eq!(r.push(true).peak_lag, 1.0);
         // An unbounded target never asks for a second pass.
         assert!(!r.push(true).another_pass(1, 1e30));
         let r = refine(
@@ -297,9 +308,15 @@ mod tests {
                 target: 0.2,
                 max_passes: 3,
                 scale: PassScale::Max,
+                peak_lag: f64::INFINITY,
             }
         );
         assert_eq!(r.push(true).target, 1.5);
+        let r = refine("pull_max_lag = 0.25\npush_max_lag = inf\n").unwrap();
+        assert_eq!(r.pull(true).peak_lag, 0.25);
+        assert_eq!(r.pull(false).peak_lag, 0.25);
+        assert_eq!(r.push(true).peak_lag, f64::INFINITY);
+        assert!(refine("push_max_lag = 0\n").is_err());
         let r = refine("pull_pass_scale = \"toward\"\n[synchronous]\npull_pass_scale = \"max\"\n")
             .unwrap();
         assert_eq!(r.pull(false).scale, PassScale::Toward);

@@ -440,7 +440,6 @@ fn memory_for(
         Treatment::ErrorFeedback => Memory::ErrorFeedback {
             feedback: choice.feedback,
             refine: policy.refine().push(classified.accumulated),
-            peak_lag: policy.refine().push_lag(),
         },
         Treatment::Replica => Memory::Replica {
             requester_has: requester.has,
