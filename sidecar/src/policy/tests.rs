@@ -2,6 +2,7 @@
 //! the errors that name their key.
 
 use super::*;
+use tlc_codec::{Sparsity, TopKPercent};
 
 fn policy(toml_text: &str) -> Result<Policy, ConfigError> {
     #[derive(Deserialize)]
