@@ -190,9 +190,9 @@ pub struct PullSource {
     cache_updates: usize,
     /// Without feedback: the error of a lossy delta stays in `V - R`.
     encoder: Encoder,
-    /// The lossy first keyframe whose decode `R` is, while `R` is still
-    /// that version: (version, its codec, the frame).
-    first_keyframe: Option<(u64, CodecId, Bytes)>,
+    /// The lossy first keyframe whose decode `R` is: its codec and frame.
+    /// Every new version (a reset, a delta) drops it.
+    first_keyframe: Option<(CodecId, Bytes)>,
     /// `‖V − R₀‖₂²` of the largest update so far (kept where a peak-lag
     /// bound is set; see [`Refinement::peak_lag`]).
     peak_squares: f64,
@@ -331,7 +331,7 @@ impl PullSource {
         }
         self.reset(value, replica_hash(value));
         self.replica.copy_from_slice(&decoded);
-        self.first_keyframe = Some((self.version, codec.id(), Bytes::from(frame)));
+        self.first_keyframe = Some((codec.id(), Bytes::from(frame)));
         self.counters.lossy_starts += 1;
         Some(Update::Reset)
     }
@@ -523,9 +523,8 @@ impl PullSource {
     ) -> Result<(), EncodeError> {
         EnvelopeHeader::keyframe(fallback_token, self.epoch.get(), self.version).write(out);
         // The lossy first keyframe, to a requester that reads its codec.
-        if let Some((version, codec, frame)) = &self.first_keyframe {
-            if *version == self.version && requester.first_keyframe.map(|c| c.id()) == Some(*codec)
-            {
+        if let Some((codec, frame)) = &self.first_keyframe {
+            if requester.first_keyframe.map(|c| c.id()) == Some(*codec) {
                 out.extend_from_slice(frame);
                 return Ok(());
             }
@@ -598,7 +597,7 @@ impl ContextMemory for PullSource {
         std::mem::size_of::<PullSource>()
             + self.replica.capacity() * 4
             + self.deltas.iter().map(Bytes::len).sum::<usize>()
-            + self.first_keyframe.as_ref().map_or(0, |(_, _, f)| f.len())
+            + self.first_keyframe.as_ref().map_or(0, |(_, f)| f.len())
     }
 }
 

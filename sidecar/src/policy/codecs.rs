@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 use tlc_codec::{Codec, CodecId, Feedback, Sparsity, TopKPercent};
 use tlc_core::ConfigError;
+use tlc_wire::envelope::KEYFRAME_CODECS;
 
 /// Codec settings as written in the file.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -189,11 +190,8 @@ pub(super) fn warmup_codec(name: &str) -> Result<Codec, ConfigError> {
     codec_among("policy.warmup_codec", name, &WARMUP_CODECS, why)
 }
 
-/// The codecs a dense tensor's first keyframe may take (the envelope's
-/// keyframe codecs).
-const KEYFRAME_CODECS: [CodecId; 2] = [CodecId::None, CodecId::Int8];
-
-/// `policy.keyframe_codec`, checked.
+/// `policy.keyframe_codec`, checked against the codecs the envelope
+/// format allows in a keyframe.
 pub(super) fn keyframe_codec(name: &str) -> Result<Codec, ConfigError> {
     let why = "a keyframe the requester's replica can hold bit for bit";
     codec_among("policy.keyframe_codec", name, &KEYFRAME_CODECS, why)
