@@ -42,16 +42,11 @@ pub enum Memory {
     /// A dense variable read: the replica every requester shares, and the
     /// deltas from the version this requester holds.
     Replica {
-        /// The requester's replica, as its request said.
-        requester_has: Option<ReplicaState>,
+        /// Who reads: the replica they hold, the first keyframe they read,
+        /// and whether they need the value itself.
+        requester: Requester,
         /// How far the replica may lag before further versions are sent.
         refine: Refinement,
-        /// The read needs the model itself (an evaluation, a checkpoint):
-        /// the requester's replica is brought to the value exactly.
-        exact: bool,
-        /// The codec of a tensor's first keyframe, where the requester
-        /// reads it (see [`Requester::first_keyframe`]); `None`: lossless.
-        first_keyframe: Option<Codec>,
     },
     /// Anything else: encoded on its own, nothing remembered.
     None,
@@ -86,6 +81,9 @@ pub struct Encoded {
     /// The pull replica drifted too far from the model and was reset; `Some(true)`
     /// the first time for this tensor, when an operator should hear of it.
     pub drift_reset: Option<bool>,
+    /// The pull replica was brought to the value bit for bit (an exact
+    /// read, or a read again of a value that stopped changing).
+    pub settled: bool,
 }
 
 /// Why a tensor could not be encoded; it then crosses as it is.
@@ -202,6 +200,7 @@ impl Contexts {
             keyframe: false,
             refinements: 0,
             drift_reset: None,
+            settled: false,
         };
         match memory {
             Memory::ErrorFeedback { feedback, refine } => {
@@ -226,16 +225,7 @@ impl Contexts {
                 encoded.took = started.elapsed();
                 encoded.refinements = u64::from(pushed.frames - 1);
             }
-            Memory::Replica {
-                requester_has,
-                refine,
-                exact,
-                first_keyframe,
-            } => {
-                let requester = Requester {
-                    has: requester_has,
-                    first_keyframe,
-                };
+            Memory::Replica { requester, refine } => {
                 let key = SourceKey {
                     holder: call.holder_task.clone(),
                     tensor: call.tensor.clone(),
@@ -251,16 +241,14 @@ impl Contexts {
                 source.set_entropy_stage(entropy);
                 let started = Instant::now();
                 let before = source.counters();
-                let served = if exact {
-                    source.serve_exact(values, requester, fallback_token, out)
-                } else {
-                    source.serve(values, requester, codec, refine, fallback_token, out)
-                }
-                .map_err(|_| EncodeRefused::Codec)?;
+                let served = source
+                    .serve(values, requester, codec, refine, fallback_token, out)
+                    .map_err(|_| EncodeRefused::Codec)?;
                 let after = source.counters();
                 encoded.took = started.elapsed();
                 encoded.keyframe = matches!(served.served, Served::Keyframe(_));
                 encoded.refinements = after.refinements - before.refinements;
+                encoded.settled = after.settles > before.settles;
                 if after.drift_resets > before.drift_resets {
                     encoded.drift_reset = Some(before.drift_resets == 0);
                 }
@@ -403,6 +391,7 @@ mod tests {
     use tlc_core::Direction;
 
     use super::*;
+    use crate::pull::Reads;
 
     const HOUR: Duration = Duration::from_secs(3600);
 
@@ -498,10 +487,8 @@ mod tests {
         let now = Instant::now();
         for step in 0..3 {
             let memory = Memory::Replica {
-                requester_has: requester.replica_state(&pull, now),
+                requester: requester.replica_state(&pull, now).into(),
                 refine: Refinement::OFF,
-                exact: false,
-                first_keyframe: None,
             };
             let mut envelope = Vec::new();
             let encoded = holder
@@ -525,10 +512,11 @@ mod tests {
         // `pull` reads steps 0..3 as training does, `other` only step 0.
         let read = |from: &Contexts, step, exact| {
             let memory = Memory::Replica {
-                requester_has: from.replica_state(&pull, now),
+                requester: Requester {
+                    reads: if exact { Reads::Exact } else { Reads::Replica },
+                    ..from.replica_state(&pull, now).into()
+                },
                 refine: Refinement::OFF,
-                exact,
-                first_keyframe: None,
             };
             let mut envelope = Vec::new();
             holder
@@ -597,10 +585,8 @@ mod tests {
         let holder = contexts(1 << 30);
         let pull = call(Direction::Pull);
         let memory = Memory::Replica {
-            requester_has: None,
+            requester: None.into(),
             refine: Refinement::OFF,
-            exact: false,
-            first_keyframe: None,
         };
         let mut envelope = Vec::new();
         holder

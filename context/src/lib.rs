@@ -28,7 +28,7 @@ pub use contexts::{
     ContextLimits, Contexts, EncodeRefused, Encoded, Encoding, Memory, RestoreError, Restored,
 };
 pub use pull::{
-    replica_hash, ApplyError, EpochGenerator, PullServed, PullSource, Replica, ReplicaKey,
+    replica_hash, ApplyError, EpochGenerator, PullServed, PullSource, Reads, Replica, ReplicaKey,
     ReplicaState, ReplicaStore, Requester, ServeError, SourceKey,
 };
 pub use push::{decode_push, encode_stateless, PushContext, PushError, PushKey};

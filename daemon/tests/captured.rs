@@ -260,7 +260,10 @@ async fn captured_calls_through_two_sidecars() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_a_graph_large_tensors_travel_without_memory() {
+async fn without_a_graph_every_tensor_crosses_exactly() {
+    // No graph says what these tensors are (a sidecar that missed the
+    // registrations, a TF2 coordinator's copy of a variable): whatever
+    // they are, TensorFlow gets them bit for bit.
     let (client, _proxies) = through_sidecars(captured_server().await, false).await;
     for name in ALL {
         let c = capture(name);
@@ -268,24 +271,6 @@ async fn without_a_graph_large_tensors_travel_without_memory() {
         assert_eq!(reply.trailers["grpc-status"], "0", "{name}");
         let message = grpc::parse_single(reply.body.clone(), usize::MAX).unwrap();
         check_parse(name, &message);
-        match name {
-            // Unknown class, large: fp16 on the wire, each value on its own
-            // (no error feedback, no replica).
-            _ if large_float(name) => {
-                let (original, restored) = original_and_restored(name, message);
-                let mut changed = 0;
-                for (o, r) in original.values().zip(restored.values()) {
-                    // f16 keeps 11 significant bits (and steps of 2^-24
-                    // below its normal range).
-                    let tolerance = (o.abs() * 2f32.powi(-11)).max(2f32.powi(-24));
-                    assert!((o - r).abs() <= tolerance, "{name}: {o} came back as {r}");
-                    changed += usize::from(o != r);
-                }
-                // A zero-initialised bias comes back exact through fp16.
-                let zeros = original.values().all(|v| v == 0.0);
-                assert!(changed > 0 || zeros, "{name}: not compressed at all");
-            }
-            _ => assert!(reply.body == c.response, "{name}: not byte for byte"),
-        }
+        assert!(reply.body == c.response, "{name}: not byte for byte");
     }
 }

@@ -287,7 +287,7 @@ async fn a_fallback_goes_only_to_the_connection_its_envelope_went_to() {
     let values: Vec<f32> = (0..40_000).map(|i| (i as f32 * 0.1).sin()).collect();
     let served = values.clone();
     let tf = start_tensor_server(Arc::new(move |_, _| (vec![40_000], served.clone()))).await;
-    let sidecar = Arc::new(Sidecar::default());
+    let sidecar = support::metrics::compressing_unclassified();
     let proxy = proxy_with(Role::Inbound, tf, sidecar.clone(), Default::default()).await;
     let addr = proxy.local_addrs()[0];
     let owner = Client::connect(addr).await;

@@ -118,6 +118,8 @@ async fn exposition_matches_the_sidecars_counters() {
         let tensor = format!("edge_{}_layer_{i}/grad", 10 + i);
         partition = partition.dense_gradient(&format!("layer_{i}"), &tensor, WORKER_TASK);
     }
+    // A bias below min_vector_bytes: passed as small, not as unknown.
+    let partition = partition.dense_gradient("small_bias", "edge_4_small_bias", WORKER_TASK);
     teach(&holder, partition);
     for step in 0..PUSH_STEPS {
         for i in 0..LAYERS {
@@ -371,6 +373,17 @@ async fn exposition_matches_the_sidecars_counters() {
     // Only the encoding side counts bytes.
     assert!(r.samples("tlc_tensor_raw_bytes_total", &[]).is_empty());
     assert!(r.samples("tlc_tensor_top_raw_bytes_total", &[]).is_empty());
+
+    // Training stops: a read again of the last value, which has not
+    // changed, settles the replica to it, once.
+    assert_eq!(h.value("tlc_replica_settles_total", &[]), Some(0.0));
+    let last = key(PS, WORKER, 3, "dense/kernel/read");
+    for _ in 0..2 {
+        let read = recv(&path.client, &last, PULL_STEPS - 1).await;
+        assert!(read.values == values(MODEL, PULL_STEPS - 1));
+    }
+    let h = render(&holder);
+    assert_eq!(h.value("tlc_replica_settles_total", &[]), Some(1.0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

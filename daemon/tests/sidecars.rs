@@ -8,6 +8,7 @@ mod support;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use support::metrics::compressing_unclassified;
 use support::tf::{recv, response_body, start_tensor_server, Tensors};
 use support::{teach, Client};
 use tlc_context::{replica_hash, PushKey, ReplicaKey, SourceKey};
@@ -297,7 +298,7 @@ async fn small_tensors_and_calls_without_a_peer_pass_unchanged() {
         (vec![n as u64], gradient(n, step))
     });
     let server = start_tensor_server(tensors).await;
-    let path = path_to(server, Arc::new(Sidecar::default())).await;
+    let path = path_to(server, compressing_unclassified()).await;
     let small = key(WORKER0, PS, 3, "small_bias");
     let got = recv(&path.client, &small, 1).await;
     assert_eq!(
@@ -308,8 +309,7 @@ async fn small_tensors_and_calls_without_a_peer_pass_unchanged() {
     assert_eq!(path.holder.stats().totals().passed.get("small"), Some(&1));
 
     // A requester without a sidecar talks straight to the holder's sidecar.
-    let holder_only = Sidecar::default();
-    let inbound = support::proxy(Role::Inbound, server, Arc::new(holder_only)).await;
+    let inbound = support::proxy(Role::Inbound, server, compressing_unclassified()).await;
     let direct = Client::connect(inbound.local_addrs()[0]).await;
     let big = key(WORKER0, PS, 4, "big");
     let got = recv(&direct, &big, 2).await;

@@ -91,7 +91,7 @@ async fn holder_job() -> Job {
     make_certs(&dir, &["ps", "worker"]);
     let served = values();
     let tf = start_tensor_server(Arc::new(move |_, _| (vec![40_000], served.clone()))).await;
-    let holder = Arc::new(Sidecar::default());
+    let holder = support::metrics::compressing_unclassified();
     let inbound = proxy(
         Role::Inbound,
         tf,

@@ -10,7 +10,10 @@
 #     asynchronous runs differ by 1.7 points from run to run without tlcd,
 #     and through tlcd (300 steps, 10 runs on 2026-11-24) they lost 0 to
 #     4.7 points, 1.8 on average; README has the figures;
-#   - pulls or pushes are less than MIN_RATIO (default 10) times smaller.
+#   - pulls or pushes are less than MIN_RATIO (default 10) times smaller;
+#   - after training, what the coordinator reads of a variable (v.numpy())
+#     or writes of it into a checkpoint is not the variable on its ps, bit
+#     for bit (train_tf2.py --check-final-read).
 #
 #   deploy/tf/tf2-check.sh [--steps N] [--out DIR] [--tlcd PATH] [-- train_tf2.py flags]
 #
@@ -32,7 +35,8 @@ OUT=${OUT:-$(mktemp -d /tmp/tlc-tf2-check.XXXXXX)}
 mkdir -p "$OUT"
 chmod 0755 "$OUT"
 for mode in none tlcd; do
-    "$here/run_tf2.sh" --mode "$mode" --steps "$steps" --out "$OUT/$mode" "${tlcd[@]}" -- "${extra[@]}" \
+    "$here/run_tf2.sh" --mode "$mode" --steps "$steps" --out "$OUT/$mode" "${tlcd[@]}" \
+        -- --check-final-read "$OUT/$mode/checkpoint" "${extra[@]}" \
         > "$OUT/$mode.out" 2>&1 || { cat "$OUT/$mode.out" >&2; echo "tf2-check: the run '$mode' failed" >&2; exit 1; }
     grep -E '^(tf2-run|all sidecars)' "$OUT/$mode.out"
 done
@@ -49,6 +53,11 @@ if t["decode_failures"]:
     problems.append(f"{t['decode_failures']} decode failures")
 if t.get("drift_resets"):
     problems.append(f"{t['drift_resets']} pull drift resets")
+for mode in ("none", "tlcd"):
+    read = json.load(open(f"{out}/{mode}/result.json"))["final_read"]
+    if read["read_differs"] or read["saved_differs"]:
+        problems.append(f"{mode}: after training {read['read_differs']} variables read and "
+                        f"{read['saved_differs']} saved other than the model ({', '.join(read['differing'])})")
 if delta < -max_loss:
     problems.append(f"accuracy {-delta:.2f} points below the run without sidecars (at most {max_loss})")
 for d in ("push", "pull"):
@@ -57,7 +66,9 @@ for d in ("push", "pull"):
 print(f"tf2-check: accuracy {none['test_accuracy']:.4f} without, {tlcd['test_accuracy']:.4f} through tlcd "
       f"({delta:+.2f} points); push {t['push']['ratio']}x, pull {t['pull']['ratio']}x; "
       f"refinements push {t['push'].get('refinements', 0)} pull {t['pull'].get('refinements', 0)}; "
-      f"decode failures {t['decode_failures']}, drift resets {t.get('drift_resets', 0)}")
+      f"decode failures {t['decode_failures']}, drift resets {t.get('drift_resets', 0)}; "
+      f"final read through tlcd: {read['read_differs']} of {read['variables']} variables differ, "
+      f"{read['saved_differs']} in the checkpoint")
 if problems:
     sys.exit("tf2-check: FAILED: " + "; ".join(problems))
 PYEOF

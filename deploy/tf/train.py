@@ -112,6 +112,10 @@ def parse_args(argv=None):
                         "(final_read_max_diff: 0 when what a worker reads after training is the model)")
     p.add_argument("--log-every", type=int, default=0,
                    help="log this worker's training loss every N local steps (default 0: never)")
+    p.add_argument("--eval-every", type=int, default=0,
+                   help="the chief evaluates on the test set every N of its local steps and records "
+                        "(step, training seconds, accuracy) in its result's `curve`; the clock stops "
+                        "while it evaluates, and the job waits for it (default 0: only at the end)")
     p.add_argument("--result", help="write this task's result as JSON to FILE")
     p.add_argument("--grpc-compression", choices=["none", "gzip"], default="none",
                    help="TF's own gRPC message compression (default none)")
@@ -949,6 +953,9 @@ def run_worker(tf, args, cluster, config):
             sess.run_step_fn(raw(start_wait))
         log(args, "training")
         started = time.time()
+        # Time spent in --eval-every evaluations, kept off the training clock.
+        paused = 0.0
+        curve = []
         while not sess.should_stop():
             if args.log_every and (local_steps + 1) % args.log_every == 0:
                 _, batch_loss = sess.run([train_op, loss], feed_dict=next(work.train_feeds))
@@ -956,7 +963,16 @@ def run_worker(tf, args, cluster, config):
             else:
                 sess.run(train_op, feed_dict=next(work.train_feeds))
             local_steps += 1
-        seconds = time.time() - started
+            if is_chief and args.eval_every and local_steps % args.eval_every == 0 and not sess.should_stop():
+                point = {"local_step": local_steps, "train_seconds": round(time.time() - started - paused, 3)}
+                eval_started = time.time()
+                _, acc = evaluate(sess, work.test_loss, work.test_accuracy, work.test_feeds)
+                paused += time.time() - eval_started
+                point["test_accuracy"] = round(float(acc), 5)
+                curve.append(point)
+                log(args, f"local step {local_steps}: test accuracy {acc:.4f} after "
+                          f"{point['train_seconds']:.1f} s of training")
+        seconds = time.time() - started - paused
         if sync:
             # A worker that read the global step just before the last update may
             # have started one more step and now waits for a sync token that will
@@ -989,6 +1005,10 @@ def run_worker(tf, args, cluster, config):
             test_loss, test_acc = evaluate(sess, work.test_loss, work.test_accuracy, work.test_feeds)
             result["test_loss"] = round(float(test_loss), 5)
             result["test_accuracy"] = round(float(test_acc), 5)
+            if args.eval_every:
+                curve.append({"local_step": local_steps, "train_seconds": round(seconds, 3),
+                              "test_accuracy": result["test_accuracy"]})
+                result["curve"] = curve
             if final_reads:
                 import numpy as np
                 model = sess.run_step_fn(raw([v for v, _ in final_reads]))

@@ -75,6 +75,11 @@ def parse_args(argv=None):
                    help="mlp, diagnostic: also send every variable of 64 KiB or more to the worker bitcast to "
                         "int32 (which a sidecar passes unchanged) from the same read, and report the relative "
                         "error of the float copy the model used (result: pull_errors)")
+    p.add_argument("--check-final-read", metavar="DIR", default=None,
+                   help="after training, compare what the coordinator reads of each variable (v.numpy()) "
+                        "and what a checkpoint it writes to DIR holds with a fingerprint of the variable's "
+                        "bits computed on its ps (result: final_read: variables read or saved other than "
+                        "bit for bit; 0 when the end of training through sidecars is the model)")
     p.add_argument("--log-every", type=int, default=100, help="coordinator: log the loss every N steps")
     args = p.parse_args(argv)
     for key, value in MODEL_DEFAULTS[args.model].items():
@@ -236,6 +241,42 @@ def embedding_model(tf, args):
     return variables, dataset_fn, model_step, evaluate
 
 
+def fingerprint(tf, x):
+    """Two exact sums over the bits of a float32 tensor: its low and high 16
+    bits, each weighted by its position modulo 1000 (every partial sum stays
+    below 2**53, so float64 adds them exactly, in any order)."""
+    bits = tf.bitcast(tf.reshape(x, [-1]), tf.int32)
+    weights = tf.cast(tf.range(tf.size(bits)) % 1000 + 1, tf.float64)
+    low = tf.cast(tf.bitwise.bitwise_and(bits, 0xFFFF), tf.float64)
+    high = tf.cast(tf.bitwise.bitwise_and(tf.bitwise.right_shift(bits, 16), 0xFFFF), tf.float64)
+    return tf.stack([tf.reduce_sum(low * weights), tf.reduce_sum(high * weights)])
+
+
+def check_final_read(tf, variables, values, directory):
+    """How many variables the coordinator read (`values`, from v.numpy()) or
+    saved in a checkpoint other than bit for bit, judged by fingerprints
+    computed where each variable lives: only two float64 sums cross back."""
+    import numpy as np
+
+    os.makedirs(directory, exist_ok=True)
+    path = tf.train.Checkpoint(**{f"v{i}": v for i, v in enumerate(variables)}).write(
+        os.path.join(directory, "final"))
+    saved = tf.train.load_checkpoint(path)
+    read_off, saved_off, names = 0, 0, []
+    for i, (v, value) in enumerate(zip(variables, values)):
+        with tf.device(v.device):
+            truth = fingerprint(tf, v.read_value()).numpy()
+        on_disk = saved.get_tensor(f"v{i}/.ATTRIBUTES/VARIABLE_VALUE")
+        read_ok = np.array_equal(fingerprint(tf, tf.constant(value)).numpy(), truth)
+        saved_ok = np.array_equal(fingerprint(tf, tf.constant(on_disk)).numpy(), truth)
+        read_off += not read_ok
+        saved_off += not saved_ok
+        if not (read_ok and saved_ok):
+            names.append(v.name)
+    return {"variables": len(variables), "read_differs": read_off, "saved_differs": saved_off,
+            "differing": names}
+
+
 def run_coordinator(tf, resolver, args, name):
     import numpy as np
 
@@ -323,6 +364,7 @@ def run_coordinator(tf, resolver, args, name):
     done = int(steps_done.numpy())
     values = [v.numpy() for v in variables]
     accuracy, test_loss = evaluate(values)
+    final_read = check_final_read(tf, variables, values, args.check_final_read) if args.check_final_read else None
     result = {
         "model": args.model, "steps": args.steps, "steps_done": done, "seconds": round(ended - started, 3),
         "step_seconds": round((ended - warm) / (args.steps - args.warmup_steps), 5),
@@ -334,6 +376,9 @@ def run_coordinator(tf, resolver, args, name):
     }
     if pull_errors is not None:
         result["pull_errors"] = pull_errors
+    if final_read is not None:
+        result["final_read"] = final_read
+        log(name, f"final read: {json.dumps(final_read)}")
     log(name, "result " + json.dumps(result, sort_keys=True))
     if args.result:
         tmp = args.result + ".tmp"

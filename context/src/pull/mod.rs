@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use xxhash_rust::xxh3::Xxh3Default;
 
 mod replica;
+mod request;
 mod source;
 #[cfg(test)]
 mod tests;
@@ -29,10 +30,8 @@ mod tests;
 mod tests_keyframe;
 
 pub use replica::{ApplyError, Replica, ReplicaCounters, ReplicaKey, ReplicaStore};
-pub use source::{
-    drift, KeyframeReason, PullCounters, PullServed, PullSource, Requester, ServeError, Served,
-    SourceKey, Update, MAX_DRIFT,
-};
+pub use request::{KeyframeReason, PullCounters, PullServed, Reads, Requester, Served, Update};
+pub use source::{drift, PullSource, ServeError, SourceKey, MAX_DRIFT};
 
 /// How many updates' deltas a [`PullSource`] keeps by default (each
 /// update is one delta, or several with refinement).

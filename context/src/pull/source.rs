@@ -12,122 +12,11 @@ use tlc_codec::{
     Codec, CodecId, DecodeError, EncodeError, Encoder, EntropyStage, Feedback, Limits,
 };
 
+use super::request::{KeyframeReason, PullCounters, PullServed, Reads, Requester, Served, Update};
 use super::{add_delta, replica_hash, ReplicaState, DEFAULT_CACHE_LEN};
 use crate::refine::{relative_to, sum_of_squares, Refinement};
 use crate::table::ContextMemory;
 use tlc_wire::envelope::{write_envelope, EnvelopeError, EnvelopeHeader, HEADER_LEN};
-
-/// Why a keyframe was sent rather than deltas.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum KeyframeReason {
-    /// The requester has no replica.
-    NoReplica,
-    /// The requester's replica is from another epoch (a restart, or an
-    /// evicted and remade source).
-    OtherEpoch,
-    /// The requester is further behind than the cache reaches.
-    NotCached,
-    /// The requester claims a version this source has not made yet.
-    Ahead,
-    /// The chain would be at least as large as the keyframe.
-    ChainLarger,
-}
-
-/// The kind of answer [`PullSource::serve`] gave.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Served {
-    /// The requester is at the current version: an empty chain.
-    UpToDate,
-    /// A chain of this many cached deltas.
-    Chain(u32),
-    /// The replica itself.
-    Keyframe(KeyframeReason),
-}
-
-/// Who asks for a pull: the replica they hold, and whether they read a
-/// lossy first keyframe. `None` or `Some(state)` converts into a requester
-/// that reads lossless keyframes only.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Requester {
-    /// The requester's replica, as its request said.
-    pub has: Option<ReplicaState>,
-    /// The codec of a tensor's first keyframe, if the requester reads one
-    /// (`int8`): a source that has no value yet holds the first value as
-    /// this codec's decode, where that is within the refinement's target
-    /// of it, and sends that frame as the keyframe instead of 4 bytes per
-    /// value. The replica is then exactly the decode on both sides, so
-    /// every later delta applies as before.
-    pub first_keyframe: Option<Codec>,
-}
-
-impl From<Option<ReplicaState>> for Requester {
-    fn from(has: Option<ReplicaState>) -> Requester {
-        Requester {
-            has,
-            first_keyframe: None,
-        }
-    }
-}
-
-/// How the last value changed the source.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Update {
-    /// The value was the last one: nothing changed.
-    Unchanged,
-    /// A new version from one encoded delta.
-    Delta,
-    /// A new version with `R = V` and an empty cache: the first value, a
-    /// change of length, or a delta the codec could not encode.
-    Reset,
-}
-
-/// What one [`PullSource::serve`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PullServed {
-    /// How the value changed the source.
-    pub update: Update,
-    /// What was sent.
-    pub served: Served,
-    /// The requester's replica state once it has applied the envelope.
-    pub state: ReplicaState,
-    /// Size of the value as f32, in bytes.
-    pub raw_bytes: usize,
-    /// Size of the envelope appended, in bytes.
-    pub wire_bytes: usize,
-}
-
-/// Running totals of one pull source, for metrics and the admin API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PullCounters {
-    /// Deltas encoded (one per new version that was not a reset).
-    pub deltas: u64,
-    /// Of those, refinements: further passes over what an update's first
-    /// delta left (see [`crate::refine`]).
-    pub refinements: u64,
-    /// Resets (first value, length change, encode failure).
-    pub resets: u64,
-    /// Deltas the codec refused (counted in `resets` too).
-    pub encode_failures: u64,
-    /// Resets because the replica had drifted more than [`MAX_DRIFT`]
-    /// from the value (counted in `resets` too).
-    pub drift_resets: u64,
-    /// Answers: empty chains.
-    pub up_to_date: u64,
-    /// Answers: non-empty chains.
-    pub chains: u64,
-    /// Answers: keyframes.
-    pub keyframes: u64,
-    /// First values held as a lossy codec's decode, sent as a lossy
-    /// keyframe (see [`Requester::first_keyframe`]).
-    pub lossy_starts: u64,
-    /// Exact reads that found the replica off the value and brought it
-    /// there (a lossless delta, or a reset where f32 cannot add up to it).
-    pub settles: u64,
-    /// Bytes the values would have cost as f32.
-    pub raw_bytes: u64,
-    /// Bytes of envelopes sent.
-    pub wire_bytes: u64,
-}
 
 /// Largest relative distance `‖V − R‖₂ / ‖V‖₂` a replica may have from
 /// the value it stands for once an update's passes are sent; beyond it the
@@ -238,7 +127,9 @@ impl PullSource {
     ///
     /// `codec` encodes the delta if there is a new version, with further
     /// passes (versions) while `refine` asks for them; both may change
-    /// from call to call. On error `out` is as it was.
+    /// from call to call. A requester that reads exactly (see [`Reads`])
+    /// gets a lossless delta instead where it needs one. On error `out`
+    /// is as it was.
     pub fn serve(
         &mut self,
         value: &[f32],
@@ -250,11 +141,31 @@ impl PullSource {
     ) -> Result<PullServed, ServeError> {
         let requester = requester.into();
         let update = match requester.first_keyframe {
-            Some(first) if self.version == 0 => self.start_lossy(value, first, refine),
+            Some(first) if self.version == 0 && requester.reads != Reads::Exact => {
+                self.start_lossy(value, first, refine)
+            }
             _ => None,
         }
-        .unwrap_or_else(|| self.update(value, codec, refine));
+        .unwrap_or_else(|| {
+            let hash = replica_hash(value);
+            let reread = requester.reads == Reads::SettleRereads
+                && hash == self.value_hash
+                && self.holds_current(requester.has);
+            if requester.reads == Reads::Exact || reread {
+                self.settle(value, hash)
+            } else {
+                self.update(value, hash, codec, refine)
+            }
+        });
         self.answer_counted(update, value, requester, fallback_token, out)
+    }
+
+    /// Whether a requester holding `has` holds this source's current
+    /// version (and the source has one).
+    fn holds_current(&self, has: Option<ReplicaState>) -> bool {
+        has.is_some_and(|has| {
+            self.version > 0 && has.epoch == self.epoch.get() && has.version == self.version
+        })
     }
 
     /// As [`serve`](Self::serve), but the requester ends with `value`
@@ -271,7 +182,7 @@ impl PullSource {
         out: &mut Vec<u8>,
     ) -> Result<PullServed, ServeError> {
         let requester = requester.into();
-        let update = self.settle(value);
+        let update = self.settle(value, replica_hash(value));
         self.answer_counted(update, value, requester, fallback_token, out)
     }
 
@@ -336,8 +247,9 @@ impl PullSource {
         Some(Update::Reset)
     }
 
-    fn update(&mut self, value: &[f32], codec: Codec, refine: Refinement) -> Update {
-        let hash = replica_hash(value);
+    /// Brings `R` toward `value`, whose [`replica_hash`] is `hash`: a new
+    /// version of one or more lossy passes if it changed.
+    fn update(&mut self, value: &[f32], hash: u64, codec: Codec, refine: Refinement) -> Update {
         if self.version == 0 || self.updating || value.len() != self.replica.len() {
             self.reset(value, hash);
             return Update::Reset;
@@ -396,8 +308,8 @@ impl PullSource {
     /// Makes `R` equal to `value` bit for bit: nothing if it is, else a
     /// lossless delta `V - R` as a new version, or a reset where `R + (V -
     /// R)` does not give `V` back in f32 (rare: far apart exponents).
-    fn settle(&mut self, value: &[f32]) -> Update {
-        let hash = replica_hash(value);
+    /// `hash` is `value`'s [`replica_hash`].
+    fn settle(&mut self, value: &[f32], hash: u64) -> Update {
         if self.version == 0 || self.updating || value.len() != self.replica.len() {
             self.reset(value, hash);
             return Update::Reset;

@@ -560,3 +560,72 @@ fn an_exact_read_resets_where_f32_cannot_add_up_to_the_value() {
     );
     assert_eq!(source.counters().settles, 1);
 }
+
+/// One serve with `reads` + apply, as [`pull`] does.
+fn read(source: &mut PullSource, replica: &mut Replica, value: &[f32], reads: Reads) -> PullServed {
+    let mut wire = Vec::new();
+    let requester = Requester {
+        reads,
+        ..replica.state().into()
+    };
+    let served = source
+        .serve(value, requester, three_lc(), Refinement::OFF, 0, &mut wire)
+        .unwrap();
+    replica.apply(&wire, &Limits::default()).unwrap();
+    assert_eq!(replica.replica_hash(), Some(source.replica_hash()));
+    served
+}
+
+#[test]
+fn a_reread_of_an_unchanged_value_settles_the_replica_to_it() {
+    let mut source = PullSource::new(epoch(6), DEFAULT_CACHE_LEN);
+    let (mut trainer, mut evaluator) = (Replica::new(), Replica::new());
+    let mut v = ramp(4096, 0.001);
+    read(&mut source, &mut trainer, &v, Reads::SettleRereads);
+    // Training: every read finds a new value, and gets the lossy delta.
+    for step in 1..4 {
+        v.iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x += ((i * step) % 7) as f32 * 1e-4);
+        let served = read(&mut source, &mut trainer, &v, Reads::SettleRereads);
+        assert_eq!(served.update, Update::Delta);
+        // Another requester behind on the same value: its chain, no settle.
+        read(&mut source, &mut evaluator, &v, Reads::SettleRereads);
+    }
+    assert_eq!(source.counters().settles, 0);
+    assert_ne!(trainer.replica_hash(), Some(replica_hash(&v)));
+    // Training stops: the same requester reads the same value again.
+    let served = read(&mut source, &mut trainer, &v, Reads::SettleRereads);
+    assert_eq!(served.update, Update::Delta);
+    assert_eq!(trainer.replica_hash(), Some(replica_hash(&v)));
+    assert_eq!(source.counters().settles, 1);
+    // The other requester follows the chain to the exact value, and a
+    // third read is an empty chain.
+    read(&mut source, &mut evaluator, &v, Reads::SettleRereads);
+    assert_eq!(evaluator.replica_hash(), Some(replica_hash(&v)));
+    let served = read(&mut source, &mut trainer, &v, Reads::SettleRereads);
+    assert_eq!(
+        (served.update, served.served),
+        (Update::Unchanged, Served::UpToDate)
+    );
+    assert_eq!(source.counters().settles, 1);
+}
+
+#[test]
+fn a_replica_read_never_settles() {
+    let mut source = PullSource::new(epoch(7), DEFAULT_CACHE_LEN);
+    let mut replica = Replica::new();
+    let mut v = ramp(4096, 0.001);
+    read(&mut source, &mut replica, &v, Reads::Replica);
+    v.iter_mut()
+        .enumerate()
+        .for_each(|(i, x)| *x += (i % 5) as f32 * 1e-4);
+    read(&mut source, &mut replica, &v, Reads::Replica);
+    let served = read(&mut source, &mut replica, &v, Reads::Replica);
+    assert_eq!(
+        (served.update, served.served),
+        (Update::Unchanged, Served::UpToDate)
+    );
+    assert_ne!(replica.replica_hash(), Some(replica_hash(&v)));
+    assert_eq!(source.counters().settles, 0);
+}

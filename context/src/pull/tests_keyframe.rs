@@ -46,6 +46,7 @@ fn read(
     let requester = Requester {
         has: replica.state(),
         first_keyframe,
+        reads: Reads::Replica,
     };
     let served = source
         .serve(value, requester, three_lc(), bound(), 0, &mut wire)
@@ -111,6 +112,7 @@ fn a_value_int8_would_leave_off_the_bound_starts_lossless() {
     let requester = Requester {
         has: None,
         first_keyframe: Some(int8()),
+        reads: Reads::Replica,
     };
     source
         .serve(&nan, requester, three_lc(), bound(), 0, &mut wire)

@@ -170,6 +170,15 @@ fn register_totals(registry: &mut Registry, totals: &Totals) {
          from the model (encoding side)",
         drift,
     );
+    let settles = Counter::<u64>::default();
+    settles.inc_by(totals.settles);
+    registry.register(
+        "replica_settles",
+        "Pull replicas brought to the model bit for bit by a lossless delta: a read that needs the \
+         model (an evaluation, a checkpoint) or a read again of a value that stopped changing \
+         (encoding side)",
+        settles,
+    );
     let refinements = Family::<DirectionLabel, Counter>::default();
     for direction in [Direction::Push, Direction::Pull] {
         refinements

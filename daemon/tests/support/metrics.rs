@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tlc_core::Role;
 use tlc_proxy::Proxy;
-use tlc_sidecar::policy::{Policy, PolicySettings};
+use tlc_sidecar::policy::{CodecSettings, Policy, PolicySettings};
 use tlc_sidecar::Sidecar;
 
 use super::Client;
@@ -415,7 +415,6 @@ pub struct Pair {
     _proxies: (Proxy<Sidecar>, Proxy<Sidecar>),
 }
 
-/// A [`Pair`] in front of `server`, with `holder` on the holding side.
 /// A holder-side sidecar with `settings` as its policy (checked).
 pub fn holder_with(settings: &PolicySettings) -> Arc<Sidecar> {
     Arc::new(Sidecar::new(
@@ -425,6 +424,21 @@ pub fn holder_with(settings: &PolicySettings) -> Arc<Sidecar> {
     ))
 }
 
+/// A holder-side sidecar that compresses tensors no graph classified, as
+/// fp16 (`[policy.unknown] codec = "fp16"`; by default they pass
+/// unchanged): for tests of what becomes of a compressed response, without
+/// a graph to teach.
+pub fn compressing_unclassified() -> Arc<Sidecar> {
+    holder_with(&PolicySettings {
+        unknown: CodecSettings {
+            codec: "fp16".into(),
+            ..CodecSettings::default()
+        },
+        ..PolicySettings::default()
+    })
+}
+
+/// A [`Pair`] in front of `server`, with `holder` on the holding side.
 pub async fn pair(server: SocketAddr, holder: Arc<Sidecar>) -> Pair {
     let inbound = super::proxy(Role::Inbound, server, holder.clone()).await;
     let requester = Arc::new(Sidecar::default());

@@ -240,6 +240,11 @@ const DENSE_UPDATES: &[&str] = &[
     "Assign",
 ];
 
+/// Dense update ops that set the variable to their input rather than add
+/// it: a gradient reaches them only combined with the variable or a rate
+/// (`v.assign(v - lr * g)`); a value that arrives as it is, is written.
+const SETS: &[&str] = &["Assign", "AssignVariableOp"];
+
 /// Whether an op moves rows around or works on sparse data: its output (or
 /// its input) does not keep a fixed element-to-parameter map.
 fn is_sparse_op(op: &str) -> bool {
@@ -467,9 +472,11 @@ impl<'a> Body<'a> {
         let mut applied_on_arrival = false;
         let mut accumulated = false;
         let mut other: Option<&NodeDef> = None;
-        let mut frontier = vec![(recv, 0usize)];
+        // (node, depth, whether an element-wise op has combined the value
+        // with something on the way).
+        let mut frontier = vec![(recv, 0usize, false)];
         let mut seen = vec![recv];
-        while let Some((index, depth)) = frontier.pop() {
+        while let Some((index, depth, combined)) = frontier.pop() {
             for &consumer in &self.consumers[index] {
                 if seen.contains(&consumer) {
                     continue;
@@ -488,17 +495,22 @@ impl<'a> Body<'a> {
                         read_only: false,
                     };
                 }
-                if is_dense_update(op) {
+                if SETS.contains(&op) && !combined {
+                    // A value written as it arrived (a restore from an
+                    // unsharded checkpoint, `v.assign(value)`): the model
+                    // itself, not a gradient.
+                    other.get_or_insert(node);
+                } else if is_dense_update(op) {
                     dense.get_or_insert(node);
                     if ACCUMULATORS.contains(&op) {
                         accumulated = true;
                     } else {
                         applied_on_arrival = true;
                     }
-                } else if (PASS_THROUGH.contains(&op) || ELEMENTWISE.contains(&op))
-                    && depth + 1 < MAX_DEPTH
-                {
-                    frontier.push((consumer, depth + 1));
+                } else if PASS_THROUGH.contains(&op) && depth + 1 < MAX_DEPTH {
+                    frontier.push((consumer, depth + 1, combined));
+                } else if ELEMENTWISE.contains(&op) && depth + 1 < MAX_DEPTH {
+                    frontier.push((consumer, depth + 1, true));
                 } else {
                     other.get_or_insert(node);
                 }
@@ -768,6 +780,29 @@ mod tests {
         let found = classes(&nodes);
         assert_eq!(found[0].1, TensorClass::Unknown);
         assert!(found[0].2.contains("L2Loss"), "{found:?}");
+    }
+
+    #[test]
+    fn a_value_assigned_as_it_arrives_is_not_a_gradient() {
+        let nodes = vec![
+            // A restore from an unsharded checkpoint: the chief sends each
+            // saved value, the parameter task assigns it.
+            transfer("restored", "_Recv", &[], "edge_1_restore", W0, PS),
+            node("id", "Identity", &["restored"]),
+            node("restore", "Assign", &["v", "id"]),
+            transfer("value", "_Recv", &[], "edge_2_value", W0, PS),
+            node("set", "AssignVariableOp", &["handle", "value"]),
+            // A gradient step written as `v.assign(v - lr * g)`.
+            transfer("g", "_Recv", &[], "edge_3_g", W0, PS),
+            node("scaled", "Mul", &["g", "lr"]),
+            node("stepped", "Sub", &["read", "scaled"]),
+            node("update", "AssignVariableOp", &["handle", "stepped"]),
+        ];
+        let found = classes(&nodes);
+        assert_eq!(found[0].1, TensorClass::Unknown, "{found:?}");
+        assert!(found[0].2.contains("Assign restore"), "{found:?}");
+        assert_eq!(found[1].1, TensorClass::Unknown, "{found:?}");
+        assert_eq!(found[2].1, TensorClass::DenseGradient, "{found:?}");
     }
 
     #[test]

@@ -21,8 +21,8 @@
 //! [policy.sparse]           # gathered rows, IndexedSlices: no memory
 //! codec = "fp16"
 //!
-//! [policy.unknown]          # never classified by a graph: no memory
-//! codec = "fp16"
+//! [policy.unknown]          # never classified by a graph: as it is
+//! codec = "none"
 //!
 //! [policy.refine]           # bounded lag for 3LC's memory, see `refine`
 //! pull_max_drift = 0.01
@@ -158,10 +158,21 @@ pub struct PolicySettings {
     pub overrides: Vec<OverrideSettings>,
 }
 
-/// The default codec of the classes without memory.
+/// The default codec of sparse tensors: fp16, without memory.
 fn memoryless_default() -> CodecSettings {
     CodecSettings {
         codec: "fp16".into(),
+        ..CodecSettings::default()
+    }
+}
+
+/// The default of tensors no graph classified: uncompressed. Such a tensor
+/// may be anything (a coordinator's read of the model, a checkpoint's
+/// restore assigning it, a loss), and where tlc cannot tell, it does not
+/// change a bit; the hop's lossless stage still applies.
+fn unknown_default() -> CodecSettings {
+    CodecSettings {
+        codec: "none".into(),
         ..CodecSettings::default()
     }
 }
@@ -182,7 +193,7 @@ impl Default for PolicySettings {
             push: CodecSettings::default(),
             pull: CodecSettings::default(),
             sparse: memoryless_default(),
-            unknown: memoryless_default(),
+            unknown: unknown_default(),
             warmup_steps: 0,
             warmup_codec: "none".into(),
             refine: RefineSettings::default(),

@@ -130,11 +130,19 @@ fn only_dense_tensors_get_memory() {
     // Gathered rows pulled, sparse gradient values pushed, never classified.
     assert!(fp16(Direction::Pull, TensorClass::Sparse));
     assert!(fp16(Direction::Push, TensorClass::Sparse));
-    assert!(fp16(Direction::Push, TensorClass::Unknown));
-    assert!(fp16(Direction::Pull, TensorClass::Unknown));
-    // A class that contradicts the direction is not trusted with memory.
-    assert!(fp16(Direction::Push, TensorClass::DenseRead));
-    assert!(fp16(Direction::Pull, TensorClass::DenseGradient));
+    // Never classified, or a class that contradicts the direction: not
+    // trusted with memory, nor with a lossy codec.
+    let passes = |d, c| p.decide(d, c, "t", big, 2) == Decision::Pass(PassReason::Skipped);
+    assert!(passes(Direction::Push, TensorClass::Unknown));
+    assert!(passes(Direction::Pull, TensorClass::Unknown));
+    assert!(passes(Direction::Push, TensorClass::DenseRead));
+    assert!(passes(Direction::Pull, TensorClass::DenseGradient));
+    // A user may still choose a lossy codec for them.
+    let p = policy("[policy.unknown]\ncodec = \"fp16\"\n").unwrap();
+    assert!(matches!(
+        p.decide(Direction::Pull, TensorClass::Unknown, "t", big, 2),
+        Decision::Compress(c, Treatment::Stateless) if c.codec == Codec::Fp16
+    ));
     assert!(matches!(
         p.decide(Direction::Push, TensorClass::DenseGradient, "t", big, 2),
         Decision::Compress(c, Treatment::ErrorFeedback) if c.feedback == Feedback::On

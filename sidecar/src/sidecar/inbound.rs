@@ -20,7 +20,7 @@ use crate::policy::{CodecChoice, Decision, Policy, Treatment};
 use crate::sidecar::calls;
 use crate::training::step_reads::{self, Watched};
 use tlc_codec::{Codec, EntropyStage, Feedback};
-use tlc_context::{Encoded, Encoding, Memory, ReplicaState, Requester};
+use tlc_context::{Encoded, Encoding, Memory, Reads, ReplicaState, Requester};
 use tlc_core::TensorCall;
 use tlc_core::{Outcome, Role};
 use tlc_proxy::body::{self, Collected, Peeked, ProxyBody};
@@ -300,6 +300,7 @@ fn compress(
             let requester = Requester {
                 has: replica,
                 first_keyframe: policy.keyframe_codec().filter(|_| int8_keyframes),
+                reads: reads_for(policy, classified),
             };
             let memory = memory_for(
                 sidecar, policy, call, classified, &choice, treatment, requester,
@@ -360,6 +361,9 @@ fn compress(
 /// time a tensor's pull replica had to be reset.
 fn account_refinement(sidecar: &Sidecar, call: &TensorCall, encoded: &Encoded) {
     sidecar.stats.refined(call.direction, encoded.refinements);
+    if encoded.settled {
+        sidecar.stats.settled();
+    }
     if let Some(first) = encoded.drift_reset {
         sidecar.stats.drift_reset();
         if first {
@@ -424,6 +428,18 @@ fn decide(
     Ok((choice, treatment))
 }
 
+/// What a pull of `classified` needs of the value: with `exact_reads`, a
+/// read-only graph's reads the model itself, and every other read the model
+/// once it reads a value again that has not changed since (training ended,
+/// a frozen variable, an evaluation pass); without, the replica.
+fn reads_for(policy: &Policy, classified: &Classified) -> Reads {
+    match (policy.exact_reads(), classified.read_only) {
+        (false, _) => Reads::Replica,
+        (true, true) => Reads::Exact,
+        (true, false) => Reads::SettleRereads,
+    }
+}
+
 /// The memory `treatment` keeps for the tensor (an error buffer only if
 /// `choice` uses one), with the refinement the
 /// policy sets for it: tighter where training does not look synchronous.
@@ -442,12 +458,10 @@ fn memory_for(
             refine: policy.refine().push(classified.accumulated),
         },
         Treatment::Replica => Memory::Replica {
-            requester_has: requester.has,
-            first_keyframe: requester.first_keyframe,
+            requester,
             refine: policy
                 .refine()
                 .pull(sidecar.graphs.training(&call.holder_task) == Training::Synchronous),
-            exact: classified.read_only && policy.exact_reads(),
         },
         // Rows are encoded through their own contexts, never here.
         Treatment::Stateless | Treatment::RowMemory => Memory::None,

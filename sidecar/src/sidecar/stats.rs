@@ -70,6 +70,8 @@ pub struct Stats {
     /// Encoding side: pull replicas reset because they drifted too far
     /// from the model.
     drift_resets: AtomicU64,
+    /// Encoding side: pull replicas brought to the model bit for bit.
+    settles: AtomicU64,
     /// Encoding side: ids sent again by reference: responses, their
     /// body bytes, and what went instead.
     ids_again: [AtomicU64; 3],
@@ -120,6 +122,9 @@ pub struct Totals {
     pub fallbacks_served: u64,
     /// Encoding side: pull replicas reset for drifting too far.
     pub drift_resets: u64,
+    /// Encoding side: pull replicas brought to the model bit for bit (an
+    /// exact read, or a read again of a value that stopped changing).
+    pub settles: u64,
     /// Responses passed through unchanged, by reason.
     pub passed: BTreeMap<&'static str, u64>,
     /// Body bytes of those the sidecar read before passing them, by
@@ -194,6 +199,11 @@ impl Stats {
     /// Counts one pull replica reset for drifting too far.
     pub fn drift_reset(&self) {
         self.drift_resets.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one pull replica brought to the model bit for bit.
+    pub fn settled(&self) {
+        self.settles.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts one fallback request answered.
@@ -288,6 +298,7 @@ impl Stats {
             fallbacks: self.fallbacks_fetched.load(Ordering::Relaxed),
             fallbacks_served: self.fallbacks_served.load(Ordering::Relaxed),
             drift_resets: self.drift_resets.load(Ordering::Relaxed),
+            settles: self.settles.load(Ordering::Relaxed),
             passed,
             passed_bytes,
             hop: self.hop.totals(),
