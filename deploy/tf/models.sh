@@ -356,7 +356,8 @@ for c in cases:
         except (OSError, ValueError):
             s = {}
         r.update({k: s.get(k) for k in ("ok", "global_step", "local_steps", "step_seconds", "test_accuracy",
-                                       "test_loss", "wall_seconds", "params", "problems", "final_read_max_diff")})
+                                       "test_loss", "wall_seconds", "params", "problems", "final_read_max_diff",
+                                       "restore_max_diff")})
         if kind == "tlcd":
             r.update(sidecars(f"{out}/{c}/{kind}"))
         r["hop"] = hop(f"{out}/{c}/{kind}.hop")
@@ -378,6 +379,8 @@ for c in cases:
         row["check"].append(f"{t['decode_failures']} decode failures")
     if t.get("final_read_max_diff"):
         row["check"].append(f"the model read after training is {t['final_read_max_diff']:g} off the ps's (train.py --check-final-read)")
+    if t.get("restore_max_diff"):
+        row["check"].append(f"saving and restoring the model through the chief moved it by {t['restore_max_diff']:g} (train.py --check-final-read)")
     if check and row["check"]:
         problems.append(f"{c}: check failed: " + "; ".join(row["check"]))
     rows.append(row)

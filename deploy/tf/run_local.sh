@@ -208,8 +208,9 @@ summary = {
     "test_loss": chief.get("test_loss"), "wall_seconds": round(wall, 2),
     "params": chief["params"], "out": out, "model": model, "mode": mode,
 }
-if "final_read_max_diff" in chief:
-    summary["final_read_max_diff"] = chief["final_read_max_diff"]
+for key in ("final_read_max_diff", "restore_max_diff"):
+    if key in chief:
+        summary[key] = chief[key]
 problems = [f"worker{i} ran no steps" for i, s in enumerate(local) if s == 0]
 # SyncReplicasOptimizer counts gradients, not workers: a worker that lags
 # leaves its share of the steps to the others. Asynchronous workers share
@@ -247,6 +248,7 @@ print(f"tf-run {'ok' if not problems else 'FAILED: ' + '; '.join(problems)}: "
       f"wall={wall:.1f}s out={out}"
       + ("" if summary["sessions"] == [1] * n else f" sessions={'/'.join(map(str, summary['sessions']))}")
       + ("" if (model, mode) == ("mlp", "sync") else f" model={model} mode={mode}")
-      + ("" if "final_read_max_diff" not in summary else f" final_read_max_diff={summary['final_read_max_diff']:g}"))
+      + ("" if "final_read_max_diff" not in summary else f" final_read_max_diff={summary['final_read_max_diff']:g}")
+      + ("" if "restore_max_diff" not in summary else f" restore_max_diff={summary['restore_max_diff']:g}"))
 sys.exit(1 if problems else 0)
 EOF

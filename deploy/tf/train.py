@@ -109,7 +109,11 @@ def parse_args(argv=None):
                    help="after training, the chief reads every trainable variable through the cluster "
                         "(RecvTensor from the ps, where sidecars sit) and fetches it from the ps directly "
                         "(RunGraph's own response), and reports the largest difference "
-                        "(final_read_max_diff: 0 when what a worker reads after training is the model)")
+                        "(final_read_max_diff: 0 when what a worker reads after training is the model); "
+                        "before that, saves the model with an unsharded Saver (the chief reads every "
+                        "variable) and restores it (the chief sends every value to be assigned), and "
+                        "reports how far that moved the ps's values (restore_max_diff: 0 when both "
+                        "crossed exactly)")
     p.add_argument("--log-every", type=int, default=0,
                    help="log this worker's training loss every N local steps (default 0: never)")
     p.add_argument("--eval-every", type=int, default=0,
@@ -894,12 +898,16 @@ def run_worker(tf, args, cluster, config):
             # Batch norm's moving statistics, updated with every local step.
             train_op = tf.group(train_op, *work.updates)
     final_reads = None
+    round_trip = None
     if args.check_final_read:
         # A copy on this worker: the ps sends each value with a RecvTensor
         # call, as an evaluation's reads do. Fetching the variable itself
         # returns it in RunGraph's response, which no sidecar changes.
         with tf.compat.v1.device(worker_device):
             final_reads = [(v, tf.identity(v)) for v in tf.compat.v1.trainable_variables()]
+        # Unsharded: the save and restore ops run on this worker, so every
+        # value crosses to it to be saved, and back to be assigned.
+        round_trip = tf.compat.v1.train.Saver(tf.compat.v1.trainable_variables(), sharded=False)
     params = sum(int(v.shape.num_elements()) for v in tf.compat.v1.trainable_variables())
     placed = {}
     for v in tf.compat.v1.trainable_variables():
@@ -1011,6 +1019,19 @@ def run_worker(tf, args, cluster, config):
                 result["curve"] = curve
             if final_reads:
                 import numpy as np
+                import tempfile
+
+                def save_and_restore(step_context):
+                    session = step_context.session
+                    before = session.run([v for v, _ in final_reads])
+                    path = round_trip.save(session, os.path.join(tempfile.mkdtemp(), "model"),
+                                           write_meta_graph=False)
+                    round_trip.restore(session, path)
+                    after = session.run([v for v, _ in final_reads])
+                    return max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+                               for a, b in zip(before, after))
+
+                result["restore_max_diff"] = sess.run_step_fn(save_and_restore)
                 model = sess.run_step_fn(raw([v for v, _ in final_reads]))
                 read = sess.run_step_fn(raw([r for _, r in final_reads]))
                 result["final_read_max_diff"] = max(
