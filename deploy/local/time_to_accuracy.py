@@ -32,12 +32,12 @@ def reached(curve, target):
 def main(argv):
     if len(argv) < 3:
         sys.exit(__doc__)
-    reference, ref_curve = load(argv[1])
+    runs = [(out, *load(out)) for out in argv[1:]]
+    ref_curve = runs[0][2]
     target = ref_curve[-1]["test_accuracy"]
     ref_point = reached(ref_curve, target)
     rows = []
-    for out in argv[1:]:
-        result, curve = load(out)
+    for out, result, curve in runs:
         point = reached(curve, target)
         row = {
             "dir": out,

@@ -1021,22 +1021,23 @@ def run_worker(tf, args, cluster, config):
                 import numpy as np
                 import tempfile
 
+                def max_diff(xs, ys):
+                    return max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+                               for a, b in zip(xs, ys))
+
                 def save_and_restore(step_context):
+                    # The ps's values before and after (RunGraph's response).
                     session = step_context.session
                     before = session.run([v for v, _ in final_reads])
                     path = round_trip.save(session, os.path.join(tempfile.mkdtemp(), "model"),
                                            write_meta_graph=False)
                     round_trip.restore(session, path)
-                    after = session.run([v for v, _ in final_reads])
-                    return max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
-                               for a, b in zip(before, after))
+                    return before, session.run([v for v, _ in final_reads])
 
-                result["restore_max_diff"] = sess.run_step_fn(save_and_restore)
-                model = sess.run_step_fn(raw([v for v, _ in final_reads]))
+                before, model = sess.run_step_fn(save_and_restore)
+                result["restore_max_diff"] = max_diff(before, model)
                 read = sess.run_step_fn(raw([r for _, r in final_reads]))
-                result["final_read_max_diff"] = max(
-                    float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
-                    for a, b in zip(model, read))
+                result["final_read_max_diff"] = max_diff(model, read)
         log(args, f"stopped after {local_steps} local steps, global step {step}, closing")
 
     if result is None:

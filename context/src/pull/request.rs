@@ -45,7 +45,9 @@ pub enum Reads {
     /// requester's replica settles to the model, bit for bit.
     SettleRereads,
     /// The value itself, bit for bit, every time (an evaluation, a
-    /// checkpoint): see [`PullSource::serve_exact`](super::PullSource::serve_exact).
+    /// checkpoint). The shared replica is brought to the value by a
+    /// lossless delta that every requester's chain can carry; a later read
+    /// of the same value is an empty chain.
     Exact,
 }
 

@@ -168,24 +168,6 @@ impl PullSource {
         })
     }
 
-    /// As [`serve`](Self::serve), but the requester ends with `value`
-    /// itself, bit for bit: for a read that needs the model (an
-    /// evaluation, a checkpoint), not a replica within the bound. The
-    /// replica is brought to the value by a lossless delta that every
-    /// requester's chain can carry; a later read of the same value is an
-    /// empty chain.
-    pub fn serve_exact(
-        &mut self,
-        value: &[f32],
-        requester: impl Into<Requester>,
-        fallback_token: u64,
-        out: &mut Vec<u8>,
-    ) -> Result<PullServed, ServeError> {
-        let requester = requester.into();
-        let update = self.settle(value, replica_hash(value));
-        self.answer_counted(update, value, requester, fallback_token, out)
-    }
-
     /// Appends the answer to `requester` and counts it.
     fn answer_counted(
         &mut self,

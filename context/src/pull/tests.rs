@@ -541,19 +541,12 @@ fn an_exact_read_resets_where_f32_cannot_add_up_to_the_value() {
     pull(&mut source, &mut replica, &v);
     // 0.0 + (-0.0 - 0.0) is 0.0: no delta gives -0.0 back.
     v[0] = -0.0;
-    let mut wire = Vec::new();
-    let served = source
-        .serve_exact(&v, replica.state(), 0, &mut wire)
-        .unwrap();
+    let served = read(&mut source, &mut replica, &v, Reads::Exact);
     assert_eq!(served.update, Update::Reset);
     assert!(matches!(served.served, Served::Keyframe(_)));
-    replica.apply(&wire, &Limits::default()).unwrap();
     assert_eq!(replica.replica_hash(), Some(replica_hash(&v)));
     // Read again: nothing to send.
-    let mut wire = Vec::new();
-    let served = source
-        .serve_exact(&v, replica.state(), 0, &mut wire)
-        .unwrap();
+    let served = read(&mut source, &mut replica, &v, Reads::Exact);
     assert_eq!(
         (served.update, served.served),
         (Update::Unchanged, Served::UpToDate)
