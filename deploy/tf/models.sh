@@ -26,8 +26,10 @@
 #   --tlcd PATH    the tlcd binary (default target/release/tlcd); copied to
 #                  DIR/tlcd first, so a rebuild meanwhile changes nothing
 #   --check        fail a case when the accuracy through tlcd is more than
-#                  --max-loss points below the run without, or a sidecar
-#                  reports a decode failure
+#                  --max-loss points below the run without, a sidecar
+#                  reports a decode failure, or (train.py --check-final-read)
+#                  the chief reads the model, during training (--eval-every)
+#                  or after it, or restores it, other than bit for bit
 #   --max-loss P   the accuracy --check allows to lose, in points (default
 #                  0.5; asynchronous cases vary by about 1 point from run to
 #                  run without tlcd)
@@ -357,7 +359,7 @@ for c in cases:
             s = {}
         r.update({k: s.get(k) for k in ("ok", "global_step", "local_steps", "step_seconds", "test_accuracy",
                                        "test_loss", "wall_seconds", "params", "problems", "final_read_max_diff",
-                                       "restore_max_diff")})
+                                       "restore_max_diff", "eval_read_max_diff", "eval_read_max_rel_l2")})
         if kind == "tlcd":
             r.update(sidecars(f"{out}/{c}/{kind}"))
         r["hop"] = hop(f"{out}/{c}/{kind}.hop")
@@ -379,6 +381,9 @@ for c in cases:
         row["check"].append(f"{t['decode_failures']} decode failures")
     if t.get("final_read_max_diff"):
         row["check"].append(f"the model read after training is {t['final_read_max_diff']:g} off the ps's (train.py --check-final-read)")
+    if t.get("eval_read_max_diff"):
+        row["check"].append(f"a read during training (train.py --check-final-read --eval-every) was "
+                            f"{t['eval_read_max_diff']:g} off the ps's ({t['eval_read_max_rel_l2']:.4g} relative L2)")
     if t.get("restore_max_diff"):
         row["check"].append(f"saving and restoring the model through the chief moved it by {t['restore_max_diff']:g} (train.py --check-final-read)")
     if check and row["check"]:

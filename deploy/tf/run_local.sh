@@ -208,7 +208,7 @@ summary = {
     "test_loss": chief.get("test_loss"), "wall_seconds": round(wall, 2),
     "params": chief["params"], "out": out, "model": model, "mode": mode,
 }
-for key in ("final_read_max_diff", "restore_max_diff"):
+for key in ("final_read_max_diff", "restore_max_diff", "eval_read_max_diff", "eval_read_max_rel_l2"):
     if key in chief:
         summary[key] = chief[key]
 problems = [f"worker{i} ran no steps" for i, s in enumerate(local) if s == 0]
@@ -249,6 +249,8 @@ print(f"tf-run {'ok' if not problems else 'FAILED: ' + '; '.join(problems)}: "
       + ("" if summary["sessions"] == [1] * n else f" sessions={'/'.join(map(str, summary['sessions']))}")
       + ("" if (model, mode) == ("mlp", "sync") else f" model={model} mode={mode}")
       + ("" if "final_read_max_diff" not in summary else f" final_read_max_diff={summary['final_read_max_diff']:g}")
-      + ("" if "restore_max_diff" not in summary else f" restore_max_diff={summary['restore_max_diff']:g}"))
+      + ("" if "restore_max_diff" not in summary else f" restore_max_diff={summary['restore_max_diff']:g}")
+      + ("" if "eval_read_max_diff" not in summary else f" eval_read_max_diff={summary['eval_read_max_diff']:g}"
+         f" eval_read_max_rel_l2={summary['eval_read_max_rel_l2']:g}"))
 sys.exit(1 if problems else 0)
 EOF

@@ -12,8 +12,9 @@
 #     4.7 points, 1.8 on average; README has the figures;
 #   - pulls or pushes are less than MIN_RATIO (default 10) times smaller;
 #   - after training, what the coordinator reads of a variable (v.numpy())
-#     or writes of it into a checkpoint is not the variable on its ps, bit
-#     for bit (train_tf2.py --check-final-read).
+#     or writes of it into a checkpoint or a SavedModel (what Keras'
+#     model.save exports) is not the variable on its ps, bit for bit
+#     (train_tf2.py --check-final-read).
 #
 #   deploy/tf/tf2-check.sh [--steps N] [--out DIR] [--tlcd PATH] [-- train_tf2.py flags]
 #
@@ -55,9 +56,10 @@ if t.get("drift_resets"):
     problems.append(f"{t['drift_resets']} pull drift resets")
 for mode in ("none", "tlcd"):
     read = json.load(open(f"{out}/{mode}/result.json"))["final_read"]
-    if read["read_differs"] or read["saved_differs"]:
-        problems.append(f"{mode}: after training {read['read_differs']} variables read and "
-                        f"{read['saved_differs']} saved other than the model ({', '.join(read['differing'])})")
+    if read["read_differs"] or read["saved_differs"] or read["exported_differs"]:
+        problems.append(f"{mode}: after training {read['read_differs']} variables read, "
+                        f"{read['saved_differs']} saved and {read['exported_differs']} exported "
+                        f"other than the model ({', '.join(read['differing'])})")
 if delta < -max_loss:
     problems.append(f"accuracy {-delta:.2f} points below the run without sidecars (at most {max_loss})")
 for d in ("push", "pull"):
@@ -68,7 +70,7 @@ print(f"tf2-check: accuracy {none['test_accuracy']:.4f} without, {tlcd['test_acc
       f"refinements push {t['push'].get('refinements', 0)} pull {t['pull'].get('refinements', 0)}; "
       f"decode failures {t['decode_failures']}, drift resets {t.get('drift_resets', 0)}; "
       f"final read through tlcd: {read['read_differs']} of {read['variables']} variables differ, "
-      f"{read['saved_differs']} in the checkpoint")
+      f"{read['saved_differs']} in the checkpoint, {read['exported_differs']} in the SavedModel")
 if problems:
     sys.exit("tf2-check: FAILED: " + "; ".join(problems))
 PYEOF

@@ -113,7 +113,9 @@ def parse_args(argv=None):
                         "before that, saves the model with an unsharded Saver (the chief reads every "
                         "variable) and restores it (the chief sends every value to be assigned), and "
                         "reports how far that moved the ps's values (restore_max_diff: 0 when both "
-                        "crossed exactly)")
+                        "crossed exactly); with --eval-every, the same read at each evaluation, while "
+                        "training runs (eval_read_max_diff, and eval_read_max_rel_l2 against the model; "
+                        "synchronous jobs, where the other workers wait for the chief's evaluation)")
     p.add_argument("--log-every", type=int, default=0,
                    help="log this worker's training loss every N local steps (default 0: never)")
     p.add_argument("--eval-every", type=int, default=0,
@@ -768,6 +770,27 @@ def build_model(tf, args):
     return x, y, loss, accuracy
 
 
+def max_diff(xs, ys):
+    """The largest absolute difference between two lists of arrays."""
+    import numpy as np
+
+    return max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+               for a, b in zip(xs, ys))
+
+
+def max_rel_l2(xs, ys):
+    """The largest ‖x − y‖₂ / ‖x‖₂ over two lists of arrays (tlcd's pull
+    bound, `pull_max_drift`, is of this kind)."""
+    import numpy as np
+
+    worst = 0.0
+    for a, b in zip(xs, ys):
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        norm = float(np.linalg.norm(a))
+        worst = max(worst, float(np.linalg.norm(a - b)) / norm if norm else float(np.linalg.norm(b)))
+    return worst
+
+
 def evaluate(sess, loss, accuracy, chunks):
     """Loss and accuracy over the test set, given as (feed dict, examples)
     chunks, averaged by examples; one chunk is one plain run."""
@@ -975,6 +998,12 @@ def run_worker(tf, args, cluster, config):
                 point = {"local_step": local_steps, "train_seconds": round(time.time() - started - paused, 3)}
                 eval_started = time.time()
                 _, acc = evaluate(sess, work.test_loss, work.test_accuracy, work.test_feeds)
+                if final_reads:
+                    # What an evaluator reads while training runs: exact
+                    # with exact reads, else the replica within its bound.
+                    model, read = sess.run_step_fn(raw(([v for v, _ in final_reads], [r for _, r in final_reads])))
+                    point["read_max_diff"] = max_diff(model, read)
+                    point["read_max_rel_l2"] = max_rel_l2(model, read)
                 paused += time.time() - eval_started
                 point["test_accuracy"] = round(float(acc), 5)
                 curve.append(point)
@@ -1018,12 +1047,12 @@ def run_worker(tf, args, cluster, config):
                               "test_accuracy": result["test_accuracy"]})
                 result["curve"] = curve
             if final_reads:
-                import numpy as np
                 import tempfile
 
-                def max_diff(xs, ys):
-                    return max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
-                               for a, b in zip(xs, ys))
+                if args.eval_every:
+                    reads = [p for p in curve if "read_max_diff" in p]
+                    result["eval_read_max_diff"] = max((p["read_max_diff"] for p in reads), default=0.0)
+                    result["eval_read_max_rel_l2"] = max((p["read_max_rel_l2"] for p in reads), default=0.0)
 
                 def save_and_restore(step_context):
                     # The ps's values before and after (RunGraph's response).

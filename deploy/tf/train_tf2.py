@@ -77,9 +77,10 @@ def parse_args(argv=None):
                         "error of the float copy the model used (result: pull_errors)")
     p.add_argument("--check-final-read", metavar="DIR", default=None,
                    help="after training, compare what the coordinator reads of each variable (v.numpy()) "
-                        "and what a checkpoint it writes to DIR holds with a fingerprint of the variable's "
-                        "bits computed on its ps (result: final_read: variables read or saved other than "
-                        "bit for bit; 0 when the end of training through sidecars is the model)")
+                        "and what a checkpoint and a SavedModel it writes to DIR hold with a fingerprint of "
+                        "the variable's bits computed on its ps (result: final_read: variables read, saved "
+                        "or exported other than bit for bit; 0 when the end of training through sidecars "
+                        "is the model)")
     p.add_argument("--log-every", type=int, default=100, help="coordinator: log the loss every N steps")
     args = p.parse_args(argv)
     for key, value in MODEL_DEFAULTS[args.model].items():
@@ -253,28 +254,41 @@ def fingerprint(tf, x):
 
 
 def check_final_read(tf, variables, values, directory):
-    """How many variables the coordinator read (`values`, from v.numpy()) or
-    saved in a checkpoint other than bit for bit, judged by fingerprints
-    computed where each variable lives: only two float64 sums cross back."""
+    """How many variables the coordinator read (`values`, from v.numpy()),
+    saved in a checkpoint, or exported in a SavedModel (what Keras'
+    `model.save` writes for a TF model) other than bit for bit, judged by
+    fingerprints computed where each variable lives: only two float64 sums
+    cross back."""
     import numpy as np
 
     os.makedirs(directory, exist_ok=True)
-    path = tf.train.Checkpoint(**{f"v{i}": v for i, v in enumerate(variables)}).write(
-        os.path.join(directory, "final"))
+    named = {f"v{i}": v for i, v in enumerate(variables)}
+    path = tf.train.Checkpoint(**named).write(os.path.join(directory, "final"))
     saved = tf.train.load_checkpoint(path)
-    read_off, saved_off, names = 0, 0, []
+    module = tf.Module()
+    for key, v in named.items():
+        setattr(module, key, v)
+    export = os.path.join(directory, "saved_model")
+    tf.saved_model.save(module, export)
+    exported = tf.saved_model.load(export)
+    read_off, saved_off, exported_off, names = 0, 0, 0, []
     for i, (v, value) in enumerate(zip(variables, values)):
         with tf.device(v.device):
             truth = fingerprint(tf, v.read_value()).numpy()
-        on_disk = saved.get_tensor(f"v{i}/.ATTRIBUTES/VARIABLE_VALUE")
-        read_ok = np.array_equal(fingerprint(tf, tf.constant(value)).numpy(), truth)
-        saved_ok = np.array_equal(fingerprint(tf, tf.constant(on_disk)).numpy(), truth)
+
+        def same(x):
+            return np.array_equal(fingerprint(tf, tf.constant(x)).numpy(), truth)
+
+        read_ok = same(value)
+        saved_ok = same(saved.get_tensor(f"v{i}/.ATTRIBUTES/VARIABLE_VALUE"))
+        exported_ok = same(getattr(exported, f"v{i}").numpy())
         read_off += not read_ok
         saved_off += not saved_ok
-        if not (read_ok and saved_ok):
+        exported_off += not exported_ok
+        if not (read_ok and saved_ok and exported_ok):
             names.append(v.name)
     return {"variables": len(variables), "read_differs": read_off, "saved_differs": saved_off,
-            "differing": names}
+            "exported_differs": exported_off, "differing": names}
 
 
 def run_coordinator(tf, resolver, args, name):
