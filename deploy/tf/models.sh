@@ -75,6 +75,10 @@
 # 6322, 15100..., 15190...). The Python interpreter is found as run_local.sh
 # finds it ($TLC_PYTHON, ...).
 set -euo pipefail
+# The whole script is one block: bash reads it all before running any of
+# it, so editing or checking out this file while a matrix runs (tens of
+# minutes) cannot change what the running copy does next.
+{
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -484,3 +488,4 @@ set -e
 echo "models: table in $OUT/results.md, details in $OUT/results.json"
 ((${#failed_runs[@]} == 0)) || echo "models: failed runs: ${failed_runs[*]}" >&2
 exit "$status"
+}
