@@ -920,17 +920,20 @@ def run_worker(tf, args, cluster, config):
         if work.updates:
             # Batch norm's moving statistics, updated with every local step.
             train_op = tf.group(train_op, *work.updates)
-    final_reads = None
+    # The model as the ps holds it (fetched: RunGraph's response) and as
+    # this worker receives it (copies: RecvTensor), for --check-final-read.
+    model_vars, read_copies = [], []
     round_trip = None
     if args.check_final_read:
         # A copy on this worker: the ps sends each value with a RecvTensor
         # call, as an evaluation's reads do. Fetching the variable itself
         # returns it in RunGraph's response, which no sidecar changes.
+        model_vars = tf.compat.v1.trainable_variables()
         with tf.compat.v1.device(worker_device):
-            final_reads = [(v, tf.identity(v)) for v in tf.compat.v1.trainable_variables()]
+            read_copies = [tf.identity(v) for v in model_vars]
         # Unsharded: the save and restore ops run on this worker, so every
         # value crosses to it to be saved, and back to be assigned.
-        round_trip = tf.compat.v1.train.Saver(tf.compat.v1.trainable_variables(), sharded=False)
+        round_trip = tf.compat.v1.train.Saver(model_vars, sharded=False)
     params = sum(int(v.shape.num_elements()) for v in tf.compat.v1.trainable_variables())
     placed = {}
     for v in tf.compat.v1.trainable_variables():
@@ -998,10 +1001,10 @@ def run_worker(tf, args, cluster, config):
                 point = {"local_step": local_steps, "train_seconds": round(time.time() - started - paused, 3)}
                 eval_started = time.time()
                 _, acc = evaluate(sess, work.test_loss, work.test_accuracy, work.test_feeds)
-                if final_reads:
+                if read_copies:
                     # What an evaluator reads while training runs: exact
                     # with exact reads, else the replica within its bound.
-                    model, read = sess.run_step_fn(raw(([v for v, _ in final_reads], [r for _, r in final_reads])))
+                    model, read = sess.run_step_fn(raw((model_vars, read_copies)))
                     point["read_max_diff"] = max_diff(model, read)
                     point["read_max_rel_l2"] = max_rel_l2(model, read)
                 paused += time.time() - eval_started
@@ -1046,7 +1049,7 @@ def run_worker(tf, args, cluster, config):
                 curve.append({"local_step": local_steps, "train_seconds": round(seconds, 3),
                               "test_accuracy": result["test_accuracy"]})
                 result["curve"] = curve
-            if final_reads:
+            if read_copies:
                 import tempfile
 
                 if args.eval_every:
@@ -1057,15 +1060,15 @@ def run_worker(tf, args, cluster, config):
                 def save_and_restore(step_context):
                     # The ps's values before and after (RunGraph's response).
                     session = step_context.session
-                    before = session.run([v for v, _ in final_reads])
+                    before = session.run(model_vars)
                     path = round_trip.save(session, os.path.join(tempfile.mkdtemp(), "model"),
                                            write_meta_graph=False)
                     round_trip.restore(session, path)
-                    return before, session.run([v for v, _ in final_reads])
+                    return before, session.run(model_vars)
 
                 before, model = sess.run_step_fn(save_and_restore)
                 result["restore_max_diff"] = max_diff(before, model)
-                read = sess.run_step_fn(raw([r for _, r in final_reads]))
+                read = sess.run_step_fn(raw(read_copies))
                 result["final_read_max_diff"] = max_diff(model, read)
         log(args, f"stopped after {local_steps} local steps, global step {step}, closing")
 
