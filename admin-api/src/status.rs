@@ -36,6 +36,32 @@ pub struct Status {
     pub log_format: String,
     /// Reloads of the config file.
     pub reloads: Reloads,
+    /// The links' rates and the decisions made on them.
+    #[serde(default)]
+    pub links: Links,
+}
+
+/// What a sidecar knows of its links (`[policy.link]`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Links {
+    /// `auto` (compress where it pays) or `always`.
+    pub mode: String,
+    /// Requester side: the rate each holder's answers arrive at, where
+    /// known.
+    pub rates: Vec<LinkRate>,
+    /// Holder side: times a tensor switched to crossing raw.
+    pub switched_to_raw: u64,
+    /// Holder side: times a tensor switched back to compressed.
+    pub switched_to_compressed: u64,
+}
+
+/// The measured rate of one link.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkRate {
+    /// The holder task.
+    pub peer: String,
+    /// Bytes per second.
+    pub bytes_per_second: f64,
 }
 
 /// One listening socket.

@@ -61,6 +61,17 @@ pub struct TensorRow {
     pub idle_seconds: f64,
     /// Memory the context holds.
     pub memory_bytes: u64,
+    /// Holder side, for a tensor compressed at least once: `compress`,
+    /// `pass` (crossing raw: its link is faster than compressing), or
+    /// `pass:N/M` (raw to N of its M requesters).
+    #[serde(default)]
+    pub link: Option<String>,
+    /// The link's rate at the last decision, bytes per second.
+    #[serde(default)]
+    pub link_rate: Option<f64>,
+    /// The rate below which compressing the tensor pays, bytes per second.
+    #[serde(default)]
+    pub break_even_rate: Option<f64>,
 }
 
 /// The fields rows sort by (`sort=`).
@@ -227,6 +238,9 @@ mod tests {
             replica_version: None,
             idle_seconds: 0.0,
             memory_bytes: 0,
+            link: None,
+            link_rate: None,
+            break_even_rate: None,
         }
     }
 

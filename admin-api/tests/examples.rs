@@ -10,8 +10,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Number, Value};
 use tlc_admin_api::status::{
-    Contexts, DirectionTotals, HopTotals, Listener, Reloads, Role, RowTotals, StepEvent, TableSize,
-    Totals, Training,
+    Contexts, DirectionTotals, HopTotals, LinkRate, Links, Listener, Reloads, Role, RowTotals,
+    StepEvent, TableSize, Totals, Training,
 };
 use tlc_admin_api::{
     CodecView, ConfigPatch, ConfigView, Directions, ErrorBody, LogLevel, PolicyChanged,
@@ -162,6 +162,15 @@ fn status_example() -> Status {
             last_error: None,
             pending_restart: Vec::new(),
         },
+        links: Links {
+            mode: "auto".into(),
+            rates: vec![LinkRate {
+                peer: "/job:ps/replica:0/task:0".into(),
+                bytes_per_second: 1.25e6,
+            }],
+            switched_to_raw: 0,
+            switched_to_compressed: 0,
+        },
     }
 }
 
@@ -263,6 +272,9 @@ fn tensors() -> Result {
         replica_version: None,
         idle_seconds: 0.4,
         memory_bytes: 2097152,
+        link: Some("compress".into()),
+        link_rate: Some(1.25e6),
+        break_even_rate: Some(3.1e8),
     };
     let shown = block("\"last_scale\"")?;
     round_trip(&Tensors { tensors: vec![row] }, &shown)?;

@@ -23,6 +23,8 @@
 //! | `policy.warmup_steps` | 0 to 1000000 |
 //! | `policy.overrides` | at most 1024 entries |
 //! | `policy.refine.*_max_passes` | 1 to 16 (pull), 1 to 8 (push) |
+//! | `policy.link.margin` | 1 to 100 |
+//! | `policy.link.assume_rate_mbit` | 0 (measure) to 10000000 (10 Tbit/s) |
 //! | `recovery.stall_warn_seconds` | 0 (never) to 604800 (7 days) |
 //! | `recovery.stall_fail_seconds` | 0 (never) to 604800 (7 days) |
 
@@ -148,6 +150,20 @@ pub const MIN_BYTES: Range = Range {
     min: 0,
     max: 2 << 30,
     note: "bytes, 2 GiB",
+};
+
+/// `policy.link.margin`.
+pub const LINK_MARGIN: Range = Range {
+    min: 1,
+    max: 100,
+    note: "times the break-even rate",
+};
+
+/// `policy.link.assume_rate_mbit`.
+pub const ASSUME_RATE_MBIT: Range = Range {
+    min: 0,
+    max: 10_000_000,
+    note: "Mbit/s, 0 = measure",
 };
 
 /// `policy.warmup_steps`.

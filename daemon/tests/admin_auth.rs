@@ -41,6 +41,7 @@ fn tlcd_command(admin: SocketAddr, runtime: &Path, args: &[&str], env: &[(&str, 
         .env("XDG_RUNTIME_DIR", runtime)
         .env_remove("TLC_ADMIN_TOKEN_FILE")
         .env("RUST_LOG", "info")
+        .env(support::COMPRESSING_ENV.0, support::COMPRESSING_ENV.1)
         .envs(env.iter().copied());
     command
 }

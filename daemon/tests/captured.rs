@@ -145,7 +145,7 @@ fn captured_partition() -> PartitionBuilder {
 /// A client → requester sidecar → holder sidecar → `server` chain; the
 /// holder has read the partition graph if `graph`.
 async fn through_sidecars(server: SocketAddr, graph: bool) -> (Client, Vec<Proxy<Sidecar>>) {
-    let holder = Arc::new(Sidecar::default());
+    let holder = Arc::new(support::compressing_sidecar());
     if graph {
         teach(&holder, captured_partition());
     }
@@ -153,7 +153,7 @@ async fn through_sidecars(server: SocketAddr, graph: bool) -> (Client, Vec<Proxy
     let outbound = support::proxy(
         Role::Outbound,
         inbound.local_addrs()[0],
-        Arc::new(Sidecar::default()),
+        Arc::new(support::compressing_sidecar()),
     )
     .await;
     let client = Client::connect(outbound.local_addrs()[0]).await;

@@ -58,7 +58,7 @@ fn partition() -> PartitionBuilder {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graph_on_the_wire_teaches_both_sidecars_and_rows_cross_without_memory() {
     let server = start_tensor_server(server_tensors()).await;
-    let path = pair(server, Arc::new(Sidecar::default())).await;
+    let path = pair(server, Arc::new(support::compressing_sidecar())).await;
     register_graph(&path.client, partition()).await;
     for sidecar in [&path.requester, &path.holder] {
         let learned = sidecar
@@ -104,7 +104,7 @@ fn warming_holder(steps: u32, codec: &str) -> Arc<Sidecar> {
     let settings = PolicySettings {
         warmup_steps: steps,
         warmup_codec: codec.into(),
-        ..PolicySettings::default()
+        ..support::compressing_settings()
     };
     holder_with(&settings)
 }
@@ -173,7 +173,7 @@ async fn training_and_evaluation(exact_reads: bool) -> (Pair, Arc<Sidecar>, Stri
     let server = start_tensor_server(server_tensors()).await;
     let settings = PolicySettings {
         exact_reads,
-        ..PolicySettings::default()
+        ..support::compressing_settings()
     };
     let holder = holder_with(&settings);
     let path = pair(server, holder.clone()).await;
@@ -229,7 +229,7 @@ async fn an_evaluation_reads_the_model_exact_between_training_steps() {
 async fn one_sidecar_carrying_two_requesters_keeps_their_replicas_apart() {
     // TF2's coordinator routes both workers' pulls through its own sidecar.
     let server = start_tensor_server(server_tensors()).await;
-    let path = pair(server, Arc::new(Sidecar::default())).await;
+    let path = pair(server, Arc::new(support::compressing_sidecar())).await;
     register_graph(&path.client, partition()).await;
     // The workers pull at their own pace: worker 1 lags by one step.
     for step in 0..8i64 {

@@ -93,7 +93,7 @@ async fn start_broken_holder(fallback_works: bool) -> SocketAddr {
 }
 
 async fn requester_to(holder: SocketAddr) -> (Arc<Sidecar>, Proxy<Sidecar>, Client) {
-    let sidecar = Arc::new(Sidecar::default());
+    let sidecar = Arc::new(support::compressing_sidecar());
     let proxy = support::proxy(Role::Outbound, holder, sidecar.clone()).await;
     let client = Client::connect(proxy.local_addrs()[0]).await;
     (sidecar, proxy, client)

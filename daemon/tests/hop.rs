@@ -12,7 +12,6 @@ use hyper::body::Incoming;
 use support::{start_echo_server, Client};
 use tlc_core::Role;
 use tlc_proxy::grpc_status;
-use tlc_sidecar::Sidecar;
 
 /// A gRPC-framed message that repeats, as TensorFlow's control calls do,
 /// with `step` changing a few bytes.
@@ -31,8 +30,8 @@ fn control_call(step: u8) -> Bytes {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_cross_compressed_both_ways_and_arrive_unchanged() {
     let server = start_echo_server().await;
-    let holder = Arc::new(Sidecar::default());
-    let requester = Arc::new(Sidecar::default());
+    let holder = Arc::new(support::compressing_sidecar());
+    let requester = Arc::new(support::compressing_sidecar());
     let holder_proxy = support::proxy(Role::Inbound, server, Arc::clone(&holder)).await;
     let requester_proxy = support::proxy(
         Role::Outbound,
@@ -85,8 +84,8 @@ async fn calls_cross_compressed_both_ways_and_arrive_unchanged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reference_the_holder_lost_costs_one_retry_not_the_call() {
     let server = start_echo_server().await;
-    let requester = Arc::new(Sidecar::default());
-    let first_holder = Arc::new(Sidecar::default());
+    let requester = Arc::new(support::compressing_sidecar());
+    let first_holder = Arc::new(support::compressing_sidecar());
     let holder_proxy = support::proxy(Role::Inbound, server, first_holder).await;
     let holder_addr = holder_proxy.local_addrs()[0];
     let requester_proxy = support::proxy(Role::Outbound, holder_addr, Arc::clone(&requester)).await;
@@ -97,7 +96,7 @@ async fn a_reference_the_holder_lost_costs_one_retry_not_the_call() {
     }
     // The holder's sidecar restarts on the same port: its references are gone.
     holder_proxy.shutdown().await;
-    let second_holder = Arc::new(Sidecar::default());
+    let second_holder = Arc::new(support::compressing_sidecar());
     let _again = support::proxy_at(Role::Inbound, holder_addr, server, second_holder).await;
     for step in 3..6 {
         let body = control_call(step);
@@ -141,7 +140,7 @@ async fn forgetful_holder(paths: Arc<Mutex<Vec<(String, bool)>>>) -> std::net::S
 async fn a_short_path_the_holder_does_not_know_costs_one_retry_not_the_call() {
     let paths = Arc::new(Mutex::new(Vec::new()));
     let holder = forgetful_holder(Arc::clone(&paths)).await;
-    let requester = Arc::new(Sidecar::default());
+    let requester = Arc::new(support::compressing_sidecar());
     let requester_proxy = support::proxy(Role::Outbound, holder, Arc::clone(&requester)).await;
     let client = Client::connect(requester_proxy.local_addrs()[0]).await;
     const RUN_GRAPH: &str = "/tensorflow.WorkerService/RunGraph";
@@ -173,7 +172,7 @@ async fn a_short_path_the_holder_does_not_know_costs_one_retry_not_the_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_refuses_short_paths_it_does_not_know_and_only_from_sidecars() {
     let server = start_echo_server().await;
-    let holder = Arc::new(Sidecar::default());
+    let holder = Arc::new(support::compressing_sidecar());
     let holder_proxy = support::proxy(Role::Inbound, server, holder).await;
     let client = Client::connect(holder_proxy.local_addrs()[0]).await;
     let body = control_call(0);

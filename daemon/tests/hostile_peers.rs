@@ -21,7 +21,6 @@ use tlc_daemon::config::{Config, Route};
 use tlc_proxy::connection::Refusal;
 use tlc_proxy::limits::settings::LimitSettings;
 use tlc_proxy::Proxy;
-use tlc_sidecar::policy::Policy;
 use tlc_sidecar::sidecar::{Options, Sidecar};
 use tlc_wire::envelope::EnvelopeHeader;
 use tlc_wire::peer;
@@ -134,7 +133,7 @@ async fn decoding_stays_within_the_tensor_bound_and_the_in_flight_budget() {
     };
     encode_stateless(&[0.0; 1000], codec, EntropyStage::Off, 7, &mut small).unwrap();
     let bomb = envelope_body(&[100_000_000], small);
-    let sidecar = Arc::new(Sidecar::new(Policy::default(), options, None));
+    let sidecar = Arc::new(Sidecar::new(support::compressing_policy(), options, None));
     let holder = start_holder(bomb, 1000).await;
     let proxy = proxy_with(Role::Outbound, holder, sidecar.clone(), Default::default()).await;
     let client = Client::connect(proxy.local_addrs()[0]).await;
@@ -157,7 +156,7 @@ async fn decoding_stays_within_the_tensor_bound_and_the_in_flight_budget() {
     drop(zeros);
     let wire = envelope.len();
     let body = envelope_body(&[8 << 20], envelope);
-    let sidecar = Arc::new(Sidecar::new(Policy::default(), options, None));
+    let sidecar = Arc::new(Sidecar::new(support::compressing_policy(), options, None));
     let holder = start_holder(body, 1).await;
     let proxy = proxy_with(Role::Outbound, holder, sidecar.clone(), Default::default()).await;
     let addr = proxy.local_addrs()[0];
@@ -212,7 +211,7 @@ async fn silent_sockets_cost_no_upstream_and_are_bounded_in_number_and_time() {
             }
         });
     }
-    let sidecar = Arc::new(Sidecar::default());
+    let sidecar = Arc::new(support::compressing_sidecar());
     let limits = LimitSettings {
         max_connections: 8,
         handshake_seconds: 1,
@@ -342,13 +341,13 @@ async fn a_peer_connection_closed_for_idleness_is_unseen_by_tensorflow() {
     let values: Vec<f32> = (0..40_000).map(|i| i as f32).collect();
     let served = values.clone();
     let tf = start_tensor_server(Arc::new(move |_, _| (vec![40_000], served.clone()))).await;
-    let holder = Arc::new(Sidecar::default());
+    let holder = Arc::new(support::compressing_sidecar());
     let idle = LimitSettings {
         idle_seconds: 1,
         ..Default::default()
     };
     let inbound = proxy_with(Role::Inbound, tf, holder.clone(), idle).await;
-    let requester = Arc::new(Sidecar::default());
+    let requester = Arc::new(support::compressing_sidecar());
     let outbound = proxy_with(
         Role::Outbound,
         inbound.local_addrs()[0],
@@ -437,7 +436,7 @@ async fn clients_that_never_read_hold_no_more_than_the_budget() {
         in_flight_bytes: in_flight * MIB,
         ..Options::default()
     };
-    let sidecar = Arc::new(Sidecar::new(Policy::default(), options, None));
+    let sidecar = Arc::new(Sidecar::new(support::compressing_policy(), options, None));
     let proxy = proxy_with(Role::Inbound, tf, sidecar.clone(), Default::default()).await;
     let addr = proxy.local_addrs()[0];
     let _measuring = MEASURING.lock().await;
@@ -504,7 +503,7 @@ async fn requesters_invented_by_a_peer_cannot_grow_the_contexts_past_their_bound
     let tf = start_tensor_server(Arc::new(move |_, _| (vec![16_384], values.clone()))).await;
     let mut options = Options::default();
     options.push_limits.max_bytes = TABLE;
-    let sidecar = Arc::new(Sidecar::new(Policy::default(), options, None));
+    let sidecar = Arc::new(Sidecar::new(support::compressing_policy(), options, None));
     let proxy = proxy_with(Role::Inbound, tf, sidecar.clone(), Default::default()).await;
     let client = Client::connect(proxy.local_addrs()[0]).await;
     let headers = [

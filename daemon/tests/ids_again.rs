@@ -13,7 +13,6 @@ use bytes::Bytes;
 use support::metrics::{key, pair};
 use support::tf::{request_body, start_raw_server};
 use support::Client;
-use tlc_sidecar::Sidecar;
 use tlc_wire::tf::ids::read_ids;
 use tlc_wire::tf::proto::{DataType, RecvTensorRequest};
 use tlc_wire::tf::recv_tensor::{self, ResponseMeta};
@@ -78,7 +77,7 @@ async fn recv_ids(client: &Client, key: &str, step: i64) -> Vec<i64> {
 
 async fn taught_pair() -> support::metrics::Pair {
     let server = start_raw_server(Arc::new(answer)).await;
-    let holder = Arc::new(Sidecar::default());
+    let holder = Arc::new(support::compressing_sidecar());
     holder.learn_graph(&registration()).unwrap();
     let pair = pair(server, holder).await;
     pair.requester.learn_graph(&registration()).unwrap();
@@ -127,7 +126,7 @@ async fn a_requester_without_the_first_copy_gets_the_original() {
         Arc::clone(&pair.holder),
     )
     .await;
-    let fresh = Arc::new(Sidecar::default());
+    let fresh = Arc::new(support::compressing_sidecar());
     fresh.learn_graph(&registration()).unwrap();
     let outbound = support::proxy(
         tlc_core::Role::Outbound,

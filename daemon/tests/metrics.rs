@@ -105,7 +105,7 @@ async fn exposition_matches_the_sidecars_counters() {
             codec: "int8".into(),
             ..CodecSettings::default()
         },
-        ..PolicySettings::default()
+        ..support::compressing_settings()
     };
     let holder = holder_with(&settings);
     let path = pair(server, holder.clone()).await;
@@ -388,7 +388,7 @@ async fn exposition_matches_the_sidecars_counters() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoint_serves_get_metrics_only() {
-    let sidecar = Arc::new(Sidecar::default());
+    let sidecar = Arc::new(support::compressing_sidecar());
     sidecar.stats().passed("small");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -511,7 +511,7 @@ async fn calls_are_traced_with_tensor_sizes_and_outcome() {
         (vec![n as u64], values(n, step))
     });
     let server = start_tensor_server(tensors).await;
-    let path = pair(server, Arc::new(Sidecar::default())).await;
+    let path = pair(server, Arc::new(support::compressing_sidecar())).await;
     teach(
         &path.holder,
         PartitionBuilder::new(PS_TASK).dense_gradient("traced", "edge_7_traced/grad", WORKER_TASK),

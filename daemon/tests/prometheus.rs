@@ -19,7 +19,6 @@ use support::metrics::{get, key, pair};
 use support::process::{free_addr, KillOnDrop};
 use support::register_graph;
 use support::tf::{recv, start_tensor_server, Tensors};
-use tlc_sidecar::Sidecar;
 use tlc_wire::graph::build::PartitionBuilder;
 
 const PROMETHEUS: &str = "/usr/bin/prometheus";
@@ -148,7 +147,7 @@ async fn prometheus_scrapes_the_sidecar() {
         (vec![n as u64], values)
     });
     let server = start_tensor_server(tensors).await;
-    let path = pair(server, Arc::new(Sidecar::default())).await;
+    let path = pair(server, Arc::new(support::compressing_sidecar())).await;
     // The parameter task's graph first, as TensorFlow registers it: the
     // gradients are dense, so they get 3LC with error feedback.
     let mut partition = PartitionBuilder::new("/job:ps/replica:0/task:0");

@@ -53,6 +53,7 @@ fn tlcd_under(
         .arg("--handover-socket")
         .arg(socket)
         .env("RUST_LOG", "info")
+        .env(support::COMPRESSING_ENV.0, support::COMPRESSING_ENV.1)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).unwrap());
     if take_over {

@@ -73,6 +73,7 @@ impl Tlcd {
             .args(["--admin-listen", &admin.to_string()])
             .args(["--metrics-listen", "off"])
             .env("RUST_LOG", "info")
+            .env(support::COMPRESSING_ENV.0, support::COMPRESSING_ENV.1)
             .env("XDG_RUNTIME_DIR", &runtime)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())

@@ -14,7 +14,7 @@ use support::{teach, Client};
 use tlc_context::{replica_hash, PushKey, ReplicaKey, SourceKey};
 use tlc_core::Role;
 use tlc_proxy::Proxy;
-use tlc_sidecar::policy::{Policy, PolicySettings};
+use tlc_sidecar::policy::Policy;
 use tlc_sidecar::Sidecar;
 use tlc_wire::graph::build::PartitionBuilder;
 use tlc_wire::tf::rendezvous::TaskName;
@@ -48,7 +48,7 @@ struct Path {
 
 async fn path_to(server: SocketAddr, holder: Arc<Sidecar>) -> Path {
     let inbound = support::proxy(Role::Inbound, server, holder.clone()).await;
-    let requester = Arc::new(Sidecar::default());
+    let requester = Arc::new(support::compressing_sidecar());
     let outbound =
         support::proxy(Role::Outbound, inbound.local_addrs()[0], requester.clone()).await;
     let client = Client::connect(outbound.local_addrs()[0]).await;
@@ -76,7 +76,7 @@ async fn gradients_cross_compressed_with_error_feedback() {
     let tensors: Tensors =
         Arc::new(move |_key: &str, step: i64| (vec![250, 400], gradient(n, step)));
     let server = start_tensor_server(tensors).await;
-    let path = path_to(server, Arc::new(Sidecar::default())).await;
+    let path = path_to(server, Arc::new(support::compressing_sidecar())).await;
     // The parameter task asks worker 0 for a gradient: a push, collected
     // by an accumulator (synchronous training), so 3LC's single pass.
     let key = key(WORKER0, PS, 12, "gradients/dense/MatMul_grad/MatMul_1");
@@ -166,7 +166,7 @@ async fn model_values_share_one_encode_and_replicas_agree() {
     };
     let tensors: Tensors = Arc::new(move |_key: &str, step: i64| (vec![n as u64], model(step)));
     let server = start_tensor_server(tensors).await;
-    let holder = Arc::new(Sidecar::default());
+    let holder = Arc::new(support::compressing_sidecar());
     teach(
         &holder,
         // A training step's partition: the reads and the gradients they
@@ -250,10 +250,10 @@ async fn the_graph_picks_the_synchronous_or_asynchronous_pull_bound() {
     let (mut worst, mut passes) = (Vec::new(), Vec::new());
     // The default bounds are equal (1%); a looser synchronous one shows
     // that the graph's answer picks the bound.
-    let mut settings = PolicySettings::default();
+    let mut settings = support::compressing_settings();
     settings.refine.synchronous.pull_max_drift = 0.02;
     for synchronous in [true, false] {
-        let holder = Arc::new(Sidecar::default());
+        let holder = Arc::new(support::compressing_sidecar());
         holder.set_policy(Policy::new(&settings).unwrap());
         let partition = PartitionBuilder::new(PS_TASK).dense_read(
             "dense/kernel",

@@ -18,7 +18,6 @@ use support::tf::{request_body, start_raw_server};
 use support::{Client, Reply};
 use tlc_core::Role;
 use tlc_sidecar::training::recovery::{OnModelReset, RecoverySettings};
-use tlc_sidecar::Sidecar;
 use tlc_wire::tf::proto::RecvTensorRequest;
 use tlc_wire::tf::{grpc, RECV_TENSOR_PATH};
 
@@ -105,7 +104,7 @@ fn assert_failed(reply: &Reply) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_fails_the_job_through_a_pair_of_sidecars() {
     let ps = start_ps().await;
-    let pair = pair(ps, Arc::new(Sidecar::default())).await;
+    let pair = pair(ps, Arc::new(support::compressing_sidecar())).await;
     for step in 0..3 {
         assert_unchanged(&read(&pair.client, step as i64).await, step);
     }
@@ -128,7 +127,7 @@ async fn a_reset_fails_the_job_through_a_pair_of_sidecars() {
 async fn the_requester_side_alone_fails_a_reset() {
     // No sidecar next to the ps: the worker's sidecar sees the step go back.
     let ps = start_bare_ps().await;
-    let sidecar = Arc::new(Sidecar::default());
+    let sidecar = Arc::new(support::compressing_sidecar());
     let proxy = support::proxy(Role::Outbound, ps, sidecar.clone()).await;
     let client = Client::connect(proxy.local_addrs()[0]).await;
     for step in 0..3 {
@@ -147,7 +146,7 @@ async fn the_requester_side_alone_fails_a_reset() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_warn_every_read_passes_unchanged() {
     let ps = start_ps().await;
-    let holder = Arc::new(Sidecar::default());
+    let holder = Arc::new(support::compressing_sidecar());
     holder.set_recovery(warn());
     let pair = pair(ps, holder).await;
     pair.requester.set_recovery(warn());

@@ -110,7 +110,7 @@ async fn holder_job() -> Job {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn authenticated_peers_get_compressed_tensors() {
     let job = holder_job().await;
-    let requester = Arc::new(Sidecar::default());
+    let requester = Arc::new(support::compressing_sidecar());
     let outbound = proxy(
         Role::Outbound,
         job.inbound.local_addrs()[0],
@@ -178,7 +178,7 @@ async fn a_certificate_the_peer_does_not_trust_gets_no_connection() {
     make_certs(stranger.path(), &["worker"]);
     let mut settings = tls(stranger.path(), "worker", &[PS]);
     settings.ca = Some(job.dir.join("ca.pem"));
-    let requester = Arc::new(Sidecar::default());
+    let requester = Arc::new(support::compressing_sidecar());
     let outbound = proxy(
         Role::Outbound,
         job.inbound.local_addrs()[0],

@@ -5,8 +5,9 @@
 //! boxing) and one wrapper of the proxy's own, `Holding`: a value that
 //! keeps something alive exactly as long as it lives. [`holding`] puts it
 //! around a body (a call guard, a memory charge); [`charged`] puts it
-//! around each chunk it reads (the chunk's charge). [`chunks`] is a body
-//! of its own, not a wrapper.
+//! around each chunk it reads (the chunk's charge). [`measured`] counts
+//! what a body carries and reports it when the body ends. [`chunks`] is a
+//! body of its own, not a wrapper.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -114,6 +115,75 @@ impl<V: http_body::Body, T> http_body::Body for Holding<V, T> {
 
     fn size_hint(&self) -> SizeHint {
         self.value.size_hint()
+    }
+}
+
+/// `body`, streamed as it is, with `ended` called once with the bytes of
+/// data it carried when it ends (its last frame read): for timing how
+/// fast a streamed answer arrives. A body dropped or failed before its end
+/// reports nothing.
+pub fn measured<F>(body: ProxyBody, ended: F) -> ProxyBody
+where
+    F: FnOnce(u64) + Send + 'static,
+{
+    Measured {
+        body,
+        bytes: 0,
+        ended: Some(ended),
+    }
+    .boxed_unsync()
+}
+
+pin_project! {
+    /// A body that counts its data and reports the count at its end.
+    struct Measured<B, F> {
+        #[pin]
+        body: B,
+        bytes: u64,
+        ended: Option<F>,
+    }
+}
+
+impl<B: http_body::Body<Data = Bytes>, F: FnOnce(u64)> http_body::Body for Measured<B, F> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.project();
+        let mut body = this.body;
+        let polled = body.as_mut().poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    *this.bytes += data.len() as u64;
+                }
+                // hyper stops polling a body that says it has ended.
+                if body.is_end_stream() {
+                    if let Some(ended) = this.ended.take() {
+                        ended(*this.bytes);
+                    }
+                }
+            }
+            Poll::Ready(None) => {
+                if let Some(ended) = this.ended.take() {
+                    ended(*this.bytes);
+                }
+            }
+            Poll::Ready(Some(Err(_))) => *this.ended = None,
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -451,6 +521,27 @@ mod tests {
         assert_eq!(body.size_hint().exact(), Some(0));
         drop(body);
         assert_eq!(dropped.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_measured_body_reports_its_bytes_once_at_its_end() {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let inner = chunks(
+            vec![Bytes::from_static(b"abc"), Bytes::from_static(b"defgh")],
+            Some(http::HeaderMap::new()),
+        );
+        let body = measured(inner, move |bytes| sender.send(bytes).unwrap());
+        let collected = collect(body, 1 << 10).await.unwrap();
+        assert_eq!(collected.len(), 8);
+        assert_eq!(receiver.try_iter().collect::<Vec<_>>(), vec![8]);
+
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let body = measured(full("unread"), move |bytes| sender.send(bytes).unwrap());
+        drop(body);
+        assert!(
+            receiver.try_recv().is_err(),
+            "a body never read reports nothing"
+        );
     }
 
     #[tokio::test]

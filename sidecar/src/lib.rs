@@ -10,6 +10,7 @@
 //!   that compresses (`inbound`), the requester side that restores
 //!   (`outbound`), fallbacks to the original response, and its counters;
 //! - [`policy`]: which codec, if any, each tensor gets;
+//! - [`link`]: whether compressing a tensor pays on its link;
 //! - [`graph`]: what each tensor is, learned from the graphs TensorFlow
 //!   registers as they pass;
 //! - [`hop`]: lossless compression of every other message between two
@@ -26,6 +27,7 @@
 pub mod counters;
 pub mod graph;
 pub mod hop;
+pub mod link;
 pub mod policy;
 pub mod sidecar;
 pub mod training;

@@ -20,6 +20,8 @@
 //! | `tlc-ids: 1` | request | for a tensor of row ids: the requester restores ids sent again as a reference to ids of the same step it already received |
 //! | `tlc-ids-again: TOKEN-HASH-NAME` | response | the response's `tensor_content` is left out: it is the ids of tensor `NAME` of the same step and requester, whose xxh3-64 is `HASH` (hex); `TOKEN` (hex) fetches the original |
 //! | `tlc-hop-paths: 1` | response | the answering sidecar restores short method paths ([`crate::short_path`]): the requester may send them |
+//! | `tlc-link: RATE-DECODE` | request | what the requester measured: the rate the holder's answers arrive at (bytes per second) and its decode cost (picoseconds per raw byte), decimal; `0` for either where not known yet |
+//! | `tlc-ack: TOKEN,...` | request | envelopes the requester restored since its last call to this holder (fallback tokens in hex, at most [`MAX_ACKS`]): their originals are no longer needed |
 
 use http::{HeaderMap, HeaderValue};
 
@@ -58,6 +60,13 @@ pub const IDS_AGAIN: &str = "tlc-ids-again";
 /// Response header: the holder's sidecar restores short method paths
 /// ([`crate::short_path`]).
 pub const HOP_PATHS: &str = "tlc-hop-paths";
+/// Request header: the link rate and decode cost the requester measured.
+pub const LINK: &str = "tlc-link";
+/// Request header: fallback tokens of envelopes the requester restored.
+pub const ACK: &str = "tlc-ack";
+/// Most tokens one `tlc-ack` carries (the rest wait for the next call, or
+/// for the cache's own bound).
+pub const MAX_ACKS: usize = 64;
 /// The envelope version this build speaks.
 pub const PROTOCOL: &str = "1";
 /// gRPC path of the sidecar-to-sidecar fallback call; answered by the
@@ -304,10 +313,76 @@ pub fn restores_short_paths(headers: &HeaderMap) -> bool {
     headers.get(HOP_PATHS).is_some_and(|v| v == PROTOCOL)
 }
 
+/// What a requester measured of the link from a holder, for the holder's
+/// decision whether compressing pays (`tlc-link`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LinkHeader {
+    /// Bytes per second the holder's answers arrive at; 0: not known.
+    pub rate: u64,
+    /// The requester's decode cost, picoseconds per raw byte; 0: not known.
+    pub decode_ps_per_byte: u64,
+}
+
+impl LinkHeader {
+    /// `RATE-DECODE`, both decimal.
+    pub fn to_header(self) -> HeaderValue {
+        let text = format!("{}-{}", self.rate, self.decode_ps_per_byte);
+        // Decimal digits and a dash are always a valid value.
+        HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static("0-0"))
+    }
+
+    /// Parses `RATE-DECODE` (1 to 19 decimal digits each); anything else is
+    /// `None`.
+    pub fn parse(value: &HeaderValue) -> Option<LinkHeader> {
+        let (rate, decode) = value.to_str().ok()?.split_once('-')?;
+        Some(LinkHeader {
+            rate: decimal(rate)?,
+            decode_ps_per_byte: decimal(decode)?,
+        })
+    }
+}
+
+/// 1 to 19 decimal digits (always within `u64`), nothing else.
+fn decimal(text: &str) -> Option<u64> {
+    let ok = (1..=19).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_digit());
+    ok.then(|| text.parse().ok()).flatten()
+}
+
+/// A `tlc-ack` value for `tokens` (the first [`MAX_ACKS`]); `None` for none.
+pub fn ack_header(tokens: &[u64]) -> Option<HeaderValue> {
+    if tokens.is_empty() {
+        return None;
+    }
+    let mut text = String::with_capacity(tokens.len().min(MAX_ACKS) * 17);
+    for (i, token) in tokens.iter().take(MAX_ACKS).enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(&format!("{token:x}"));
+    }
+    HeaderValue::try_from(text).ok()
+}
+
+/// The tokens of a `tlc-ack` value: 1 to [`MAX_ACKS`] comma-separated hex
+/// numbers of 1 to 16 digits; anything else is `None` as a whole, so a
+/// garbled header releases nothing.
+pub fn parse_acks(value: &HeaderValue) -> Option<Vec<u64>> {
+    let text = value.to_str().ok()?;
+    let mut tokens = Vec::new();
+    for part in text.split(',') {
+        if tokens.len() == MAX_ACKS {
+            return None;
+        }
+        let ok = (1..=16).contains(&part.len()) && part.bytes().all(|b| b.is_ascii_hexdigit());
+        tokens.push(ok.then(|| u64::from_str_radix(part, 16).ok()).flatten()?);
+    }
+    Some(tokens)
+}
+
 /// Every header of the table above: what [`strip`] removes.
-pub const ALL: [&str; 15] = [
+pub const ALL: [&str; 17] = [
     PEER, REPLICA, CLASS, MAX_TENSOR, ENVELOPE, FALLBACK, HOP, ROWS, ENTROPY, KEYFRAME, HOP_REF,
-    HOP_MISS, HOP_PATHS, IDS, IDS_AGAIN,
+    HOP_MISS, HOP_PATHS, IDS, IDS_AGAIN, LINK, ACK,
 ];
 
 /// Removes every `tlc-*` header, so TensorFlow sees exactly what it sent.
@@ -320,6 +395,45 @@ pub fn strip(headers: &mut HeaderMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn link_and_ack_headers_round_trip_and_reject_junk() {
+        let link = LinkHeader {
+            rate: 1_250_000,
+            decode_ps_per_byte: 850,
+        };
+        assert_eq!(link.to_header(), "1250000-850");
+        assert_eq!(LinkHeader::parse(&link.to_header()), Some(link));
+        for junk in [
+            "",
+            "-",
+            "1-",
+            "-1",
+            "1-2-3",
+            "a-1",
+            "+1-2",
+            "12345678901234567890-1",
+        ] {
+            assert_eq!(
+                LinkHeader::parse(&HeaderValue::from_static(junk)),
+                None,
+                "{junk}"
+            );
+        }
+        let tokens = [0x1, 0xdead_beef, u64::MAX];
+        let value = ack_header(&tokens).unwrap();
+        assert_eq!(value, "1,deadbeef,ffffffffffffffff");
+        assert_eq!(parse_acks(&value), Some(tokens.to_vec()));
+        assert_eq!(ack_header(&[]), None);
+        let many: Vec<u64> = (0..100).collect();
+        let capped = parse_acks(&ack_header(&many).unwrap()).unwrap();
+        assert_eq!(capped, (0..MAX_ACKS as u64).collect::<Vec<_>>());
+        for junk in ["", ",", "1,", "g", "1,,2", "11111111111111111", "+1"] {
+            assert_eq!(parse_acks(&HeaderValue::from_static(junk)), None, "{junk}");
+        }
+        let too_many = vec!["1"; MAX_ACKS + 1].join(",");
+        assert_eq!(parse_acks(&HeaderValue::try_from(too_many).unwrap()), None);
+    }
 
     #[test]
     fn class_header_round_trips_and_rejects_junk() {

@@ -42,6 +42,18 @@ pub fn rate(bytes_per_second: f64) -> String {
     format!("{}/s", bytes(bytes_per_second))
 }
 
+/// A link's rate in bits per second, as links are sold: `10.0 Mbit/s`.
+pub fn link_rate(bytes_per_second: f64) -> String {
+    const UNITS: [&str; 5] = ["bit/s", "kbit/s", "Mbit/s", "Gbit/s", "Tbit/s"];
+    let mut scaled = bytes_per_second * 8.0;
+    let mut unit = 0;
+    while scaled >= 1000.0 && unit < UNITS.len() - 1 {
+        scaled /= 1000.0;
+        unit += 1;
+    }
+    format!("{scaled:.1} {}", UNITS[unit])
+}
+
 /// An uptime or idle time: `45s`, `1m21s`, `2h03m`, `3d04h`.
 pub fn duration(seconds: f64) -> String {
     if !seconds.is_finite() || seconds < 0.0 {
@@ -122,6 +134,14 @@ mod tests {
         assert_eq!(bytes(1536.0), "1.5 KiB");
         assert_eq!(byte_count(251_658_240), "240.0 MiB");
         assert_eq!(rate(2_893_212.0), "2.8 MiB/s");
+    }
+
+    #[test]
+    fn link_rates() {
+        assert_eq!(link_rate(1.25e6), "10.0 Mbit/s");
+        assert_eq!(link_rate(125e6), "1.0 Gbit/s");
+        assert_eq!(link_rate(3.0), "24.0 bit/s");
+        assert_eq!(link_rate(5e15), "40000.0 Tbit/s");
     }
 
     #[test]

@@ -82,8 +82,8 @@ fn training(target: &str, training: &Training) -> Vec<String> {
     lines
 }
 
-/// What a sidecar did by row id and on the hop; nothing where it did
-/// nothing.
+/// What a sidecar did by row id, on its links and on the hop; nothing
+/// where it did nothing.
 fn rows_and_hop(target: &str, status: &Status) -> Vec<String> {
     let mut lines = Vec::new();
     let rows = &status.totals.rows;
@@ -98,6 +98,29 @@ fn rows_and_hop(target: &str, status: &Status) -> Vec<String> {
             100.0 * rows.hits as f64 / distinct.max(1) as f64,
             rows.evictions,
             rows.without_ids,
+        ));
+    }
+    let links = &status.links;
+    if !links.rates.is_empty() || links.switched_to_raw + links.switched_to_compressed > 0 {
+        let rates: Vec<String> = links
+            .rates
+            .iter()
+            .map(|l| {
+                format!(
+                    "{} {}",
+                    short_task(&l.peer),
+                    fmt::link_rate(l.bytes_per_second)
+                )
+            })
+            .collect();
+        let rates = if rates.is_empty() {
+            "not measured here".to_string()
+        } else {
+            rates.join(", ")
+        };
+        lines.push(format!(
+            "{target}: links ({}): {rates}; tensors switched to raw {} time(s), back to compressed {}",
+            links.mode, links.switched_to_raw, links.switched_to_compressed,
         ));
     }
     let hop = &status.totals.hop;
@@ -217,6 +240,21 @@ mod tests {
         assert!(super::training("a:1", &training).is_empty());
         training.global_step = Some(99);
         training.seconds_since_advanced = Some(2.5);
+        let mut status = example().unwrap_or_else(|e| panic!("{e}"));
+        assert!(rows_and_hop("a:1", &status).is_empty());
+        status.links = tlc_admin_api::status::Links {
+            mode: "auto".into(),
+            rates: vec![tlc_admin_api::status::LinkRate {
+                peer: "/job:ps/replica:0/task:0".into(),
+                bytes_per_second: 1.25e6,
+            }],
+            switched_to_raw: 2,
+            switched_to_compressed: 1,
+        };
+        assert_eq!(
+            rows_and_hop("a:1", &status),
+            ["a:1: links (auto): ps/0 10.0 Mbit/s; tensors switched to raw 2 time(s), back to compressed 1"]
+        );
         assert_eq!(
             super::training("a:1", &training),
             ["a:1: training: global step 99, advanced 2s ago"]

@@ -114,6 +114,7 @@ pub fn render(answers: &[Read<'_, Tensors>], args: &TensorsArgs, several: bool) 
             "TREATMENT",
             "PEER",
             "CODEC",
+            "LINK",
         ],
         &[
             "S", "ELEMENTS", "FRAMES", "RAW", "WIRE", "RATIO", "LAST M", "ERR NORM", "REPLICA",
@@ -136,6 +137,7 @@ fn row_cells(row: &TensorRow) -> Vec<String> {
         fmt::optional(row.treatment.as_deref()),
         fmt::optional(row.peer.as_deref()),
         row.codec.codec.clone(),
+        fmt::optional(row.link.as_deref()),
         row.codec
             .sparsity
             .map_or_else(|| NONE.to_string(), |s| format!("{s:.2}")),

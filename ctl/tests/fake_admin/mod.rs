@@ -348,6 +348,7 @@ pub fn status(push_raw: u64, push_wire: u64) -> Value {
             ok: 1,
             ..Reloads::default()
         },
+        links: Default::default(),
     })
 }
 
@@ -372,5 +373,8 @@ pub fn tensor(name: &str, raw: u64, wire: u64, ratio: f64) -> Value {
         replica_version: None,
         idle_seconds: 0.4,
         memory_bytes: 2097152,
+        link: Some("compress".into()),
+        link_rate: Some(1.25e6),
+        break_even_rate: Some(0.9e9),
     })
 }

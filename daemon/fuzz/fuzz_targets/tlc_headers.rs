@@ -20,6 +20,11 @@
 //! same bytes when its numbers are canonical (lowercase hex, no leading
 //! zeros), and to bytes that parse the same otherwise.
 //!
+//! The whole input is also a `tlc-link` value (`LinkHeader::parse`) and a
+//! `tlc-ack` value (`parse_acks`): what parses is written back to a value
+//! that parses the same, at most `MAX_ACKS` tokens are ever read, and a
+//! garbled list releases nothing.
+//!
 //! The whole input, as text, is also the `:path` of a call a peer's
 //! sidecar marked (`short_path::expand`): a short path expands only to a
 //! method whose short path it is, and only paths starting `/~` are short.
@@ -136,6 +141,17 @@ fuzz_target!(|input: &[u8]| {
                 assert_eq!(written, value, "tlc-ids-again is written as it was read");
             }
             assert_eq!(peer::IdsAgainHeader::parse(&written), Some(again));
+        }
+    }
+
+    if let Ok(value) = HeaderValue::from_bytes(input) {
+        if let Some(link) = peer::LinkHeader::parse(&value) {
+            assert_eq!(peer::LinkHeader::parse(&link.to_header()), Some(link));
+        }
+        if let Some(tokens) = peer::parse_acks(&value) {
+            assert!(!tokens.is_empty() && tokens.len() <= peer::MAX_ACKS);
+            let written = peer::ack_header(&tokens).expect("parsed tokens write");
+            assert_eq!(peer::parse_acks(&written), Some(tokens));
         }
     }
 

@@ -221,6 +221,7 @@ impl Admin {
             log_filter: self.control.log().filter(),
             log_format: views::log_format(resolved.config.log.format),
             reloads: self.control.reload_stats(),
+            links: views::links(sidecar),
         }
     }
 }

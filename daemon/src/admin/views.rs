@@ -186,6 +186,31 @@ fn row(row: TensorRow) -> api::TensorRow {
         replica_version: row.replica_version,
         idle_seconds: row.idle_seconds,
         memory_bytes: row.memory_bytes as u64,
+        link: row.link,
+        link_rate: row.link_rate,
+        break_even_rate: row.break_even_rate,
+    }
+}
+
+/// The links' rates and the decisions made on them.
+pub fn links(sidecar: &Sidecar) -> api::status::Links {
+    let view = sidecar.link_view();
+    let mode = match sidecar.policy().link().mode {
+        tlc_sidecar::policy::LinkMode::Auto => "auto",
+        tlc_sidecar::policy::LinkMode::Always => "always",
+    };
+    api::status::Links {
+        mode: mode.to_string(),
+        rates: view
+            .rates
+            .into_iter()
+            .map(|(peer, bytes_per_second)| api::status::LinkRate {
+                peer,
+                bytes_per_second,
+            })
+            .collect(),
+        switched_to_raw: view.switched_to_raw,
+        switched_to_compressed: view.switched_to_compressed,
     }
 }
 

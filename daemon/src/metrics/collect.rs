@@ -84,6 +84,7 @@ pub fn registry(sidecar: &Sidecar) -> Registry {
     register_tensors(&mut registry, sidecar);
     super::held::register(&mut registry, sidecar);
     super::training::register(&mut registry, sidecar);
+    super::links::register(&mut registry, sidecar);
     registry
 }
 
@@ -116,12 +117,14 @@ fn register_totals(registry: &mut Registry, totals: &Totals) {
     for (side, n) in [
         ("fetched", totals.fallbacks),
         ("served", totals.fallbacks_served),
+        ("released", totals.fallbacks_released),
     ] {
         fallbacks.get_or_create(&FallbackSide { side }).inc_by(n);
     }
     registry.register(
         "fallbacks",
-        "Original responses fetched after a decode failure (fetched) or sent to a peer (served)",
+        "Original responses fetched after a decode failure (fetched), sent to a peer (served), \
+         or dropped once the peer acknowledged their envelope (released)",
         fallbacks,
     );
     let ids_again = Family::<StageLabel, Counter>::default();

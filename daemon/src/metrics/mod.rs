@@ -11,6 +11,8 @@
 //! - [`held`]: connections and in-flight memory against `[limits]`, and
 //!   the memory total those limits come from;
 //! - [`training`]: training progress and models that went back;
+//! - [`links`]: each link's measured rate, and the tensors that switched
+//!   between raw and compressed on it;
 //! - [`process`]: the process' CPU, memory, threads and descriptors;
 //! - [`http`]: the endpoint.
 //!
@@ -20,7 +22,9 @@
 //! "decoding side" the one next to the task that asks for it (`outbound`).
 //! Label values are fixed by tlcd (directions, codec names, reasons),
 //! except `tensor` in the two `tlc_tensor_top_*` families, which hold
-//! [`collect::TOP_TENSORS`] tensors at most.
+//! [`collect::TOP_TENSORS`] tensors at most, and `peer` in
+//! `tlc_link_rate_bytes_per_second`: the job's tasks this sidecar asked
+//! tensors of (4096 at most).
 //!
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
@@ -32,8 +36,11 @@
 //! | `tlc_restored_total` | counter | `direction` | decoding side: compressed responses restored for TensorFlow |
 //! | `tlc_decode_failures_total` | counter | `direction` | decoding side: envelopes that could not be used |
 //! | `tlc_ids_again_bytes_total` | counter | `stage` = `raw`, `wire` | encoding side: id tensors equal to ids of the same step the requester holds, sent as a reference to them (raw: their bytes; wire: the reference's) |
-//! | `tlc_fallbacks_total` | counter | `side` = `fetched`, `served` | original responses fetched after a decode failure / sent to a peer that asked |
-//! | `tlc_passthrough_total` | counter | `reason` | responses left uncompressed (`small`, `policy_skip`, `request_unreadable`, `not_float`, `codec_refused`, ...) |
+//! | `tlc_fallbacks_total` | counter | `side` = `fetched`, `served`, `released` | original responses fetched after a decode failure / sent to a peer that asked / dropped once the peer acknowledged their envelope |
+//! | `tlc_fallback_kept_bytes` | gauge | | encoding side: original responses kept for fallbacks now |
+//! | `tlc_passthrough_total` | counter | `reason` | responses left uncompressed (`small`, `policy_skip`, `request_unreadable`, `not_float`, `codec_refused`, `link_fast`: the link is faster than compressing, `link_explore`: sent raw so the requester can time its link, ...) |
+//! | `tlc_link_rate_bytes_per_second` | gauge | `peer` | decoding side: the rate each holder task's answers arrive at, where measured |
+//! | `tlc_link_switches_total` | counter | `to` = `raw`, `compressed` | encoding side: times a tensor switched to crossing raw (its link faster than compressing it) or back |
 //! | `tlc_keyframes_total` | counter | `side` = `holder`, `requester` | pull keyframes (whole replicas) served / applied |
 //! | `tlc_recv_tensor_seconds` | histogram | `role` = `inbound`, `outbound`; `outcome` = `compressed`, `restored`, `passed`, `fallback`, `error` | latency of a `RecvTensor` call through the sidecar |
 //! | `tlc_config_reloads_total` | counter | `result` = `ok`, `error` | configuration reloads applied / refused |
@@ -87,6 +94,7 @@
 pub mod collect;
 pub mod held;
 pub mod http;
+pub mod links;
 pub mod process;
 pub mod training;
 

@@ -434,14 +434,14 @@ pub fn compressing_unclassified() -> Arc<Sidecar> {
             codec: "fp16".into(),
             ..CodecSettings::default()
         },
-        ..PolicySettings::default()
+        ..super::compressing_settings()
     })
 }
 
 /// A [`Pair`] in front of `server`, with `holder` on the holding side.
 pub async fn pair(server: SocketAddr, holder: Arc<Sidecar>) -> Pair {
     let inbound = super::proxy(Role::Inbound, server, holder.clone()).await;
-    let requester = Arc::new(Sidecar::default());
+    let requester = Arc::new(super::compressing_sidecar());
     let outbound = super::proxy(Role::Outbound, inbound.local_addrs()[0], requester.clone()).await;
     let client = Client::connect(outbound.local_addrs()[0]).await;
     Pair {

@@ -143,6 +143,35 @@ impl Client {
 }
 pub mod metrics;
 pub mod process;
+
+/// Policy settings that compress wherever the policy says, whatever the
+/// link (`[policy.link] mode = "always"`): these tests check what
+/// compression does, and their links are loopback, where the default
+/// (`auto`) would rightly send tensors raw once it has timed them. The
+/// link decision itself is tested in `link.rs`.
+pub fn compressing_settings() -> tlc_sidecar::policy::PolicySettings {
+    tlc_sidecar::policy::PolicySettings {
+        link: tlc_sidecar::policy::LinkSettings {
+            mode: tlc_sidecar::policy::LinkMode::Always,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// The default policy, compressing whatever the link (see
+/// [`compressing_settings`]).
+pub fn compressing_policy() -> tlc_sidecar::policy::Policy {
+    tlc_sidecar::policy::Policy::new(&compressing_settings()).unwrap()
+}
+
+/// A sidecar with the default bounds and [`compressing_policy`].
+pub fn compressing_sidecar() -> tlc_sidecar::Sidecar {
+    tlc_sidecar::Sidecar::new(compressing_policy(), Default::default(), None)
+}
+
+/// The environment that makes a tlcd process compress whatever the link.
+pub const COMPRESSING_ENV: (&str, &str) = ("TLC_POLICY__LINK__MODE", "always");
 pub mod slow;
 pub mod tf;
 

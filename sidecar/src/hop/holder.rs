@@ -158,6 +158,7 @@ pub fn compress_response(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/grpc"));
     let eligible = compress
+        && response.extensions().get::<super::LeaveAsIs>().is_none()
         && response.status() == http::StatusCode::OK
         && grpc
         && plain(headers)

@@ -27,6 +27,9 @@
 //! [policy.refine]           # bounded lag for 3LC's memory, see `refine`
 //! pull_max_drift = 0.01
 //!
+//! [policy.link]             # compress only where it pays, see `link`
+//! mode = "auto"
+//!
 //! [[policy.overrides]]      # first match wins
 //! tensor = "*batch_norm*"   # glob over the tensor's node name
 //! direction = "both"        # push, pull or both
@@ -40,9 +43,11 @@
 //! without memory, each tensor on its own.
 
 mod codecs;
+mod link;
 mod refine;
 
 pub use codecs::{CodecChoice, CodecSettings, CodecView};
+pub use link::{Link, LinkMode, LinkSettings};
 pub use refine::{Refine, RefineSettings, SynchronousTargets};
 
 use codecs::{keyframe_codec, row_keyframe_codec, warmup_codec};
@@ -154,6 +159,8 @@ pub struct PolicySettings {
     pub warmup_codec: String,
     /// How far 3LC's memory may lag (further passes).
     pub refine: RefineSettings,
+    /// Whether a tensor is compressed only where that pays on its link.
+    pub link: LinkSettings,
     /// Per-tensor exceptions, first match wins.
     pub overrides: Vec<OverrideSettings>,
 }
@@ -197,6 +204,7 @@ impl Default for PolicySettings {
             warmup_steps: 0,
             warmup_codec: "none".into(),
             refine: RefineSettings::default(),
+            link: LinkSettings::default(),
             overrides: Vec::new(),
         }
     }
@@ -266,6 +274,7 @@ pub struct Policy {
     keyframe: Codec,
     warmup_codec: Codec,
     refine: Refine,
+    link: Link,
     overrides: Vec<Override>,
 }
 
@@ -279,6 +288,7 @@ impl std::fmt::Debug for Policy {
             .field("sparse", &self.sparse)
             .field("unknown", &self.unknown)
             .field("refine", &self.refine)
+            .field("link", &self.link)
             .field("overrides", &self.overrides.len())
             .finish()
     }
@@ -319,6 +329,7 @@ impl Policy {
         let keyframe = keyframe_codec(&settings.keyframe_codec)?;
         let warmup_codec = warmup_codec(&settings.warmup_codec)?;
         let refine = Refine::new(&settings.refine)?;
+        let link = Link::new(&settings.link)?;
         let mut overrides = Vec::new();
         for (i, o) in settings.overrides.iter().enumerate() {
             let key = format!("policy.overrides[{i}]");
@@ -363,6 +374,7 @@ impl Policy {
             keyframe,
             warmup_codec,
             refine,
+            link,
             overrides,
         })
     }
@@ -443,6 +455,11 @@ impl Policy {
     /// How far 3LC's memory may lag before another pass is sent.
     pub fn refine(&self) -> &Refine {
         &self.refine
+    }
+
+    /// Whether tensors are compressed only where that pays on their link.
+    pub fn link(&self) -> &Link {
+        &self.link
     }
 
     /// Number of per-tensor overrides.

@@ -6,9 +6,16 @@
 //! connection (`/tlc.Sidecar/Fallback`), answered by the holder-side
 //! sidecar without involving TensorFlow: TensorFlow hands out each tensor
 //! once, so the call cannot simply be repeated.
+//!
+//! An original is kept until the requester says it restored the envelope
+//! (its fallback token in `tlc-ack` on a later call, [`Acks`]), for at
+//! most [`MAX_AGE`], and within a byte budget, whichever ends first: what
+//! the cache holds follows what requesters may still ask for, not the
+//! budget.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Response};
@@ -18,6 +25,10 @@ use tlc_proxy::connection::ConnectionId;
 use tlc_proxy::grpc_status;
 use tlc_proxy::upstream::Upstream;
 use tlc_wire::peer;
+
+/// Longest an original is kept: a requester that has not asked for it by
+/// then (it asks right after the envelope arrives) never will.
+pub const MAX_AGE: Duration = Duration::from_secs(60);
 
 /// gRPC status `NOT_FOUND`.
 const NOT_FOUND: u16 = 5;
@@ -29,6 +40,7 @@ struct Kept {
     chunks: Vec<Bytes>,
     trailers: Option<HeaderMap>,
     bytes: usize,
+    kept_at: Instant,
 }
 
 /// The kept responses by token, their order of arrival, and their size.
@@ -85,21 +97,28 @@ impl FallbackCache {
             return;
         }
         let mut shelf = self.shelf.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
         let kept = Kept {
             connection,
             chunks,
             trailers,
             bytes,
+            kept_at: now,
         };
         if let Some(replaced) = shelf.kept.insert(token, kept) {
             shelf.bytes -= replaced.bytes;
         }
         shelf.bytes += bytes;
         shelf.order.push_back(token);
-        while shelf.bytes > self.budget {
-            let Some(oldest) = shelf.order.pop_front() else {
+        while let Some(&oldest) = shelf.order.front() {
+            let expired = shelf
+                .kept
+                .get(&oldest)
+                .is_none_or(|k| now.saturating_duration_since(k.kept_at) > MAX_AGE);
+            if shelf.bytes <= self.budget && !expired {
                 break;
-            };
+            }
+            shelf.order.pop_front();
             if let Some(old) = shelf.kept.remove(&oldest) {
                 shelf.bytes -= old.bytes;
             }
@@ -126,6 +145,15 @@ impl FallbackCache {
         let kept = shelf.kept.remove(&token)?;
         shelf.bytes -= kept.bytes;
         Some((kept.chunks, kept.trailers))
+    }
+
+    /// Drops the originals of `tokens` kept for `connection`: the requester
+    /// restored their envelopes. Returns how many were dropped.
+    pub fn release(&self, connection: ConnectionId, tokens: &[u64]) -> usize {
+        tokens
+            .iter()
+            .filter(|&&token| self.take(token, connection).is_some())
+            .count()
     }
 
     /// Responses kept now, and their bytes.
@@ -161,6 +189,45 @@ impl FallbackCache {
                 &format!("tlcd: response {token:x} is not kept for this connection"),
             ),
         }
+    }
+}
+
+/// The requester's side: fallback tokens of envelopes restored, per
+/// holder task, until the next call to that holder carries them
+/// (`tlc-ack`).
+#[derive(Debug, Default)]
+pub struct Acks(Mutex<HashMap<String, Vec<u64>>>);
+
+/// Tokens waiting per holder at most; older ones are left to the holder's
+/// own bounds.
+const MAX_WAITING_ACKS: usize = 4 * peer::MAX_ACKS;
+/// Holders with tokens waiting at most (a job's tasks).
+const MAX_ACK_HOLDERS: usize = 4096;
+
+impl Acks {
+    /// Notes that the envelope of `token` from `holder` was restored.
+    pub fn restored(&self, holder: &str, token: u64) {
+        let mut waiting = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !waiting.contains_key(holder) && waiting.len() >= MAX_ACK_HOLDERS {
+            return;
+        }
+        let tokens = waiting.entry(holder.to_owned()).or_default();
+        if tokens.len() >= MAX_WAITING_ACKS {
+            tokens.remove(0);
+        }
+        tokens.push(token);
+    }
+
+    /// The `tlc-ack` value for the next call to `holder`, taking up to
+    /// [`peer::MAX_ACKS`] of its tokens.
+    pub fn header(&self, holder: &str) -> Option<HeaderValue> {
+        let mut waiting = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let tokens = waiting.get_mut(holder)?;
+        let taken: Vec<u64> = tokens.drain(..tokens.len().min(peer::MAX_ACKS)).collect();
+        if tokens.is_empty() {
+            waiting.remove(holder);
+        }
+        peer::ack_header(&taken)
     }
 }
 
@@ -241,6 +308,33 @@ mod tests {
         assert!(cache.take(7, B).is_none(), "another connection");
         assert!(cache.take(8, A).is_none(), "another token");
         assert!(cache.take(7, A).is_some(), "the owner still gets it");
+    }
+
+    #[test]
+    fn acked_originals_go_for_their_own_connection_only() {
+        let cache = FallbackCache::new(100);
+        cache.keep(1, A, vec![Bytes::from_static(b"one")], None);
+        cache.keep(2, A, vec![Bytes::from_static(b"two")], None);
+        assert_eq!(cache.release(B, &[1, 2]), 0, "another connection's acks");
+        assert_eq!(cache.release(A, &[1, 3]), 1);
+        assert_eq!(cache.len_and_bytes(), (1, 3));
+        assert!(cache.take(2, A).is_some());
+    }
+
+    #[test]
+    fn acks_wait_per_holder_and_leave_at_most_sixty_four_a_call() {
+        let acks = Acks::default();
+        assert!(acks.header("ps").is_none());
+        for token in 0..100 {
+            acks.restored("ps", token);
+        }
+        acks.restored("worker", 7);
+        let first = peer::parse_acks(&acks.header("ps").unwrap()).unwrap();
+        assert_eq!(first, (0..64).collect::<Vec<_>>());
+        let rest = peer::parse_acks(&acks.header("ps").unwrap()).unwrap();
+        assert_eq!(rest, (64..100).collect::<Vec<_>>());
+        assert!(acks.header("ps").is_none());
+        assert_eq!(acks.header("worker").unwrap(), "7");
     }
 
     #[test]

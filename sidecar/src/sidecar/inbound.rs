@@ -16,6 +16,8 @@ use super::tensor_bytes;
 use super::AlreadyCharged;
 use super::{Sidecar, MAX_RESPONSE};
 use crate::graph::{Classified, RowRole, Training};
+use crate::hop::LeaveAsIs;
+use crate::link::{LinkNow, PayoffKey, Verdict};
 use crate::policy::{CodecChoice, Decision, Policy, Treatment};
 use crate::sidecar::calls;
 use crate::training::step_reads::{self, Watched};
@@ -64,6 +66,15 @@ pub async fn recv_tensor(
         // no way to keep a fallback for this one, so it is not compressed.
         return calls::unchanged(forward(upstream, request).await);
     };
+    if let Some(tokens) = request.headers().get(peer::ACK).and_then(peer::parse_acks) {
+        // Envelopes the requester restored: their originals are done with.
+        let released = sidecar.fallbacks.release(connection, &tokens);
+        sidecar.stats.fallbacks_released(released);
+    }
+    let link_header = request
+        .headers()
+        .get(peer::LINK)
+        .and_then(peer::LinkHeader::parse);
     // What the requester decodes, and what this side reads whole.
     let max_tensor = peer::max_tensor(request.headers())
         .unwrap_or(u64::MAX)
@@ -105,6 +116,33 @@ pub async fn recv_tensor(
     if response.status() != http::StatusCode::OK || response.headers().contains_key("grpc-status") {
         return calls::unchanged(response);
     }
+    let payoff_key = PayoffKey {
+        requester: call.requester_task.clone(),
+        direction: call.direction,
+        tensor: call.tensor.clone(),
+    };
+    let link = link_to(sidecar, &call.requester_task, link_header);
+    match sidecar
+        .payoffs
+        .verdict(&payoff_key, link, policy.link(), Instant::now())
+    {
+        Verdict::Compress | Verdict::Probe => {}
+        verdict @ (Verdict::Pass | Verdict::Explore) => {
+            // Faster raw on this link: streamed through unread, and left
+            // alone by hop compression too. The tensor's memory (error
+            // buffer, the requester's replica) stays as it was.
+            let reason = if verdict == Verdict::Pass {
+                "link_fast"
+            } else {
+                "link_explore"
+            };
+            sidecar.stats.passed(reason);
+            let mut response = response;
+            response.extensions_mut().insert(LeaveAsIs);
+            return calls::unchanged(response);
+        }
+    }
+    let started = Instant::now();
     let (mut parts, response_body) = response.into_parts();
     // Read whole only what may be compressed and what the in-flight budget
     // holds; anything else streams through as TensorFlow sent it.
@@ -167,6 +205,13 @@ pub async fn recv_tensor(
     });
     match compressed {
         Ok((chunks, mark)) => {
+            if matches!(mark, Mark::Envelope) {
+                let wire = chunks.iter().map(Bytes::len).sum();
+                let took = started.elapsed();
+                sidecar
+                    .payoffs
+                    .record(&payoff_key, collected.len(), wire, took);
+            }
             match mark {
                 Mark::Envelope => parts
                     .headers
@@ -184,6 +229,19 @@ pub async fn recv_tensor(
             parts.extensions.insert(AlreadyCharged);
             (Response::from_parts(parts, body), Outcome::Passed)
         }
+    }
+}
+
+/// What is known of the link to `requester`: what it measured (its
+/// `tlc-link`), else what this side measured of answers from it, for a
+/// requester that has not timed its link yet (the links of a job are
+/// mostly as fast both ways).
+fn link_to(sidecar: &Sidecar, requester: &str, header: Option<peer::LinkHeader>) -> LinkNow {
+    let header = header.unwrap_or_default();
+    let known = |value: u64| (value > 0).then_some(value as f64);
+    LinkNow {
+        rate: known(header.rate).or_else(|| sidecar.link_meter.rate(requester, Instant::now())),
+        decode_ps_per_byte: known(header.decode_ps_per_byte),
     }
 }
 

@@ -194,6 +194,13 @@ pub struct Sidecar {
     row_ids: row_ids::RowIds,
     /// Both sides: memory by row id for embedding and gradient rows.
     rows: rows::RowContexts,
+    /// Requester side: how fast each holder's answers arrive, and the
+    /// decode cost (sent to holders in `tlc-link`).
+    link_meter: Arc<crate::link::LinkMeter>,
+    /// Holder side: per tensor and requester, whether compressing pays.
+    payoffs: crate::link::Payoffs,
+    /// Requester side: envelopes restored, to acknowledge to their holder.
+    acks: fallback::Acks,
 }
 
 impl Default for Sidecar {
@@ -233,6 +240,9 @@ impl Sidecar {
             hop: crate::hop::Hop::default(),
             row_ids: row_ids::RowIds::new(options.fallback_bytes.clamp(1 << 20, ROW_IDS_BYTES)),
             rows: rows::RowContexts::new(options.pull_limits, options.replica_limits),
+            link_meter: Arc::default(),
+            payoffs: crate::link::Payoffs::default(),
+            acks: fallback::Acks::default(),
         }
     }
 

@@ -7,6 +7,7 @@
 //! the peer sidecar; TensorFlow never sees an envelope or a tensor that
 //! failed a check.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -16,6 +17,7 @@ use tracing::{warn, Span};
 use super::request_key;
 use super::{fallback, tensor_bytes, Sidecar, MAX_RESPONSE};
 use crate::graph::RowRole;
+use crate::link::Answer;
 use crate::sidecar::calls;
 use crate::training::step_reads::{self, Watched};
 use tlc_codec::{CodecId, Limits};
@@ -93,6 +95,11 @@ pub async fn recv_tensor(
         }
     }
     calls::record_call(span, &call);
+    let link = sidecar.link_meter.header(&call.holder_task, Instant::now());
+    parts.headers.insert(peer::LINK, link.to_header());
+    if let Some(acks) = sidecar.acks.header(&call.holder_task) {
+        parts.headers.insert(peer::ACK, acks);
+    }
     if let Some(state) = sidecar.contexts.replica_state(&call, Instant::now()) {
         let header = ReplicaHeader {
             epoch: state.epoch,
@@ -107,6 +114,7 @@ pub async fn recv_tensor(
             Request::from_parts(parts, peeked.into_body()),
         )
         .await;
+    let head = Instant::now();
     // A step counter is an integer, never compressed: TensorFlow's own bytes.
     let response = if !peer::has_envelope(response.headers()) && step_reads::is_step_read(&call) {
         match step_reads::watch(&sidecar.steps, &call, response).await {
@@ -124,7 +132,22 @@ pub async fn recv_tensor(
             // Row ids are read on their way, for the rows of this step.
             return calls::unchanged(keep_row_ids(sidecar, &call, known.as_ref(), response).await);
         }
-        // Not compressed: stream it through untouched.
+        // Not compressed: stream it through untouched, timed for the
+        // link's rate.
+        let meter = Arc::clone(&sidecar.link_meter);
+        let holder = call.holder_task.clone();
+        let response = response.map(|body| {
+            body::measured(body, move |bytes| {
+                let end = Instant::now();
+                let answer = Answer {
+                    head,
+                    end,
+                    bytes,
+                    raw: true,
+                };
+                meter.record(&holder, answer);
+            })
+        });
         return calls::unchanged(response);
     }
     let (mut parts, response_body) = response.into_parts();
@@ -151,6 +174,13 @@ pub async fn recv_tensor(
             return (response, Outcome::Error);
         }
     };
+    let answer = Answer {
+        head,
+        end: Instant::now(),
+        bytes: collected.len() as u64,
+        raw: false,
+    };
+    sidecar.link_meter.record(&call.holder_task, answer);
     let restored = match prepare(&collected, max_tensor) {
         Ok(prepared) => {
             if prepared.rows {
@@ -172,6 +202,13 @@ pub async fn recv_tensor(
             sidecar
                 .stats
                 .decoded(call.direction, restored.codec, restored.took);
+            sidecar
+                .link_meter
+                .record_decode(restored.content_len, restored.took);
+            if let Some(token) = restored.token {
+                // Its original is no longer needed: said on the next call.
+                sidecar.acks.restored(&call.holder_task, token);
+            }
             if restored.keyframe {
                 sidecar.stats.keyframe(Role::Outbound);
             }
@@ -317,6 +354,10 @@ struct Restored {
     keyframe: bool,
     /// Time spent decoding the envelope into the tensor's content.
     took: Duration,
+    /// Bytes of the tensor's content.
+    content_len: usize,
+    /// The envelope's fallback token.
+    token: Option<u64>,
 }
 
 /// An envelope response whose framing and shape have been checked, before
@@ -421,6 +462,8 @@ fn restore(
         codec,
         keyframe,
         took,
+        content_len: content_len as usize,
+        token,
     })
 }
 

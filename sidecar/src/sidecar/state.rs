@@ -1,6 +1,6 @@
 //! What outsiders read of a sidecar as a whole: its counters, the sizes
 //! of its context tables, the memory calls in flight hold, mutual TLS, and
-//! training progress. Each method answers one question with values (or
+//! training progress, the links. Each method answers one question with values (or
 //! the counters, which only count), never a table or a lock to hold.
 
 use std::time::Instant;
@@ -32,7 +32,34 @@ pub struct InFlight {
     pub budget_bytes: u64,
 }
 
+/// What the sidecar knows of its links, and what it decided on them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkView {
+    /// Requester side: each holder task whose rate is known, with its rate
+    /// in bytes per second, by name.
+    pub rates: Vec<(String, f64)>,
+    /// Holder side: times a tensor switched to crossing raw.
+    pub switched_to_raw: u64,
+    /// Holder side: times a tensor switched back to compressed.
+    pub switched_to_compressed: u64,
+}
+
 impl Sidecar {
+    /// The links' rates as measured here, and the switches made on them.
+    pub fn link_view(&self) -> LinkView {
+        let (switched_to_raw, switched_to_compressed) = self.payoffs.switches();
+        LinkView {
+            rates: self.link_meter.rates(Instant::now()),
+            switched_to_raw,
+            switched_to_compressed,
+        }
+    }
+
+    /// Originals kept for fallbacks now, and their bytes.
+    pub fn fallbacks_kept(&self) -> (usize, usize) {
+        self.fallbacks.len_and_bytes()
+    }
+
     /// What happened so far: the counters, for their totals, the summary
     /// line and the metrics' series.
     pub fn stats(&self) -> &Stats {

@@ -67,6 +67,9 @@ pub struct Stats {
     fallbacks_fetched: AtomicU64,
     /// Encoding side: fallback requests answered.
     fallbacks_served: AtomicU64,
+    /// Encoding side: originals dropped because the requester acknowledged
+    /// their envelope.
+    fallbacks_released: AtomicU64,
     /// Encoding side: pull replicas reset because they drifted too far
     /// from the model.
     drift_resets: AtomicU64,
@@ -120,6 +123,9 @@ pub struct Totals {
     pub fallbacks: u64,
     /// Encoding side: fallback requests answered.
     pub fallbacks_served: u64,
+    /// Encoding side: originals dropped once their envelope was
+    /// acknowledged.
+    pub fallbacks_released: u64,
     /// Encoding side: pull replicas reset for drifting too far.
     pub drift_resets: u64,
     /// Encoding side: pull replicas brought to the model bit for bit (an
@@ -177,6 +183,13 @@ impl Stats {
     /// Counts one original response fetched after a decode failure.
     pub fn fallback_fetched(&self) {
         self.fallbacks_fetched.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts `n` originals dropped because their envelopes were
+    /// acknowledged.
+    pub fn fallbacks_released(&self, n: usize) {
+        self.fallbacks_released
+            .fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// Counts `passes` refinement passes sent in `direction`.
@@ -297,6 +310,7 @@ impl Stats {
             decode_failures: self.families.decode_failures(),
             fallbacks: self.fallbacks_fetched.load(Ordering::Relaxed),
             fallbacks_served: self.fallbacks_served.load(Ordering::Relaxed),
+            fallbacks_released: self.fallbacks_released.load(Ordering::Relaxed),
             drift_resets: self.drift_resets.load(Ordering::Relaxed),
             settles: self.settles.load(Ordering::Relaxed),
             passed,

@@ -61,6 +61,15 @@ pub struct TensorRow {
     pub idle_seconds: f64,
     /// Memory the context holds.
     pub memory_bytes: usize,
+    /// Holder side, a tensor compressed at least once: `compress`, `pass`
+    /// (crossing raw: its link is faster than compressing), or `pass:N/M`
+    /// (raw to N of its M requesters).
+    pub link: Option<String>,
+    /// The link's rate at the last decision, bytes per second (the
+    /// slowest of its requesters').
+    pub link_rate: Option<f64>,
+    /// The rate below which compressing it pays, bytes per second.
+    pub break_even_rate: Option<f64>,
 }
 
 /// What one holder-side context encoded so far.
@@ -84,6 +93,15 @@ pub struct ReplicaVersions {
     pub holder: Option<u64>,
     /// The requester's replicas.
     pub requester: Option<u64>,
+}
+
+/// One tensor's link decisions over its requesters.
+#[derive(Debug, Default)]
+struct LinkSummary {
+    requesters: u32,
+    passing: u32,
+    rate: Option<f64>,
+    break_even: Option<f64>,
 }
 
 /// The codec a requester saw in a frame (it has no codec settings of its own).
@@ -135,6 +153,9 @@ impl Sidecar {
                 replica_version: None,
                 idle_seconds: listing.idle.as_secs_f64(),
                 memory_bytes: listing.memory_bytes,
+                link: None,
+                link_rate: None,
+                break_even_rate: None,
             });
         }
         for listing in self.contexts.pull().snapshot(now, |source| {
@@ -166,6 +187,9 @@ impl Sidecar {
                 replica_version: state.map(|s| s.version),
                 idle_seconds: listing.idle.as_secs_f64(),
                 memory_bytes: listing.memory_bytes,
+                link: None,
+                link_rate: None,
+                break_even_rate: None,
             });
         }
         for listing in self.contexts.replicas().table().snapshot(now, |replica| {
@@ -196,10 +220,42 @@ impl Sidecar {
                 replica_version: state.map(|s| s.version),
                 idle_seconds: listing.idle.as_secs_f64(),
                 memory_bytes: listing.memory_bytes,
+                link: None,
+                link_rate: None,
+                break_even_rate: None,
             });
         }
         self.add_classes(now, &mut rows);
+        self.add_links(&mut rows);
         rows
+    }
+
+    /// Puts each holder row's link decision on it, over its requesters.
+    fn add_links(&self, rows: &mut [TensorRow]) {
+        let mut by_tensor: HashMap<(&'static str, String), LinkSummary> = HashMap::new();
+        for (key, view) in self.payoffs.views() {
+            let summary = by_tensor
+                .entry((key.direction.name(), key.tensor))
+                .or_default();
+            summary.requesters += 1;
+            summary.passing += u32::from(view.passing);
+            if let Some(rate) = view.rate {
+                summary.rate = Some(summary.rate.map_or(rate, |r: f64| r.min(rate)));
+                summary.break_even = Some(view.break_even);
+            }
+        }
+        for row in rows.iter_mut().filter(|r| r.side == "holder") {
+            let Some(summary) = by_tensor.get(&(row.direction, row.tensor.clone())) else {
+                continue;
+            };
+            row.link = Some(match (summary.passing, summary.requesters) {
+                (0, _) => "compress".to_string(),
+                (passing, all) if passing == all => "pass".to_string(),
+                (passing, all) => format!("pass:{passing}/{all}"),
+            });
+            row.link_rate = summary.rate;
+            row.break_even_rate = summary.break_even;
+        }
     }
 
     /// Puts the holder side's class and reason on its context rows, and
@@ -252,6 +308,9 @@ impl Sidecar {
                 replica_version: None,
                 idle_seconds: listing.idle.as_secs_f64(),
                 memory_bytes: listing.memory_bytes,
+                link: None,
+                link_rate: None,
+                break_even_rate: None,
             });
         }
     }

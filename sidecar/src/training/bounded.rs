@@ -37,6 +37,11 @@ impl<K: Clone + Eq + Hash, V> Bounded<K, V> {
         self.entries.is_empty()
     }
 
+    /// Every entry, in no particular order (not made newer).
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.entries.iter().map(|(k, (v, _))| (k, v))
+    }
+
     /// The entry of `key`, made the newest, if there is one.
     pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
         self.tick += 1;

@@ -1,0 +1,62 @@
+//! The links as the sidecar measured them (`[policy.link]`, see
+//! [`tlc_sidecar::link`]): each holder's rate, the tensors that switched
+//! between raw and compressed, and the originals kept for fallbacks.
+//! Read when scraped.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+
+use tlc_sidecar::sidecar::Sidecar;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PeerLabel {
+    peer: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ToLabel {
+    to: &'static str,
+}
+
+/// Registers the link series of `sidecar`.
+pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
+    let view = sidecar.link_view();
+    let rates = Family::<PeerLabel, Gauge<f64, AtomicU64>>::default();
+    for (peer, rate) in view.rates {
+        rates.get_or_create(&PeerLabel { peer }).set(rate);
+    }
+    registry.register_with_unit(
+        "link_rate",
+        "The rate a holder task's answers arrive at, as this (requesting) sidecar measured it; \
+         compared with each tensor's break-even rate to decide whether compressing it pays",
+        Unit::Other("bytes_per_second".into()),
+        rates,
+    );
+    let switches = Family::<ToLabel, Counter>::default();
+    for (to, n) in [
+        ("raw", view.switched_to_raw),
+        ("compressed", view.switched_to_compressed),
+    ] {
+        switches.get_or_create(&ToLabel { to }).inc_by(n);
+    }
+    registry.register(
+        "link_switches",
+        "Times a tensor switched to crossing raw (its link faster than compressing) or back to \
+         compressed (holder side)",
+        switches,
+    );
+    let (_, bytes) = sidecar.fallbacks_kept();
+    let kept = Gauge::<i64>::default();
+    kept.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    registry.register_with_unit(
+        "fallback_kept",
+        "Original responses kept in case a requester cannot decode their envelope (holder side)",
+        Unit::Bytes,
+        kept,
+    );
+}

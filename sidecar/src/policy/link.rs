@@ -1,0 +1,129 @@
+//! The `[policy.link]` table: whether a tensor is compressed only where
+//! that pays on its link (measured by the sidecar's `link` module).
+//!
+//! ```toml
+//! [policy.link]
+//! mode = "auto"          # "auto": compress where it pays; "always": wherever the policy says
+//! margin = 3             # pass a tensor raw only when the link is 3x faster than break-even
+//! assume_rate_mbit = 0   # 0: measure each link; else take every link to run at this rate
+//! ```
+//!
+//! Compressing a tensor costs its encode on the holder and its decode on
+//! the requester, and saves the time its bytes would take on the link. On
+//! a fast link (same host, same zone) the codec's time is more than the
+//! transfer it saves, and a sidecar that compresses there makes the job
+//! slower than no sidecar at all. In `auto` a tensor crosses as TensorFlow
+//! wrote it while its link is clearly faster than its break-even rate,
+//! and compressed again as soon as the link is not.
+
+use serde::{Deserialize, Serialize};
+
+use tlc_core::{bounds, ConfigError};
+
+/// When the policy's codecs apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkMode {
+    /// Compress a tensor only where its link is slow enough for that to
+    /// pay: measured per link and per tensor.
+    #[default]
+    Auto,
+    /// Compress whatever the link: every tensor the policy compresses.
+    Always,
+}
+
+/// The `[policy.link]` table as written in the file.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LinkSettings {
+    /// `auto` or `always`.
+    pub mode: LinkMode,
+    /// A tensor passes raw only while the link's rate is above this many
+    /// times its break-even rate, and is compressed again once the rate is
+    /// below break-even: the gap keeps a tensor from flapping on a link
+    /// whose rate wanders near it.
+    pub margin: u32,
+    /// Take every link to run at this many Mbit/s instead of measuring it
+    /// (0: measure). For an operator who knows the links, and for tests.
+    pub assume_rate_mbit: u64,
+}
+
+impl Default for LinkSettings {
+    fn default() -> Self {
+        LinkSettings {
+            mode: LinkMode::Auto,
+            margin: 3,
+            assume_rate_mbit: 0,
+        }
+    }
+}
+
+/// The validated `[policy.link]` table.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Link {
+    /// `auto` or `always`.
+    pub mode: LinkMode,
+    /// See [`LinkSettings::margin`].
+    pub margin: f64,
+    /// An assumed rate in bytes per second, if the operator set one.
+    pub assumed_rate: Option<f64>,
+}
+
+impl Link {
+    /// Validates `settings`, naming the key of a bad value.
+    pub fn new(settings: &LinkSettings) -> Result<Link, ConfigError> {
+        bounds::LINK_MARGIN.check("policy.link.margin", u64::from(settings.margin))?;
+        bounds::ASSUME_RATE_MBIT
+            .check("policy.link.assume_rate_mbit", settings.assume_rate_mbit)?;
+        let assumed_rate =
+            (settings.assume_rate_mbit > 0).then(|| settings.assume_rate_mbit as f64 * 1e6 / 8.0);
+        Ok(Link {
+            mode: settings.mode,
+            margin: f64::from(settings.margin),
+            assumed_rate,
+        })
+    }
+
+    /// Whether the link decides at all (`auto`).
+    pub fn adaptive(&self) -> bool {
+        self.mode == LinkMode::Auto
+    }
+}
+
+impl Default for Link {
+    fn default() -> Self {
+        Link {
+            mode: LinkMode::Auto,
+            margin: 3.0,
+            assumed_rate: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_are_checked_and_rates_converted() {
+        let link = Link::new(&LinkSettings::default()).unwrap();
+        assert_eq!(link, Link::default());
+        assert!(link.adaptive());
+        let known = LinkSettings {
+            assume_rate_mbit: 80,
+            ..LinkSettings::default()
+        };
+        assert_eq!(Link::new(&known).unwrap().assumed_rate, Some(10e6));
+        for margin in [0, 101] {
+            let bad = LinkSettings {
+                margin,
+                ..LinkSettings::default()
+            };
+            let err = Link::new(&bad).unwrap_err().to_string();
+            assert!(err.contains("policy.link.margin"), "{err}");
+        }
+        let parsed: LinkSettings = toml::from_str("mode = \"always\"").unwrap();
+        assert_eq!(parsed.mode, LinkMode::Always);
+        assert!(toml::from_str::<LinkSettings>("mode = \"sometimes\"").is_err());
+    }
+}
