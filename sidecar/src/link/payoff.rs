@@ -195,7 +195,7 @@ impl Payoffs {
     }
 
     /// Takes one compression of the tensor of `key`: `raw_bytes` became
-    /// `wire_bytes` in `took` (all of it: reading the answer, encoding,
+    /// `wire_bytes` in `took` (all of it: parsing the answer, encoding,
     /// rebuilding it).
     pub fn record(&self, key: &PayoffKey, raw_bytes: usize, wire_bytes: usize, took: Duration) {
         if raw_bytes == 0 {

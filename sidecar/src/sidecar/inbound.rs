@@ -142,7 +142,6 @@ pub async fn recv_tensor(
             return calls::unchanged(response);
         }
     }
-    let started = Instant::now();
     let (mut parts, response_body) = response.into_parts();
     // Read whole only what may be compressed and what the in-flight budget
     // holds; anything else streams through as TensorFlow sent it.
@@ -184,6 +183,9 @@ pub async fn recv_tensor(
         parts.extensions.insert(AlreadyCharged);
         return (Response::from_parts(parts, body), Outcome::Passed);
     }
+    // What compressing costs this tensor, for the link decision: parsing
+    // the answer, encoding, rebuilding it (not the wait for its bytes).
+    let started = Instant::now();
     let compressed = tokio::task::block_in_place(|| {
         compress(
             sidecar,
