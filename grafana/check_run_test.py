@@ -121,7 +121,8 @@ class Units(unittest.TestCase):
         cases = [(1.5e6, "Bps", "1.50 MB/s"), (222.4e6, "Bps", "222 MB/s"), (999, "Bps", "999 B/s"),
                  (421 * 2**20, "bytes", "421 MiB"), (0.0123, "s", "12.3 ms"), (2.86e-5, "s", "28.6 µs"),
                  (1.5, "s", "1.50 s"), (0.42, "percentunit", "42%"), (0.0078, "percentunit", "0.780%"), (3.0, "none", "3"),
-                 (84.53, "none", "84.5"), (376, "reqps", "376 req/s"), (0, "Bps", "0 B/s")]
+                 (84.53, "none", "84.5"), (376, "reqps", "376 req/s"), (0, "Bps", "0 B/s"),
+                 (9.6e6, "bps", "9.60 Mb/s"), (2.5, "opm", "2.50 ops/min")]
         for value, unit, text in cases:
             self.assertEqual(format_value(value, unit), text, (value, unit))
 
@@ -154,8 +155,14 @@ class Rules(unittest.TestCase):
         self.assertEqual(verdict(BYTES_PANEL, self.WIRE, []), ("FAIL", ["no series with samples"], []))
         self.assertEqual(verdict(BYTES_PANEL, self.WIRE, [series([])])[0], "FAIL")
         allowed = target('sum(increase(tlc_decode_failures_total{job="tlc"}[300s]))')
-        # Nothing is allowed to be empty today (tlcd exports every family at 0).
+        # tlcd exports every family at 0 but the link rates (none until a link is measured).
         self.assertEqual(verdict(RATIO_PANEL, allowed, [])[0], "FAIL")
+        rate_panel = {"title": "Link rate per peer", "fieldConfig": {"defaults": {"unit": "bps"}}}
+        link_rate = target('8 * max by (peer) (tlc_link_rate_bytes_per_second{job="tlc"})')
+        self.assertEqual(verdict(rate_panel, link_rate, [])[0], "empty (allowed)")
+        self.assertEqual(verdict(rate_panel, link_rate, [series([8e7, -1])])[0], "FAIL")
+        link_pass = target('sum(rate(tlc_passthrough_total{job="tlc", reason="link_fast"}[30s])) or on() vector(0)')
+        self.assertEqual(verdict(RATIO_PANEL, link_pass, [])[0], "FAIL")
         with mock.patch.dict(check_run.MAY_BE_EMPTY, {"tlc_decode_failures_total": "made on first failure"}):
             self.assertEqual(verdict(RATIO_PANEL, allowed, [])[0], "empty (allowed)")
             mixed = target("rate(tlc_decode_failures_total[30s]) + rate(tlc_fallbacks_total[30s])")

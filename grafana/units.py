@@ -21,6 +21,7 @@ SCALED = {
     "decbytes": (SI, 1000, "B"),     # bytes (SI)
     "bytes": (IEC, 1024, "B"),       # bytes (IEC): what Grafana shows as KiB, MiB
     "ops": (COUNT, 1000, " ops/s"),
+    "opm": (COUNT, 1000, " ops/min"),
     "reqps": (COUNT, 1000, " req/s"),
     "short": (COUNT, 1000, ""),
 }

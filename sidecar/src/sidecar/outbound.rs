@@ -128,12 +128,7 @@ pub async fn recv_tensor(
         return ids_again(sidecar, upstream, &call, response).await;
     }
     if !peer::has_envelope(response.headers()) {
-        if known.as_ref().is_some_and(|k| k.rows.is_some()) {
-            // Row ids are read on their way, for the rows of this step.
-            return calls::unchanged(keep_row_ids(sidecar, &call, known.as_ref(), response).await);
-        }
-        // Not compressed: stream it through untouched, timed for the
-        // link's rate.
+        // Not compressed: untouched, and timed for the link's rate.
         let meter = Arc::clone(&sidecar.link_meter);
         let holder = call.holder_task.clone();
         let response = response.map(|body| {
@@ -148,6 +143,10 @@ pub async fn recv_tensor(
                 meter.record(&holder, answer);
             })
         });
+        if known.as_ref().is_some_and(|k| k.rows.is_some()) {
+            // Row ids are read on their way, for the rows of this step.
+            return calls::unchanged(keep_row_ids(sidecar, &call, known.as_ref(), response).await);
+        }
         return calls::unchanged(response);
     }
     let (mut parts, response_body) = response.into_parts();
