@@ -75,6 +75,13 @@ for frames in codec/testdata/vectors/*.frames; do
   { printf '\000'; cat "$frames"; } >"$work/codec/decode_frame/$name-0"
   { printf '\001'; cat "$frames"; } >"$work/codec/decode_frame/$name-1"
 done
+# Inputs that once failed a target, kept so that it never passes by chance
+# without meeting them again.
+for dir in codec/fuzz/regressions/*/; do
+  target="$(basename "$dir")"
+  mkdir -p "$work/codec/$target"
+  cp "$dir"* "$work/codec/$target/"
+done
 for target in $(cd codec/fuzz && cargo fuzz list); do
   run codec/fuzz "$target" "$work/codec/$target"
 done
