@@ -68,7 +68,7 @@ pub async fn recv_tensor(
     };
     if let Some(tokens) = request.headers().get(peer::ACK).and_then(peer::parse_acks) {
         // Envelopes the requester restored: their originals are done with.
-        let released = sidecar.fallbacks.release(connection, &tokens);
+        let released = sidecar.fallbacks.release(&tokens);
         sidecar.stats.fallbacks_released(released);
     }
     let link_header = request
