@@ -9,7 +9,7 @@ mod support;
 
 use std::sync::Arc;
 
-use support::metrics::{holder_with, key, pair};
+use support::metrics::{holder_with, key, pair, Pair};
 use support::teach;
 use support::tf::{recv, start_tensor_server, Tensors};
 use tlc_sidecar::policy::{LinkMode, LinkSettings, Policy, PolicySettings};
@@ -59,6 +59,21 @@ fn passed(sidecar: &Sidecar, reason: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// A sidecar pair in front of a server of `n`-value tensors, `holder`
+/// on the holding side, taught `partition`.
+async fn path_to(n: usize, holder: Arc<Sidecar>, partition: PartitionBuilder) -> Pair {
+    let server = start_tensor_server(tensors(n)).await;
+    let path = pair(server, holder.clone()).await;
+    teach(&holder, partition);
+    path
+}
+
+/// The partition graph of a ps that receives one dense gradient from the
+/// worker (`layer/grad`, edge 5).
+fn gradient() -> PartitionBuilder {
+    PartitionBuilder::new(PS_TASK).dense_gradient("layer", "edge_5_layer/grad", WORKER_TASK)
+}
+
 fn l2(v: &[f32]) -> f64 {
     v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt()
 }
@@ -71,14 +86,9 @@ fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gradient_crosses_raw_on_a_fast_link_and_compressed_on_a_slow_one() {
     const N: usize = 256 << 10;
-    let server = start_tensor_server(tensors(N)).await;
     // 1 Tbit/s: far above any codec's break-even.
     let holder = holder_with(&at_rate(1_000_000));
-    let path = pair(server, holder.clone()).await;
-    teach(
-        &holder,
-        PartitionBuilder::new(PS_TASK).dense_gradient("layer", "edge_5_layer/grad", WORKER_TASK),
-    );
+    let path = path_to(N, holder.clone(), gradient()).await;
     let grad = key(WORKER, PS, 5, "layer/grad");
     let mut raw = 0;
     for step in 0..70 {
@@ -113,13 +123,13 @@ async fn a_gradient_crosses_raw_on_a_fast_link_and_compressed_on_a_slow_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pull_replica_survives_a_stretch_of_raw_answers() {
     const N: usize = 128 << 10;
-    let server = start_tensor_server(tensors(N)).await;
     let holder = holder_with(&at_rate(1));
-    let path = pair(server, holder.clone()).await;
-    teach(
-        &holder,
+    let path = path_to(
+        N,
+        holder.clone(),
         PartitionBuilder::new(PS_TASK).dense_read("w", "edge_3_w/read", WORKER_TASK),
-    );
+    )
+    .await;
     let read = key(PS, WORKER, 3, "w/read");
     for step in 0..5 {
         let got = recv(&path.client, &read, step).await;
@@ -150,13 +160,8 @@ async fn the_requester_times_its_link_from_a_raw_answer_and_tells_the_holder() {
     // 128 KiB: a size the holder sends raw now and then while no rate is
     // known, so that the requester can time the link.
     const N: usize = 32 << 10;
-    let server = start_tensor_server(tensors(N)).await;
     let holder = holder_with(&at_rate(0));
-    let path = pair(server, holder.clone()).await;
-    teach(
-        &holder,
-        PartitionBuilder::new(PS_TASK).dense_gradient("layer", "edge_5_layer/grad", WORKER_TASK),
-    );
+    let path = path_to(N, holder.clone(), gradient()).await;
     let grad = key(WORKER, PS, 5, "layer/grad");
     assert!(path.requester.link_view().rates.is_empty());
     // Compressed (costs unknown), then raw to explore, then one more that
@@ -183,13 +188,8 @@ async fn the_requester_times_its_link_from_a_raw_answer_and_tells_the_holder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn originals_go_once_the_requester_acknowledges_their_envelope() {
     const N: usize = 64 << 10;
-    let server = start_tensor_server(tensors(N)).await;
     let holder = Arc::new(support::compressing_sidecar());
-    let path = pair(server, holder.clone()).await;
-    teach(
-        &holder,
-        PartitionBuilder::new(PS_TASK).dense_gradient("layer", "edge_5_layer/grad", WORKER_TASK),
-    );
+    let path = path_to(N, holder.clone(), gradient()).await;
     let grad = key(WORKER, PS, 5, "layer/grad");
     for step in 0..10 {
         let got = recv(&path.client, &grad, step).await;
