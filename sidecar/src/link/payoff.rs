@@ -248,6 +248,14 @@ mod tests {
     use super::*;
     use crate::policy::{LinkMode, LinkSettings};
 
+    /// `[policy.link] mode = "auto"` with its default margin.
+    fn auto() -> Link {
+        Link {
+            mode: LinkMode::Auto,
+            ..Link::default()
+        }
+    }
+
     fn key() -> PayoffKey {
         PayoffKey {
             requester: "/job:worker/replica:0/task:0".into(),
@@ -272,7 +280,7 @@ mod tests {
     #[test]
     fn passes_above_margin_times_break_even_and_returns_below_it() {
         let payoffs = Payoffs::default();
-        let link = Link::default();
+        let link = auto();
         let now = Instant::now();
         assert_eq!(
             payoffs.verdict(&key(), at(1e12), &link, now),
@@ -311,7 +319,7 @@ mod tests {
     fn a_passing_tensor_is_probed_once_in_sixty_four() {
         let payoffs = Payoffs::default();
         learned(&payoffs);
-        let link = Link::default();
+        let link = auto();
         let now = Instant::now();
         let verdicts: Vec<Verdict> = (0..=PROBE_EVERY * 2)
             .map(|_| payoffs.verdict(&key(), at(1e11), &link, now))
@@ -326,16 +334,13 @@ mod tests {
         let payoffs = Payoffs::default();
         learned(&payoffs);
         let now = Instant::now();
-        let always = Link::new(&LinkSettings {
-            mode: LinkMode::Always,
-            ..LinkSettings::default()
-        })
-        .unwrap();
+        let always = Link::default();
         assert_eq!(
             payoffs.verdict(&key(), at(1e12), &always, now),
             Verdict::Compress
         );
         let slow = Link::new(&LinkSettings {
+            mode: LinkMode::Auto,
             assume_rate_mbit: 100,
             ..LinkSettings::default()
         })
@@ -345,6 +350,7 @@ mod tests {
             Verdict::Compress
         );
         let fast = Link::new(&LinkSettings {
+            mode: LinkMode::Auto,
             assume_rate_mbit: 100_000,
             ..LinkSettings::default()
         })
@@ -358,7 +364,7 @@ mod tests {
     #[test]
     fn without_a_rate_a_mid_sized_tensor_explores_every_two_seconds() {
         let payoffs = Payoffs::default();
-        let link = Link::default();
+        let link = auto();
         let now = Instant::now();
         let unknown = LinkNow::default();
         // 1 MB: too large to explore with.
@@ -387,7 +393,7 @@ mod tests {
     fn a_codec_that_saves_nothing_never_pays() {
         let payoffs = Payoffs::default();
         payoffs.record(&key(), 1 << 20, 1 << 20, Duration::from_micros(100));
-        let link = Link::default();
+        let link = auto();
         assert_eq!(
             payoffs.verdict(&key(), at(1e3), &link, Instant::now()),
             Verdict::Pass

@@ -3,7 +3,7 @@
 //!
 //! ```toml
 //! [policy.link]
-//! mode = "auto"          # "auto": compress where it pays; "always": wherever the policy says
+//! mode = "always"        # "always": wherever the policy says; "auto": only where it pays
 //! margin = 3             # pass a tensor raw only when the link is 3x faster than break-even
 //! assume_rate_mbit = 0   # 0: measure each link; else take every link to run at this rate
 //! ```
@@ -15,6 +15,15 @@
 //! slower than no sidecar at all. In `auto` a tensor crosses as TensorFlow
 //! wrote it while its link is clearly faster than its break-even rate,
 //! and compressed again as soon as the link is not.
+//!
+//! `always` is the default: where `auto` sent some tensors of a job raw
+//! and compressed the rest (the MLP at 1 Gbit/s), accuracy after 200
+//! steps was lower on average over three seeds than compressing every
+//! tensor (loopback with the rate assumed: −1.29 against −0.37 points;
+//! pods: 96.5% against 97.1%), and that is not explained yet. A tensor
+//! crossing raw leaves its error buffer's residual waiting until its next
+//! compressed call, which may be 64 calls later; that is the first
+//! suspect.
 
 use serde::{Deserialize, Serialize};
 
@@ -26,9 +35,9 @@ use tlc_core::{bounds, ConfigError};
 pub enum LinkMode {
     /// Compress a tensor only where its link is slow enough for that to
     /// pay: measured per link and per tensor.
-    #[default]
     Auto,
     /// Compress whatever the link: every tensor the policy compresses.
+    #[default]
     Always,
 }
 
@@ -51,7 +60,7 @@ pub struct LinkSettings {
 impl Default for LinkSettings {
     fn default() -> Self {
         LinkSettings {
-            mode: LinkMode::Auto,
+            mode: LinkMode::Always,
             margin: 3,
             assume_rate_mbit: 0,
         }
@@ -93,7 +102,7 @@ impl Link {
 impl Default for Link {
     fn default() -> Self {
         Link {
-            mode: LinkMode::Auto,
+            mode: LinkMode::Always,
             margin: 3.0,
             assumed_rate: None,
         }
@@ -108,7 +117,7 @@ mod tests {
     fn settings_are_checked_and_rates_converted() {
         let link = Link::new(&LinkSettings::default()).unwrap();
         assert_eq!(link, Link::default());
-        assert!(link.adaptive());
+        assert!(!link.adaptive(), "always is the default");
         let known = LinkSettings {
             assume_rate_mbit: 80,
             ..LinkSettings::default()
@@ -122,8 +131,9 @@ mod tests {
             let err = Link::new(&bad).unwrap_err().to_string();
             assert!(err.contains("policy.link.margin"), "{err}");
         }
-        let parsed: LinkSettings = toml::from_str("mode = \"always\"").unwrap();
-        assert_eq!(parsed.mode, LinkMode::Always);
+        let parsed: LinkSettings = toml::from_str("mode = \"auto\"").unwrap();
+        assert_eq!(parsed.mode, LinkMode::Auto);
+        assert!(Link::new(&parsed).unwrap().adaptive());
         assert!(toml::from_str::<LinkSettings>("mode = \"sometimes\"").is_err());
     }
 }

@@ -27,8 +27,8 @@
 //! [policy.refine]           # bounded lag for 3LC's memory, see `refine`
 //! pull_max_drift = 0.01
 //!
-//! [policy.link]             # compress only where it pays, see `link`
-//! mode = "auto"
+//! [policy.link]             # or only where it pays: mode = "auto", see `link`
+//! mode = "always"
 //!
 //! [[policy.overrides]]      # first match wins
 //! tensor = "*batch_norm*"   # glob over the tensor's node name
