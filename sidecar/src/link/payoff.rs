@@ -152,8 +152,9 @@ impl Payoffs {
             return Verdict::Compress;
         };
         let Some(rate) = settings.assumed_rate.or(link.rate) else {
+            let raw_bytes = payoff.raw_bytes;
             drop(tensors);
-            return self.explore_or_compress(key, now);
+            return self.explore_or_compress(&key.requester, raw_bytes, now);
         };
         let break_even = payoff.break_even(link.decode_ps_per_byte);
         payoff.rate = Some(rate);
@@ -180,13 +181,14 @@ impl Payoffs {
         Verdict::Compress
     }
 
-    fn explore_or_compress(&self, key: &PayoffKey, now: Instant) -> Verdict {
-        let raw_bytes = lock(&self.tensors).get_mut(key).map_or(0, |p| p.raw_bytes);
+    /// Without a rate: a tensor of `raw_bytes` for `requester` goes raw if
+    /// its size suits timing the link and none went lately.
+    fn explore_or_compress(&self, requester: &String, raw_bytes: u64, now: Instant) -> Verdict {
         if !EXPLORE_BYTES.contains(&raw_bytes) {
             return Verdict::Compress;
         }
         let mut explored = lock(&self.explored);
-        let last = explored.get_or_insert_with(&key.requester, || now - EXPLORE_EVERY * 2);
+        let last = explored.get_or_insert_with(requester, || now - EXPLORE_EVERY * 2);
         if now.saturating_duration_since(*last) < EXPLORE_EVERY {
             return Verdict::Compress;
         }
