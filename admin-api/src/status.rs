@@ -53,6 +53,10 @@ pub struct Links {
     pub switched_to_raw: u64,
     /// Holder side: times a tensor switched back to compressed.
     pub switched_to_compressed: u64,
+    /// Holder side: calls sent exactly through a tensor's memory after or
+    /// before raw ones (a push's pending error, a pull's replica).
+    #[serde(default)]
+    pub settled: u64,
 }
 
 /// The measured rate of one link.

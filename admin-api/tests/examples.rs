@@ -170,6 +170,7 @@ fn status_example() -> Status {
             }],
             switched_to_raw: 0,
             switched_to_compressed: 0,
+            settled: 0,
         },
     }
 }

@@ -119,8 +119,9 @@ fn rows_and_hop(target: &str, status: &Status) -> Vec<String> {
             rates.join(", ")
         };
         lines.push(format!(
-            "{target}: links ({}): {rates}; tensors switched to raw {} time(s), back to compressed {}",
-            links.mode, links.switched_to_raw, links.switched_to_compressed,
+            "{target}: links ({}): {rates}; tensors switched to raw {} time(s), back to compressed {}; \
+             {} call(s) settled exactly",
+            links.mode, links.switched_to_raw, links.switched_to_compressed, links.settled,
         ));
     }
     let hop = &status.totals.hop;
@@ -250,10 +251,14 @@ mod tests {
             }],
             switched_to_raw: 2,
             switched_to_compressed: 1,
+            settled: 3,
         };
         assert_eq!(
             rows_and_hop("a:1", &status),
-            ["a:1: links (auto): ps/0 10.0 Mbit/s; tensors switched to raw 2 time(s), back to compressed 1"]
+            [
+                "a:1: links (auto): ps/0 10.0 Mbit/s; tensors switched to raw 2 time(s), back to \
+              compressed 1; 3 call(s) settled exactly"
+            ]
         );
         assert_eq!(
             super::training("a:1", &training),

@@ -211,6 +211,7 @@ pub fn links(sidecar: &Sidecar) -> api::status::Links {
             .collect(),
         switched_to_raw: view.switched_to_raw,
         switched_to_compressed: view.switched_to_compressed,
+        settled: view.settled,
     }
 }
 

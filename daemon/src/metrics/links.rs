@@ -50,6 +50,15 @@ pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
          compressed (holder side)",
         switches,
     );
+    let settles = Counter::<u64>::default();
+    settles.inc_by(view.settled);
+    registry.register(
+        "link_settles",
+        "Calls sent exactly through a tensor's memory where the link decision mixes raw and \
+         compressed calls: a push's pending error, a pull's replica brought to the model \
+         (holder side)",
+        settles,
+    );
     let (_, bytes) = sidecar.fallbacks_kept();
     let kept = Gauge::<i64>::default();
     kept.set(i64::try_from(bytes).unwrap_or(i64::MAX));

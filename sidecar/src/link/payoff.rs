@@ -15,6 +15,25 @@
 //! Before a requester knows its link's rate, a tensor of 64 to 256 KiB
 //! crosses raw now and then ([`Verdict::Explore`]): compressed answers
 //! alone may be too small to time.
+//!
+//! Raw and compressed calls of one tensor must add up to the model that
+//! compressing every call would give, or a job that mixes them trains on
+//! something else. Two states would otherwise go stale across a switch:
+//!
+//! - a push's error buffer: a lossy call leaves part of the gradient in
+//!   it, which only the tensor's next compressed call delivers. While the
+//!   tensor passes that may be 64 steps later, and a synchronous job lost
+//!   up to 3.3 points of accuracy to the wait. So the first call that
+//!   would cross raw after a lossy one crosses exactly through the buffer
+//!   instead ([`Verdict::Settle`]: the gradient plus the buffer, which
+//!   then is empty);
+//! - a pull's replica: raw answers leave it at the last compressed
+//!   version, so the first compressed answer after them would quantize
+//!   the model's whole drift since. That call settles the replica onto
+//!   the model exactly instead, and the lossy call follows.
+//!
+//! A settling call is as large as a raw one; it costs a copy, not an
+//! encode.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -59,6 +78,10 @@ pub enum Verdict {
     Pass,
     /// Send it raw so that the requester can time its link.
     Explore,
+    /// Send it exactly through its memory: a push's pending error goes
+    /// with it, a pull's replica becomes the model. Then
+    /// [`Payoffs::settled`].
+    Settle,
 }
 
 /// What the two sides know of the link now.
@@ -81,6 +104,11 @@ struct Payoff {
     raw_bytes: u64,
     passing: bool,
     since_probe: u32,
+    /// A push's lossy call left an error buffer that no call has carried
+    /// since.
+    owes_error: bool,
+    /// A pull crossed raw since its replica last moved.
+    replica_behind: bool,
     /// The rate and break-even of the last decision, for operators.
     rate: Option<f64>,
     break_even: f64,
@@ -120,6 +148,7 @@ pub struct Payoffs {
     explored: Mutex<Bounded<String, Instant>>,
     to_raw: AtomicU64,
     to_compressed: AtomicU64,
+    settles: AtomicU64,
 }
 
 impl Default for Payoffs {
@@ -129,6 +158,7 @@ impl Default for Payoffs {
             explored: Mutex::new(Bounded::new(MAX_REQUESTERS)),
             to_raw: AtomicU64::new(0),
             to_compressed: AtomicU64::new(0),
+            settles: AtomicU64::new(0),
         }
     }
 }
@@ -151,11 +181,19 @@ impl Payoffs {
         let Some(payoff) = tensors.get_mut(key) else {
             return Verdict::Compress;
         };
-        let Some(rate) = settings.assumed_rate.or(link.rate) else {
-            let raw_bytes = payoff.raw_bytes;
-            drop(tensors);
-            return self.explore_or_compress(&key.requester, raw_bytes, now);
+        let verdict = match settings.assumed_rate.or(link.rate) {
+            Some(rate) => self.by_rate(payoff, rate, link, settings),
+            None => {
+                let raw_bytes = payoff.raw_bytes;
+                self.explore_or_compress(&key.requester, raw_bytes, now)
+            }
         };
+        keep_memory_whole(payoff, key.direction, verdict)
+    }
+
+    /// The verdict for a tensor whose costs are known, on a link of `rate`
+    /// bytes per second.
+    fn by_rate(&self, payoff: &mut Payoff, rate: f64, link: LinkNow, settings: &Link) -> Verdict {
         let break_even = payoff.break_even(link.decode_ps_per_byte);
         payoff.rate = Some(rate);
         payoff.break_even = break_even;
@@ -179,6 +217,23 @@ impl Payoffs {
             return Verdict::Pass;
         }
         Verdict::Compress
+    }
+
+    /// That the tensor of `key` crossed exactly through its memory (a
+    /// [`Verdict::Settle`]): nothing is owed to the requester any more.
+    pub fn settled(&self, key: &PayoffKey) {
+        self.made_current(key);
+        self.settles.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// That the tensor of `key` crossed in a way that left its memory
+    /// current (a keyframe) but whose cost and saving stand for nothing
+    /// that follows, so they are not recorded.
+    pub fn made_current(&self, key: &PayoffKey) {
+        if let Some(payoff) = lock(&self.tensors).get_mut(key) {
+            payoff.owes_error = false;
+            payoff.replica_behind = false;
+        }
     }
 
     /// Without a rate: a tensor of `raw_bytes` for `requester` goes raw if
@@ -219,6 +274,10 @@ impl Payoffs {
             payoff.saved += (saved - payoff.saved) / 4.0;
         }
         payoff.raw_bytes = raw_bytes as u64;
+        // Lossy or not, this call moved the tensor's memory: a push's
+        // buffer may hold error now, a pull's replica is current.
+        payoff.owes_error = key.direction == Direction::Push;
+        payoff.replica_behind = false;
     }
 
     /// What an operator sees of every tensor's decision.
@@ -243,6 +302,33 @@ impl Payoffs {
             self.to_compressed.load(Ordering::Relaxed),
         )
     }
+
+    /// Calls that crossed exactly through a tensor's memory.
+    pub fn settles(&self) -> u64 {
+        self.settles.load(Ordering::Relaxed)
+    }
+}
+
+/// `verdict` as it may go without leaving the tensor's memory behind: a
+/// push that owes error settles instead of crossing raw, a pull whose
+/// replica is behind settles before it is compressed (and a probe it
+/// stood for comes next).
+fn keep_memory_whole(payoff: &mut Payoff, direction: Direction, verdict: Verdict) -> Verdict {
+    let raw = matches!(verdict, Verdict::Pass | Verdict::Explore);
+    match direction {
+        Direction::Push if raw && payoff.owes_error => Verdict::Settle,
+        Direction::Pull if raw => {
+            payoff.replica_behind = true;
+            verdict
+        }
+        Direction::Pull if payoff.replica_behind => {
+            if verdict == Verdict::Probe {
+                payoff.since_probe = PROBE_EVERY - 1;
+            }
+            Verdict::Settle
+        }
+        _ => verdict,
+    }
 }
 
 #[cfg(test)]
@@ -258,10 +344,10 @@ mod tests {
         }
     }
 
-    fn key() -> PayoffKey {
+    fn key(direction: Direction) -> PayoffKey {
         PayoffKey {
             requester: "/job:worker/replica:0/task:0".into(),
-            direction: Direction::Pull,
+            direction,
             tensor: "w".into(),
         }
     }
@@ -275,70 +361,102 @@ mod tests {
 
     /// 1 MB encoded in 0.5 ms (500 ps/B) to 1/32 of it: with a 500 ps/B
     /// decode, break-even is 0.97 / 1e-9 = 969 MB/s.
-    fn learned(payoffs: &Payoffs) {
-        payoffs.record(&key(), 1 << 20, 1 << 15, Duration::from_nanos(524_288));
+    fn learned(payoffs: &Payoffs, key: &PayoffKey) {
+        payoffs.record(key, 1 << 20, 1 << 15, Duration::from_nanos(524_288));
+    }
+
+    /// Asks for a verdict and does what the holder does with it: a
+    /// compressed call is recorded, a settling one settled.
+    fn call(payoffs: &Payoffs, key: &PayoffKey, link: LinkNow, now: Instant) -> Verdict {
+        let verdict = payoffs.verdict(key, link, &auto(), now);
+        match verdict {
+            Verdict::Compress | Verdict::Probe => learned(payoffs, key),
+            Verdict::Settle => payoffs.settled(key),
+            Verdict::Pass | Verdict::Explore => {}
+        }
+        verdict
+    }
+
+    fn calls(payoffs: &Payoffs, key: &PayoffKey, rate: f64, n: u32) -> Vec<Verdict> {
+        let now = Instant::now();
+        (0..n).map(|_| call(payoffs, key, at(rate), now)).collect()
     }
 
     #[test]
     fn passes_above_margin_times_break_even_and_returns_below_it() {
         let payoffs = Payoffs::default();
-        let link = auto();
+        let pull = key(Direction::Pull);
         let now = Instant::now();
         assert_eq!(
-            payoffs.verdict(&key(), at(1e12), &link, now),
+            call(&payoffs, &pull, at(1e12), now),
             Verdict::Compress,
             "costs unknown"
         );
-        learned(&payoffs);
         // 10 Mbit/s: compress.
-        assert_eq!(
-            payoffs.verdict(&key(), at(1.25e6), &link, now),
-            Verdict::Compress
-        );
+        assert_eq!(calls(&payoffs, &pull, 1.25e6, 1), [Verdict::Compress]);
         // 2x break-even: inside the margin, still compressing.
-        assert_eq!(
-            payoffs.verdict(&key(), at(2e9), &link, now),
-            Verdict::Compress
-        );
+        assert_eq!(calls(&payoffs, &pull, 2e9, 1), [Verdict::Compress]);
         // 4x: pass, and stay passing down to break-even.
-        assert_eq!(payoffs.verdict(&key(), at(4e9), &link, now), Verdict::Pass);
-        assert_eq!(payoffs.verdict(&key(), at(1e9), &link, now), Verdict::Pass);
+        assert_eq!(calls(&payoffs, &pull, 4e9, 1), [Verdict::Pass]);
+        assert_eq!(calls(&payoffs, &pull, 1e9, 1), [Verdict::Pass]);
         assert_eq!(payoffs.switches(), (1, 0));
         let (_, view) = payoffs.views().pop().unwrap();
         assert!(
             view.passing && (view.break_even - 0.969e9).abs() < 0.01e9,
             "{view:?}"
         );
-        // Below break-even: compressed again.
+        // Below break-even: compressed again, once the replica the raw
+        // answers left behind is settled.
         assert_eq!(
-            payoffs.verdict(&key(), at(0.9e9), &link, now),
-            Verdict::Compress
+            calls(&payoffs, &pull, 0.9e9, 3),
+            [Verdict::Settle, Verdict::Compress, Verdict::Compress]
         );
         assert_eq!(payoffs.switches(), (1, 1));
+        assert_eq!(payoffs.settles(), 1);
     }
 
     #[test]
-    fn a_passing_tensor_is_probed_once_in_sixty_four() {
+    fn a_passing_pull_settles_its_replica_before_each_probe() {
         let payoffs = Payoffs::default();
-        learned(&payoffs);
-        let link = auto();
-        let now = Instant::now();
-        let verdicts: Vec<Verdict> = (0..=PROBE_EVERY * 2)
-            .map(|_| payoffs.verdict(&key(), at(1e11), &link, now))
-            .collect();
-        let probes = verdicts.iter().filter(|v| **v == Verdict::Probe).count();
-        assert_eq!(probes, 2);
+        let pull = key(Direction::Pull);
+        learned(&payoffs, &pull);
+        let verdicts = calls(&payoffs, &pull, 1e11, PROBE_EVERY * 2 + 3);
+        let at = |v: Verdict| -> Vec<usize> {
+            (0..verdicts.len()).filter(|&i| verdicts[i] == v).collect()
+        };
+        let first = PROBE_EVERY as usize;
+        assert_eq!(at(Verdict::Settle), [first, 2 * first + 1]);
+        assert_eq!(at(Verdict::Probe), [first + 1, 2 * first + 2]);
         assert_eq!(verdicts[0], Verdict::Pass);
+    }
+
+    #[test]
+    fn a_passing_push_carries_the_error_a_lossy_call_left_on_the_next_call() {
+        let payoffs = Payoffs::default();
+        let push = key(Direction::Push);
+        learned(&payoffs, &push);
+        let verdicts = calls(&payoffs, &push, 1e11, PROBE_EVERY * 2 + 2);
+        let at = |v: Verdict| -> Vec<usize> {
+            (0..verdicts.len()).filter(|&i| verdicts[i] == v).collect()
+        };
+        // The call that would have been the first raw one, and each call
+        // after a probe.
+        let probe = PROBE_EVERY as usize;
+        assert_eq!(at(Verdict::Probe), [probe, 2 * probe]);
+        assert_eq!(at(Verdict::Settle), [0, probe + 1, 2 * probe + 1]);
+        // Nothing owed after a settle: raw until the next probe.
+        assert!(verdicts[1..probe].iter().all(|v| *v == Verdict::Pass));
     }
 
     #[test]
     fn always_and_an_assumed_rate_override_the_measurement() {
         let payoffs = Payoffs::default();
-        learned(&payoffs);
+        let pull = key(Direction::Pull);
+        learned(&payoffs, &pull);
         let now = Instant::now();
         let always = Link::default();
         assert_eq!(
-            payoffs.verdict(&key(), at(1e12), &always, now),
+            payoffs.verdict(&pull, at(1e12), &always, now),
             Verdict::Compress
         );
         let slow = Link::new(&LinkSettings {
@@ -348,7 +466,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!(
-            payoffs.verdict(&key(), at(1e12), &slow, now),
+            payoffs.verdict(&pull, at(1e12), &slow, now),
             Verdict::Compress
         );
         let fast = Link::new(&LinkSettings {
@@ -358,7 +476,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!(
-            payoffs.verdict(&key(), LinkNow::default(), &fast, now),
+            payoffs.verdict(&pull, LinkNow::default(), &fast, now),
             Verdict::Pass
         );
     }
@@ -366,38 +484,29 @@ mod tests {
     #[test]
     fn without_a_rate_a_mid_sized_tensor_explores_every_two_seconds() {
         let payoffs = Payoffs::default();
-        let link = auto();
+        let pull = key(Direction::Pull);
         let now = Instant::now();
         let unknown = LinkNow::default();
         // 1 MB: too large to explore with.
-        learned(&payoffs);
-        assert_eq!(
-            payoffs.verdict(&key(), unknown, &link, now),
-            Verdict::Compress
-        );
-        payoffs.record(&key(), 128 << 10, 4 << 10, Duration::from_micros(60));
-        assert_eq!(
-            payoffs.verdict(&key(), unknown, &link, now),
-            Verdict::Explore
-        );
-        assert_eq!(
-            payoffs.verdict(&key(), unknown, &link, now),
-            Verdict::Compress
-        );
+        learned(&payoffs, &pull);
+        assert_eq!(call(&payoffs, &pull, unknown, now), Verdict::Compress);
+        payoffs.record(&pull, 128 << 10, 4 << 10, Duration::from_micros(60));
+        assert_eq!(call(&payoffs, &pull, unknown, now), Verdict::Explore);
+        // The replica the raw answer left behind is settled first.
+        assert_eq!(call(&payoffs, &pull, unknown, now), Verdict::Settle);
+        assert_eq!(call(&payoffs, &pull, unknown, now), Verdict::Compress);
+        payoffs.record(&pull, 128 << 10, 4 << 10, Duration::from_micros(60));
         let later = now + EXPLORE_EVERY;
-        assert_eq!(
-            payoffs.verdict(&key(), unknown, &link, later),
-            Verdict::Explore
-        );
+        assert_eq!(call(&payoffs, &pull, unknown, later), Verdict::Explore);
     }
 
     #[test]
     fn a_codec_that_saves_nothing_never_pays() {
         let payoffs = Payoffs::default();
-        payoffs.record(&key(), 1 << 20, 1 << 20, Duration::from_micros(100));
-        let link = auto();
+        let pull = key(Direction::Pull);
+        payoffs.record(&pull, 1 << 20, 1 << 20, Duration::from_micros(100));
         assert_eq!(
-            payoffs.verdict(&key(), at(1e3), &link, Instant::now()),
+            payoffs.verdict(&pull, at(1e3), &auto(), Instant::now()),
             Verdict::Pass
         );
     }

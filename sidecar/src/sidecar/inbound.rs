@@ -122,12 +122,12 @@ pub async fn recv_tensor(
         tensor: call.tensor.clone(),
     };
     let link = link_to(sidecar, &call.requester_task, link_header);
-    match sidecar
+    let verdict = sidecar
         .payoffs
-        .verdict(&payoff_key, link, policy.link(), Instant::now())
-    {
-        Verdict::Compress | Verdict::Probe => {}
-        verdict @ (Verdict::Pass | Verdict::Explore) => {
+        .verdict(&payoff_key, link, policy.link(), Instant::now());
+    match verdict {
+        Verdict::Compress | Verdict::Probe | Verdict::Settle => {}
+        Verdict::Pass | Verdict::Explore => {
             // Faster raw on this link: streamed through unread, and left
             // alone by hop compression too. The tensor's memory (error
             // buffer, the requester's replica) stays as it was.
@@ -186,6 +186,7 @@ pub async fn recv_tensor(
     // What compressing costs this tensor, for the link decision: parsing
     // the answer, encoding, rebuilding it (not the wait for its bytes).
     let started = Instant::now();
+    let exact = verdict == Verdict::Settle;
     let compressed = tokio::task::block_in_place(|| {
         compress(
             sidecar,
@@ -200,6 +201,7 @@ pub async fn recv_tensor(
                 ids_again,
                 max_tensor,
                 connection,
+                exact,
             },
             &collected,
             span,
@@ -207,7 +209,13 @@ pub async fn recv_tensor(
     });
     match compressed {
         Ok((chunks, mark)) => {
-            if matches!(mark, Mark::Envelope) {
+            if exact {
+                sidecar.payoffs.settled(&payoff_key);
+            } else if matches!(mark, Mark::Envelope { keyframe: true }) {
+                // A pull's replica made anew: current, but what it cost and
+                // saved says nothing of the deltas that follow.
+                sidecar.payoffs.made_current(&payoff_key);
+            } else if matches!(mark, Mark::Envelope { keyframe: false }) {
                 let wire = chunks.iter().map(Bytes::len).sum();
                 let took = started.elapsed();
                 sidecar
@@ -215,7 +223,7 @@ pub async fn recv_tensor(
                     .record(&payoff_key, collected.len(), wire, took);
             }
             match mark {
-                Mark::Envelope => parts
+                Mark::Envelope { .. } => parts
                     .headers
                     .insert(peer::ENVELOPE, HeaderValue::from_static(peer::PROTOCOL)),
                 Mark::IdsAgain(header) => parts.headers.insert(peer::IDS_AGAIN, header),
@@ -263,6 +271,10 @@ struct Asked {
     max_tensor: u64,
     /// The connection the call came on, which alone may claim the fallback.
     connection: ConnectionId,
+    /// Whether to send the tensor exactly through its memory (a
+    /// [`Verdict::Settle`]): a push with its pending error, a pull with
+    /// its replica made the model.
+    exact: bool,
 }
 
 /// What gRPC and protobuf framing add to a tensor's content in a response.
@@ -270,8 +282,12 @@ const RESPONSE_SLACK: usize = 64 << 10;
 
 /// How a compressed response is marked for the requester.
 enum Mark {
-    /// `tensor_content` is an envelope (`tlc-envelope`).
-    Envelope,
+    /// `tensor_content` is an envelope (`tlc-envelope`): a pull's
+    /// keyframe, or any other.
+    Envelope {
+        /// Whether it is a keyframe.
+        keyframe: bool,
+    },
     /// The values are left out: ids sent again (`tlc-ids-again`).
     IdsAgain(HeaderValue),
 }
@@ -295,6 +311,7 @@ fn compress(
         ids_again,
         max_tensor,
         connection,
+        exact,
     } = asked;
     let message =
         grpc::parse_single(collected.to_bytes(), MAX_RESPONSE).map_err(|_| "grpc_framing")?;
@@ -328,6 +345,11 @@ fn compress(
     }
     let size = (raw_bytes, tensor.dims.len());
     let (mut choice, mut treatment) = decide(sidecar, policy, call, classified, size)?;
+    if exact {
+        // Lossless through the error buffer: the gradient and what earlier
+        // calls left of others, the buffer empty after.
+        choice.codec = Codec::None;
+    }
     let mut scratch = Vec::new();
     let values = tensor_bytes::as_f32(&tensor.content, &mut scratch);
     let token = sidecar.fallbacks.token();
@@ -338,7 +360,11 @@ fn compress(
     };
     let by_rows = match treatment {
         Treatment::Stateless => {
-            let asked = super::rows::RowsAsked { rows, entropy };
+            let asked = super::rows::RowsAsked {
+                rows,
+                entropy,
+                exact,
+            };
             sidecar.encode_rows(call, classified, asked, &tensor.dims, values, token)
         }
         _ => None,
@@ -360,7 +386,11 @@ fn compress(
             let requester = Requester {
                 has: replica,
                 first_keyframe: policy.keyframe_codec().filter(|_| int8_keyframes),
-                reads: reads_for(policy, classified),
+                reads: if exact {
+                    Reads::Exact
+                } else {
+                    reads_for(policy, classified)
+                },
             };
             let memory = memory_for(
                 sidecar, policy, call, classified, &choice, treatment, requester,
@@ -414,7 +444,7 @@ fn compress(
         collected.chunks.clone(),
         collected.trailers.clone(),
     );
-    Ok((chunks.to_vec(), Mark::Envelope))
+    Ok((chunks.to_vec(), Mark::Envelope { keyframe }))
 }
 
 /// Counts the further passes an encode sent, and says so loudly the first

@@ -173,14 +173,21 @@ pub async fn recv_tensor(
             return (response, Outcome::Error);
         }
     };
+    let end = Instant::now();
+    let prepared = prepare(&collected, max_tensor);
+    // An envelope about as large as its tensor (a call that settles what
+    // raw calls left, a lossless codec) times the link as a raw answer does.
+    let bytes = collected.len() as u64;
     let answer = Answer {
         head,
-        end: Instant::now(),
-        bytes: collected.len() as u64,
-        raw: false,
+        end,
+        bytes,
+        raw: prepared
+            .as_ref()
+            .is_ok_and(|p| bytes.saturating_mul(2) >= p.content_len),
     };
     sidecar.link_meter.record(&call.holder_task, answer);
-    let restored = match prepare(&collected, max_tensor) {
+    let restored = match prepared {
         Ok(prepared) => {
             if prepared.rows {
                 sidecar.await_row_ids(&call, known.as_ref()).await;

@@ -106,6 +106,9 @@ pub struct RowsAsked {
     pub rows: Option<RowsHeader>,
     /// Whether frames may carry the entropy stage.
     pub entropy: EntropyStage,
+    /// Whether the rows cross exactly (lossless deltas and keyframes), to
+    /// settle what the link decision's raw calls left behind.
+    pub exact: bool,
 }
 
 /// A row-keyed envelope made by the holder.
@@ -231,6 +234,7 @@ impl Sidecar {
         let RowsAsked {
             rows: asked,
             entropy,
+            exact,
         } = asked;
         let rows = classified.rows.as_ref()?;
         let asked = asked?;
@@ -243,8 +247,14 @@ impl Sidecar {
             return None;
         };
         let width = row_width(dims, ids.len(), values.len())?;
-        let codec = policy.row_codec(call.direction);
-        let keyframe = policy.row_keyframe_codec();
+        let (codec, keyframe) = if exact {
+            (Codec::None, Codec::None)
+        } else {
+            (
+                policy.row_codec(call.direction),
+                policy.row_keyframe_codec(),
+            )
+        };
         let now = Instant::now();
         let key = RowsKey {
             peer: call.requester_task.clone(),

@@ -42,6 +42,9 @@ pub struct LinkView {
     pub switched_to_raw: u64,
     /// Holder side: times a tensor switched back to compressed.
     pub switched_to_compressed: u64,
+    /// Holder side: calls sent exactly through a tensor's memory, so that
+    /// raw and compressed calls add up (see [`crate::link::payoff`]).
+    pub settled: u64,
 }
 
 impl Sidecar {
@@ -52,6 +55,7 @@ impl Sidecar {
             rates: self.link_meter.rates(Instant::now()),
             switched_to_raw,
             switched_to_compressed,
+            settled: self.payoffs.settles(),
         }
     }
 
