@@ -117,8 +117,10 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // Before any thread: see `allocator`.
+    let arenas_limited = tlc_daemon::allocator::limit_arenas();
     let args = Args::parse();
-    match run(args) {
+    match run(args, arenas_limited) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("tlcd: error: {err:#}");
@@ -214,7 +216,7 @@ fn configuration(args: &Args) -> Result<(Layers, Resolved)> {
     Ok((layers, resolved))
 }
 
-fn run(args: Args) -> Result<()> {
+fn run(args: Args, arenas_limited: bool) -> Result<()> {
     let (layers, resolved) = configuration(&args)?;
     let config = resolved.config.clone();
     if config.listeners().is_empty() {
@@ -240,6 +242,11 @@ fn run(args: Args) -> Result<()> {
         fallback_mib = options.fallback_bytes >> 20,
         in_flight_mib = options.in_flight_bytes >> 20,
         max_tensor_mib = options.max_tensor_bytes >> 20,
+        malloc_arenas = if arenas_limited {
+            tlc_daemon::allocator::ARENAS.to_string()
+        } else {
+            "the C library's default".to_string()
+        },
         "memory bounds"
     );
     let sidecar = Arc::new(Sidecar::new(policy, options, recorder));

@@ -10,10 +10,10 @@
 //!   costs and saves, and decides per tensor and requester whether to send
 //!   it compressed or as TensorFlow wrote it.
 //!
-//! The decision never touches what the tensor's memory means: a tensor
-//! sent raw leaves its error buffer (a push) and the requester's replica
-//! (a pull) as they were, and the next compressed call carries on from
-//! them.
+//! Raw and compressed calls of a tensor add up to what compressing every
+//! call would give: the call after a lossy push carries its pending error
+//! exactly, and a pull's replica is settled onto the model before the
+//! first compressed call after raw ones (see [`payoff`]).
 
 pub mod meter;
 pub mod payoff;
