@@ -3,8 +3,8 @@
 //!
 //! ```toml
 //! [policy.link]
-//! mode = "always"        # "always": wherever the policy says; "auto": only where it pays
-//! margin = 3             # pass a tensor raw only when the link is 3x faster than break-even
+//! mode = "auto"          # "auto": only where it pays; "always": wherever the policy says
+//! margin = 3             # pass raw only when the link is 3x faster than break-even
 //! assume_rate_mbit = 0   # 0: measure each link; else take every link to run at this rate
 //! ```
 //!
@@ -12,18 +12,11 @@
 //! the requester, and saves the time its bytes would take on the link. On
 //! a fast link (same host, same zone) the codec's time is more than the
 //! transfer it saves, and a sidecar that compresses there makes the job
-//! slower than no sidecar at all. In `auto` a tensor crosses as TensorFlow
-//! wrote it while its link is clearly faster than its break-even rate,
-//! and compressed again as soon as the link is not.
-//!
-//! `always` is the default: where `auto` sent some tensors of a job raw
-//! and compressed the rest (the MLP at 1 Gbit/s), accuracy after 200
-//! steps was lower on average over three seeds than compressing every
-//! tensor (loopback with the rate assumed: −1.29 against −0.37 points;
-//! pods: 96.5% against 97.1%), and that is not explained yet. A tensor
-//! crossing raw leaves its error buffer's residual waiting until its next
-//! compressed call, which may be 64 calls later; that is the first
-//! suspect.
+//! slower than no sidecar at all. In `auto`, the default, a requester's
+//! tensors cross as TensorFlow wrote them while its link is clearly faster
+//! than their break-even rate, and are compressed again as soon as it is
+//! not (see `crate::link::payoff`: they are decided together, so a job's
+//! calls are all compressed or all raw).
 
 use serde::{Deserialize, Serialize};
 
@@ -33,11 +26,11 @@ use tlc_core::{bounds, ConfigError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LinkMode {
-    /// Compress a tensor only where its link is slow enough for that to
-    /// pay: measured per link and per tensor.
+    /// Compress only where the link is slow enough for that to pay:
+    /// measured per link, from each tensor's cost and saving.
+    #[default]
     Auto,
     /// Compress whatever the link: every tensor the policy compresses.
-    #[default]
     Always,
 }
 
@@ -60,7 +53,7 @@ pub struct LinkSettings {
 impl Default for LinkSettings {
     fn default() -> Self {
         LinkSettings {
-            mode: LinkMode::Always,
+            mode: LinkMode::Auto,
             margin: 3,
             assume_rate_mbit: 0,
         }
@@ -102,7 +95,7 @@ impl Link {
 impl Default for Link {
     fn default() -> Self {
         Link {
-            mode: LinkMode::Always,
+            mode: LinkMode::Auto,
             margin: 3.0,
             assumed_rate: None,
         }
@@ -117,7 +110,7 @@ mod tests {
     fn settings_are_checked_and_rates_converted() {
         let link = Link::new(&LinkSettings::default()).unwrap();
         assert_eq!(link, Link::default());
-        assert!(!link.adaptive(), "always is the default");
+        assert!(link.adaptive(), "auto is the default");
         let known = LinkSettings {
             assume_rate_mbit: 80,
             ..LinkSettings::default()
@@ -131,9 +124,9 @@ mod tests {
             let err = Link::new(&bad).unwrap_err().to_string();
             assert!(err.contains("policy.link.margin"), "{err}");
         }
-        let parsed: LinkSettings = toml::from_str("mode = \"auto\"").unwrap();
-        assert_eq!(parsed.mode, LinkMode::Auto);
-        assert!(Link::new(&parsed).unwrap().adaptive());
+        let parsed: LinkSettings = toml::from_str("mode = \"always\"").unwrap();
+        assert_eq!(parsed.mode, LinkMode::Always);
+        assert!(!Link::new(&parsed).unwrap().adaptive());
         assert!(toml::from_str::<LinkSettings>("mode = \"sometimes\"").is_err());
     }
 }
