@@ -51,12 +51,12 @@
 # per direction. Exit status: 0 if the coordinator finished and applied every
 # step; 124 on timeout; 1 otherwise. The interpreter is $TLC_PYTHON, else
 # /work/tfvenv/bin/python, else .venv-tf/bin/python at the repository root.
-# Every task here runs on one machine, where tlcd's link decision (its
-# default, [policy.link] mode = "auto") would rightly send tensors raw:
-# these harnesses measure what compression does, so their sidecars
-# compress wherever the policy says (TLC_POLICY__LINK__MODE=always)
-# unless the caller sets the variable (e.g. TLC_POLICY__LINK__MODE=auto
-# to measure the decision itself).
+# Every task here runs on one machine, where the link decision
+# ([policy.link] mode = "auto") would rightly send tensors raw: these
+# harnesses measure what compression does, so their sidecars compress
+# wherever the policy says (TLC_POLICY__LINK__MODE=always, also tlcd's
+# default) unless the caller sets the variable (e.g.
+# TLC_POLICY__LINK__MODE=auto to measure the decision itself).
 set -euo pipefail
 export TLC_POLICY__LINK__MODE=${TLC_POLICY__LINK__MODE:-always}
 

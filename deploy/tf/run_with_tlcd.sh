@@ -48,12 +48,12 @@
 # each sidecar's /metrics scraped after the job, before the sidecars stop,
 # and tensors-<sidecar>.json, its `tlcctl -o json tensors`, when a tlcctl sits
 # beside $TLCD or is named by $TLCCTL).
-# Every task here runs on one machine, where tlcd's link decision (its
-# default, [policy.link] mode = "auto") would rightly send tensors raw:
-# these harnesses measure what compression does, so their sidecars
-# compress wherever the policy says (TLC_POLICY__LINK__MODE=always)
-# unless the caller sets the variable (e.g. TLC_POLICY__LINK__MODE=auto
-# to measure the decision itself).
+# Every task here runs on one machine, where the link decision
+# ([policy.link] mode = "auto") would rightly send tensors raw: these
+# harnesses measure what compression does, so their sidecars compress
+# wherever the policy says (TLC_POLICY__LINK__MODE=always, also tlcd's
+# default) unless the caller sets the variable (e.g.
+# TLC_POLICY__LINK__MODE=auto to measure the decision itself).
 set -euo pipefail
 export TLC_POLICY__LINK__MODE=${TLC_POLICY__LINK__MODE:-always}
 

@@ -415,9 +415,12 @@ mod tests {
     use super::*;
     use crate::policy::{LinkMode, LinkSettings};
 
-    /// `[policy.link]` as it is by default: `auto`, margin 3.
+    /// `[policy.link] mode = "auto"` with its default margin.
     fn auto() -> Link {
-        Link::default()
+        Link {
+            mode: LinkMode::Auto,
+            ..Link::default()
+        }
     }
 
     fn key(direction: Direction) -> PayoffKey {
@@ -577,10 +580,7 @@ mod tests {
         let pull = key(Direction::Pull);
         learned(&payoffs, &pull);
         let now = Instant::now();
-        let always = Link {
-            mode: LinkMode::Always,
-            ..Link::default()
-        };
+        let always = Link::default();
         assert_eq!(
             payoffs.verdict(&pull, at(1e12), &always, now),
             Verdict::Compress
