@@ -69,7 +69,8 @@ pub struct TensorRow {
     /// The link's rate at the last decision, bytes per second.
     #[serde(default)]
     pub link_rate: Option<f64>,
-    /// The rate below which compressing the tensor pays, bytes per second.
+    /// The rate below which compressing its requester's tensors (of its
+    /// direction) together pays, bytes per second.
     #[serde(default)]
     pub break_even_rate: Option<f64>,
 }

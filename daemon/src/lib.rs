@@ -9,11 +9,9 @@
 //! `RecoverySettings`) and builds what they configure; nothing below
 //! imports it.
 
-// Denied, not forbidden: `allocator` makes the one foreign call.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod admin;
-pub mod allocator;
 pub mod config;
 pub mod control;
 pub mod metrics;

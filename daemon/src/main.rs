@@ -117,8 +117,8 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    // Before any thread: see `allocator`.
-    let arenas_limited = tlc_daemon::allocator::limit_arenas();
+    // Before any thread starts (see the function).
+    let arenas_limited = tlc_proxy::limits::memory::limit_arenas();
     let args = Args::parse();
     match run(args, arenas_limited) {
         Ok(()) => ExitCode::SUCCESS,
@@ -243,7 +243,7 @@ fn run(args: Args, arenas_limited: bool) -> Result<()> {
         in_flight_mib = options.in_flight_bytes >> 20,
         max_tensor_mib = options.max_tensor_bytes >> 20,
         malloc_arenas = if arenas_limited {
-            tlc_daemon::allocator::ARENAS.to_string()
+            tlc_proxy::limits::memory::MALLOC_ARENAS.to_string()
         } else {
             "the C library's default".to_string()
         },

@@ -456,6 +456,13 @@ mod tests {
         verdict
     }
 
+    /// Where `verdict` is in `verdicts`.
+    fn positions(verdicts: &[Verdict], verdict: Verdict) -> Vec<usize> {
+        (0..verdicts.len())
+            .filter(|&i| verdicts[i] == verdict)
+            .collect()
+    }
+
     fn calls(payoffs: &Payoffs, key: &PayoffKey, rate: f64, n: u32) -> Vec<Verdict> {
         let now = Instant::now();
         (0..n).map(|_| call(payoffs, key, at(rate), now)).collect()
@@ -500,9 +507,7 @@ mod tests {
         let pull = key(Direction::Pull);
         learned(&payoffs, &pull);
         let verdicts = calls(&payoffs, &pull, 1e11, PROBE_EVERY * 2 + 3);
-        let at = |v: Verdict| -> Vec<usize> {
-            (0..verdicts.len()).filter(|&i| verdicts[i] == v).collect()
-        };
+        let at = |v| positions(&verdicts, v);
         // The 64th call would be a probe: it settles, and probes next.
         let first = PROBE_EVERY as usize - 1;
         assert_eq!(at(Verdict::Settle), [first, 2 * first + 2]);
@@ -516,9 +521,7 @@ mod tests {
         let push = key(Direction::Push);
         learned(&payoffs, &push);
         let verdicts = calls(&payoffs, &push, 1e11, PROBE_EVERY * 2 + 2);
-        let at = |v: Verdict| -> Vec<usize> {
-            (0..verdicts.len()).filter(|&i| verdicts[i] == v).collect()
-        };
+        let at = |v| positions(&verdicts, v);
         // The call that would have been the first raw one, and each call
         // after a probe.
         let probe = PROBE_EVERY as usize - 1;

@@ -14,9 +14,9 @@
 //! transfer it saves, and a sidecar that compresses there makes the job
 //! slower than no sidecar at all. In `auto` a requester's tensors cross as
 //! TensorFlow wrote them while its link is clearly faster than their
-//! break-even rate, and are compressed again as soon as it is not (see
-//! `crate::link::payoff`: they are decided together, so a job's calls are
-//! all compressed or all raw).
+//! break-even rate, and are compressed again as soon as it is not (the
+//! sidecar's link module decides them together, so a job's calls are all
+//! compressed or all raw).
 //!
 //! `always` is the default: in network-namespace pods at 1 Gbit/s, runs
 //! of the MLP whose calls switched between raw and compressed on the
