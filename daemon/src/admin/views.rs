@@ -195,12 +195,8 @@ fn row(row: TensorRow) -> api::TensorRow {
 /// The links' rates and the decisions made on them.
 pub fn links(sidecar: &Sidecar) -> api::status::Links {
     let view = sidecar.link_view();
-    let mode = match sidecar.policy().link().mode {
-        tlc_sidecar::policy::LinkMode::Auto => "auto",
-        tlc_sidecar::policy::LinkMode::Always => "always",
-    };
     api::status::Links {
-        mode: mode.to_string(),
+        mode: sidecar.policy().link().mode.name().to_string(),
         rates: view
             .rates
             .into_iter()

@@ -182,9 +182,9 @@ impl LinkMeter {
         let mut holders = lock(&self.holders);
         if timed {
             holders
-                .get_or_insert_with(&holder.to_owned(), HolderLink::default)
+                .get_or_insert_with(holder, HolderLink::default)
                 .record(answer, true);
-        } else if let Some(link) = holders.get_mut(&holder.to_owned()) {
+        } else if let Some(link) = holders.get_mut(holder) {
             link.record(answer, false);
         }
     }
@@ -206,7 +206,7 @@ impl LinkMeter {
     /// The rate `holder`'s answers arrive at, bytes per second, if known.
     pub fn rate(&self, holder: &str, now: Instant) -> Option<f64> {
         lock(&self.holders)
-            .get_mut(&holder.to_owned())
+            .get_mut(holder)
             .and_then(|link| link.rate(now))
     }
 

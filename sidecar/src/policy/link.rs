@@ -41,6 +41,16 @@ pub enum LinkMode {
     Always,
 }
 
+impl LinkMode {
+    /// Its name in the configuration and the admin API.
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkMode::Auto => "auto",
+            LinkMode::Always => "always",
+        }
+    }
+}
+
 /// The `[policy.link]` table as written in the file.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]

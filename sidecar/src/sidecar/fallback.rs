@@ -52,6 +52,16 @@ struct Shelf {
     bytes: usize,
 }
 
+impl Shelf {
+    /// Takes the response kept under `token` off the shelf, and its bytes
+    /// off the count.
+    fn remove(&mut self, token: u64) -> Option<Kept> {
+        let kept = self.kept.remove(&token)?;
+        self.bytes -= kept.bytes;
+        Some(kept)
+    }
+}
+
 /// Original responses by token, the oldest dropped first beyond a byte
 /// budget.
 ///
@@ -119,9 +129,7 @@ impl FallbackCache {
                 break;
             }
             shelf.order.pop_front();
-            if let Some(old) = shelf.kept.remove(&oldest) {
-                shelf.bytes -= old.bytes;
-            }
+            shelf.remove(oldest);
         }
         // Tokens taken earlier linger in `order`; drop them once they are
         // most of it, so it stays proportional to what is kept.
@@ -142,8 +150,7 @@ impl FallbackCache {
         if shelf.kept.get(&token)?.connection != connection {
             return None;
         }
-        let kept = shelf.kept.remove(&token)?;
-        shelf.bytes -= kept.bytes;
+        let kept = shelf.remove(token)?;
         Some((kept.chunks, kept.trailers))
     }
 
@@ -155,14 +162,10 @@ impl FallbackCache {
     /// out.
     pub fn release(&self, tokens: &[u64]) -> usize {
         let mut shelf = self.shelf.lock().unwrap_or_else(|e| e.into_inner());
-        let mut released = 0;
-        for token in tokens {
-            if let Some(kept) = shelf.kept.remove(token) {
-                shelf.bytes -= kept.bytes;
-                released += 1;
-            }
-        }
-        released
+        tokens
+            .iter()
+            .filter(|token| shelf.remove(**token).is_some())
+            .count()
     }
 
     /// Responses kept now, and their bytes.

@@ -3,6 +3,7 @@
 //! names, incarnations, node names), and a peer inventing them must not
 //! grow tlcd's memory.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 
@@ -42,8 +43,14 @@ impl<K: Clone + Eq + Hash, V> Bounded<K, V> {
         self.entries.iter().map(|(k, (v, _))| (k, v))
     }
 
-    /// The entry of `key`, made the newest, if there is one.
-    pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+    /// The entry of `key`, made the newest, if there is one. `key` may be
+    /// a borrowed form of `K` (a `&str` for a `String` key), so that a
+    /// lookup allocates nothing.
+    pub fn get_mut<Q>(&mut self, key: &Q) -> Option<&mut V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.tick += 1;
         let tick = self.tick;
         let (value, used) = self.entries.get_mut(key)?;
@@ -56,16 +63,21 @@ impl<K: Clone + Eq + Hash, V> Bounded<K, V> {
 
     /// The entry of `key`, made the newest; made by `make` if absent, the
     /// oldest entry dropped when the map is full.
-    pub fn get_or_insert_with(&mut self, key: &K, make: impl FnOnce() -> V) -> &mut V {
+    pub fn get_or_insert_with<Q>(&mut self, key: &Q, make: impl FnOnce() -> V) -> &mut V
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         if !self.entries.contains_key(key) {
             if self.entries.len() >= self.max {
                 if let Some((_, oldest)) = self.order.pop_first() {
-                    self.entries.remove(&oldest);
+                    self.entries.remove::<K>(&oldest);
                 }
             }
             self.tick += 1;
-            self.order.insert(self.tick, key.clone());
-            self.entries.insert(key.clone(), (make(), self.tick));
+            let owned = key.to_owned();
+            self.order.insert(self.tick, owned.clone());
+            self.entries.insert(owned, (make(), self.tick));
         }
         // Present now; `get_mut` also makes it the newest.
         match self.get_mut(key) {
