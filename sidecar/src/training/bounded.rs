@@ -109,4 +109,14 @@ mod tests {
         assert_eq!(map.len(), 2);
         assert_eq!(map.order.len(), 2);
     }
+
+    #[test]
+    fn string_keys_are_looked_up_by_str() {
+        let mut map: Bounded<String, u32> = Bounded::new(4);
+        *map.get_or_insert_with("ps", || 1) += 1;
+        *map.get_or_insert_with("ps", || 10) += 1;
+        assert_eq!(map.get_mut("ps").copied(), Some(3));
+        assert_eq!(map.get_mut("worker"), None);
+        assert_eq!(map.len(), 1);
+    }
 }
