@@ -461,7 +461,8 @@ mod tests {
                 envelope,
                 &limits(),
                 now,
-                |_| unreachable!(),
+                // An exact read's answer: the values alone, no replica.
+                |values| values,
                 <[f32]>::to_vec,
             )
             .unwrap()
@@ -505,7 +506,7 @@ mod tests {
     }
 
     #[test]
-    fn an_exact_read_settles_the_replica_once_and_later_reads_are_empty() {
+    fn an_exact_read_is_the_model_and_moves_no_replica() {
         let (holder, requester, other) = (contexts(1 << 30), contexts(1 << 30), contexts(1 << 30));
         let pull = call(Direction::Pull);
         let now = Instant::now();
@@ -531,18 +532,23 @@ mod tests {
         }
         let (approximate, _) = read(&requester, 2, false);
         assert_ne!(approximate, values(2), "3LC leaves the replica off");
-        // The evaluation after training: the model, bit for bit, through a
-        // lossless delta in the chain.
-        let (exact, settling) = read(&requester, 2, true);
-        assert_eq!(exact, values(2));
-        let (again, empty) = read(&requester, 2, true);
-        assert_eq!(again, values(2));
-        assert!(empty < settling / 10, "{empty} bytes, settling {settling}");
-        // A requester behind follows the same chain, the settle included.
+        let state = requester.replica_state(&pull, now);
+        // An evaluation: the model, bit for bit, as large as the model,
+        // and every time.
+        for _ in 0..2 {
+            let (exact, bytes) = read(&requester, 2, true);
+            assert_eq!(exact, values(2));
+            assert!(bytes >= 4 * values(2).len(), "{bytes} bytes");
+        }
+        // No replica moved: the requester's is where training left it, and
+        // a requester behind gets what training would have given it.
+        assert_eq!(requester.replica_state(&pull, now), state);
+        let (again, _) = read(&requester, 2, false);
+        assert_eq!(again, approximate);
         let (behind, _) = read(&other, 2, false);
-        assert_eq!(behind, values(2));
+        assert_eq!(behind, approximate);
         let counters = lock(&pull_source(&holder, &pull, now)).counters();
-        assert_eq!(counters.settles, 1);
+        assert_eq!(counters.settles, 2, "two exact reads");
         assert_eq!(counters.resets, 1, "only the first value");
     }
 

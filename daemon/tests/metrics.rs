@@ -374,8 +374,8 @@ async fn exposition_matches_the_sidecars_counters() {
     assert!(r.samples("tlc_tensor_raw_bytes_total", &[]).is_empty());
     assert!(r.samples("tlc_tensor_top_raw_bytes_total", &[]).is_empty());
 
-    // Training stops: a read again of the last value, which has not
-    // changed, settles the replica to it, once.
+    // Training stops: each read again of the last value, which has not
+    // changed, is answered with the value itself.
     assert_eq!(h.value("tlc_replica_settles_total", &[]), Some(0.0));
     let last = key(PS, WORKER, 3, "dense/kernel/read");
     for _ in 0..2 {
@@ -383,7 +383,7 @@ async fn exposition_matches_the_sidecars_counters() {
         assert!(read.values == values(MODEL, PULL_STEPS - 1));
     }
     let h = render(&holder);
-    assert_eq!(h.value("tlc_replica_settles_total", &[]), Some(1.0));
+    assert_eq!(h.value("tlc_replica_settles_total", &[]), Some(2.0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,6 +31,9 @@ pub enum Served {
     Chain(u32),
     /// The replica itself.
     Keyframe(KeyframeReason),
+    /// The value itself, in a push envelope no replica applies (an exact
+    /// read).
+    Exact,
 }
 
 /// What a read needs of the value.
@@ -40,15 +43,22 @@ pub enum Reads {
     #[default]
     Replica,
     /// The replica, but a read of a value that has not changed since the
-    /// requester's last read of it gets the value itself: once training
-    /// stops, a variable is frozen or an evaluation reads again, the
-    /// requester's replica settles to the model, bit for bit.
+    /// requester's last read of it gets the value itself, bit for bit
+    /// (once training stops, a variable is frozen or an evaluation reads
+    /// again), as [`Reads::Exact`] does.
     SettleRereads,
     /// The value itself, bit for bit, every time (an evaluation, a
-    /// checkpoint). The shared replica is brought to the value by a
-    /// lossless delta that every requester's chain can carry; a later read
-    /// of the same value is an empty chain.
+    /// checkpoint), in a stateless lossless envelope: neither the shared
+    /// replica nor the requester's moves. Settling the shared replica
+    /// instead made a training job's next deltas depend on whether an
+    /// evaluation's read came before or after the step's update, that is
+    /// on timing, and its trajectory with them.
     Exact,
+    /// The shared replica brought to the value by a lossless delta that
+    /// every requester's chain can carry (the link decision's settling
+    /// call, after raw answers): this requester's replica becomes the
+    /// model.
+    Settle,
 }
 
 /// Who asks for a pull: the replica they hold, whether they read a lossy
@@ -130,9 +140,10 @@ pub struct PullCounters {
     /// First values held as a lossy codec's decode, sent as a lossy
     /// keyframe (see [`Requester::first_keyframe`]).
     pub lossy_starts: u64,
-    /// Reads that needed the value itself (see [`Reads`]) and found the
-    /// replica off it, and brought it there (a lossless delta, or a reset
-    /// where f32 cannot add up to it).
+    /// Reads answered with the value itself (see [`Reads`]): an exact read
+    /// or a read again, in a stateless lossless envelope, and a settling
+    /// call that found the replica off the value and brought it there (a
+    /// lossless delta, or a reset where f32 cannot add up to it).
     pub settles: u64,
     /// Bytes the values would have cost as f32.
     pub raw_bytes: u64,

@@ -140,24 +140,62 @@ impl PullSource {
         out: &mut Vec<u8>,
     ) -> Result<PullServed, ServeError> {
         let requester = requester.into();
+        let exact = match requester.reads {
+            Reads::Exact => true,
+            Reads::SettleRereads => {
+                self.holds_current(requester.has) && replica_hash(value) == self.value_hash
+            }
+            Reads::Replica | Reads::Settle => false,
+        };
+        if exact {
+            return self.answer_exact(value, fallback_token, out);
+        }
         let update = match requester.first_keyframe {
-            Some(first) if self.version == 0 && requester.reads != Reads::Exact => {
+            Some(first) if self.version == 0 && requester.reads != Reads::Settle => {
                 self.start_lossy(value, first, refine)
             }
             _ => None,
         }
         .unwrap_or_else(|| {
             let hash = replica_hash(value);
-            let reread = requester.reads == Reads::SettleRereads
-                && hash == self.value_hash
-                && self.holds_current(requester.has);
-            if requester.reads == Reads::Exact || reread {
+            if requester.reads == Reads::Settle {
                 self.settle(value, hash)
             } else {
                 self.update(value, hash, codec, refine)
             }
         });
         self.answer_counted(update, value, requester, fallback_token, out)
+    }
+
+    /// Appends `value` itself, losslessly, in a push envelope that no
+    /// replica applies: the source and every replica stay as they are.
+    fn answer_exact(
+        &mut self,
+        value: &[f32],
+        fallback_token: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<PullServed, ServeError> {
+        let start = out.len();
+        EnvelopeHeader::push(fallback_token).write(out);
+        if let Err(err) = Encoder::new(Codec::None, Feedback::Off).encode(value, out) {
+            out.truncate(start);
+            return Err(err.into());
+        }
+        let result = PullServed {
+            update: Update::Unchanged,
+            served: Served::Exact,
+            state: ReplicaState {
+                epoch: self.epoch.get(),
+                version: self.version,
+            },
+            raw_bytes: std::mem::size_of_val(value),
+            wire_bytes: out.len() - start,
+        };
+        let c = &mut self.counters;
+        c.settles += 1;
+        c.raw_bytes += result.raw_bytes as u64;
+        c.wire_bytes += result.wire_bytes as u64;
+        Ok(result)
     }
 
     /// Whether a requester holding `has` holds this source's current
@@ -198,6 +236,8 @@ impl PullSource {
             Served::UpToDate => c.up_to_date += 1,
             Served::Chain(_) => c.chains += 1,
             Served::Keyframe(_) => c.keyframes += 1,
+            // Counted where it is written (`answer_exact`).
+            Served::Exact => {}
         }
         c.raw_bytes += result.raw_bytes as u64;
         c.wire_bytes += result.wire_bytes as u64;

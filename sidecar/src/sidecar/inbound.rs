@@ -387,7 +387,7 @@ fn compress(
                 has: replica,
                 first_keyframe: policy.keyframe_codec().filter(|_| int8_keyframes),
                 reads: if exact {
-                    Reads::Exact
+                    Reads::Settle
                 } else {
                     reads_for(policy, classified)
                 },
