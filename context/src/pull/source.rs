@@ -181,21 +181,7 @@ impl PullSource {
             out.truncate(start);
             return Err(err.into());
         }
-        let result = PullServed {
-            update: Update::Unchanged,
-            served: Served::Exact,
-            state: ReplicaState {
-                epoch: self.epoch.get(),
-                version: self.version,
-            },
-            raw_bytes: std::mem::size_of_val(value),
-            wire_bytes: out.len() - start,
-        };
-        let c = &mut self.counters;
-        c.settles += 1;
-        c.raw_bytes += result.raw_bytes as u64;
-        c.wire_bytes += result.wire_bytes as u64;
-        Ok(result)
+        Ok(self.counted(Update::Unchanged, Served::Exact, value, out.len() - start))
     }
 
     /// Whether a requester holding `has` holds this source's current
@@ -221,6 +207,17 @@ impl PullSource {
             .inspect_err(|_| {
                 out.truncate(start);
             })?;
+        Ok(self.counted(update, served, value, out.len() - start))
+    }
+
+    /// What was served, counted: `wire_bytes` of envelope for `value`.
+    fn counted(
+        &mut self,
+        update: Update,
+        served: Served,
+        value: &[f32],
+        wire_bytes: usize,
+    ) -> PullServed {
         let result = PullServed {
             update,
             served,
@@ -229,19 +226,18 @@ impl PullSource {
                 version: self.version,
             },
             raw_bytes: std::mem::size_of_val(value),
-            wire_bytes: out.len() - start,
+            wire_bytes,
         };
         let c = &mut self.counters;
         match served {
             Served::UpToDate => c.up_to_date += 1,
             Served::Chain(_) => c.chains += 1,
             Served::Keyframe(_) => c.keyframes += 1,
-            // Counted where it is written (`answer_exact`).
-            Served::Exact => {}
+            Served::Exact => c.settles += 1,
         }
         c.raw_bytes += result.raw_bytes as u64;
         c.wire_bytes += result.wire_bytes as u64;
-        Ok(result)
+        result
     }
 
     /// The first value held as `codec`'s decode (a new version, as a
