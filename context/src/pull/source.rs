@@ -140,11 +140,11 @@ impl PullSource {
         out: &mut Vec<u8>,
     ) -> Result<PullServed, ServeError> {
         let requester = requester.into();
+        // Once per call: a read again is told by it, and an update keeps it.
+        let hash = replica_hash(value);
         let exact = match requester.reads {
             Reads::Exact => true,
-            Reads::SettleRereads => {
-                self.holds_current(requester.has) && replica_hash(value) == self.value_hash
-            }
+            Reads::SettleRereads => hash == self.value_hash && self.holds_current(requester.has),
             Reads::Replica | Reads::Settle => false,
         };
         if exact {
@@ -157,7 +157,6 @@ impl PullSource {
             _ => None,
         }
         .unwrap_or_else(|| {
-            let hash = replica_hash(value);
             if requester.reads == Reads::Settle {
                 self.settle(value, hash)
             } else {
