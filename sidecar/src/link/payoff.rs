@@ -310,7 +310,7 @@ impl Payoffs {
 
     /// Without a rate: a tensor of `raw_bytes` for `requester` goes raw if
     /// its size suits timing the link and none went lately.
-    fn explore_or_compress(&self, requester: &String, raw_bytes: u64, now: Instant) -> Verdict {
+    fn explore_or_compress(&self, requester: &str, raw_bytes: u64, now: Instant) -> Verdict {
         if !EXPLORE_BYTES.contains(&raw_bytes) {
             return Verdict::Compress;
         }

@@ -209,18 +209,21 @@ pub async fn recv_tensor(
     });
     match compressed {
         Ok((chunks, mark)) => {
-            if exact {
-                sidecar.payoffs.settled(&payoff_key);
-            } else if matches!(mark, Mark::Envelope { keyframe: true }) {
+            match (exact, &mark) {
+                (true, _) => sidecar.payoffs.settled(&payoff_key),
                 // A pull's replica made anew: current, but what it cost and
                 // saved says nothing of the deltas that follow.
-                sidecar.payoffs.made_current(&payoff_key);
-            } else if matches!(mark, Mark::Envelope { keyframe: false }) {
-                let wire = chunks.iter().map(Bytes::len).sum();
-                let took = started.elapsed();
-                sidecar
-                    .payoffs
-                    .record(&payoff_key, collected.len(), wire, took);
+                (false, Mark::Envelope { keyframe: true }) => {
+                    sidecar.payoffs.made_current(&payoff_key)
+                }
+                (false, Mark::Envelope { keyframe: false }) => {
+                    let wire = chunks.iter().map(Bytes::len).sum();
+                    let took = started.elapsed();
+                    sidecar
+                        .payoffs
+                        .record(&payoff_key, collected.len(), wire, took);
+                }
+                (false, Mark::IdsAgain(_)) => {}
             }
             match mark {
                 Mark::Envelope { .. } => parts

@@ -166,6 +166,16 @@ fn a_requesters_tensors_cross_raw_together_or_not_at_all() {
     assert!((view.break_even - 0.953e9).abs() < 0.005e9, "{view:?}");
 }
 
+/// `auto` taking every link to run at `mbit` Mbit/s.
+fn assuming(mbit: u64) -> Link {
+    Link::new(&LinkSettings {
+        mode: LinkMode::Auto,
+        assume_rate_mbit: mbit,
+        ..LinkSettings::default()
+    })
+    .unwrap()
+}
+
 #[test]
 fn always_and_an_assumed_rate_override_the_measurement() {
     let payoffs = Payoffs::default();
@@ -177,22 +187,12 @@ fn always_and_an_assumed_rate_override_the_measurement() {
         payoffs.verdict(&pull, at(1e12), &always, now),
         Verdict::Compress
     );
-    let slow = Link::new(&LinkSettings {
-        mode: LinkMode::Auto,
-        assume_rate_mbit: 100,
-        ..LinkSettings::default()
-    })
-    .unwrap();
+    let slow = assuming(100);
     assert_eq!(
         payoffs.verdict(&pull, at(1e12), &slow, now),
         Verdict::Compress
     );
-    let fast = Link::new(&LinkSettings {
-        mode: LinkMode::Auto,
-        assume_rate_mbit: 100_000,
-        ..LinkSettings::default()
-    })
-    .unwrap();
+    let fast = assuming(100_000);
     assert_eq!(
         payoffs.verdict(&pull, LinkNow::default(), &fast, now),
         Verdict::Pass
