@@ -6,10 +6,12 @@
 //! to the [`Handler`] the proxy was started with, which answers it, mostly
 //! through [`forward`] to the connection's [`upstream`]. [`body`] holds the
 //! body types and the memory they charge to [`limits`]; [`tuning`] the
-//! socket and HTTP/2 settings; [`grpc_status`] the error responses the proxy
-//! itself returns; [`lifecycle`], [`linger`] and [`handover`] how
-//! connections end without losing a byte, on shutdown or when a successor
-//! takes the listening sockets over ([`server`] ties them together).
+//! socket and HTTP/2 settings, [`batched`] the system calls that read and
+//! write a connection's socket, many frames at a time; [`grpc_status`] the
+//! error responses the proxy itself returns; [`lifecycle`], [`linger`] and
+//! [`handover`] how connections end without losing a byte, on shutdown or
+//! when a successor takes the listening sockets over ([`server`] ties them
+//! together).
 //! [`http_server`] serves the small HTTP/1 endpoints (admin, metrics).
 //! Whatever is put around a connection's stream is an [`io::Wrapped`]
 //! layer; whatever a body keeps alive while it lives (a call in progress,
@@ -20,6 +22,7 @@
 //! ([`intercept`]) and the allocator call that returns freed memory
 //! ([`limits::memory`]), each with a SAFETY note.
 
+pub mod batched;
 pub mod body;
 pub mod connection;
 pub mod first_bytes;

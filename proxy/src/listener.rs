@@ -16,6 +16,7 @@ use tracing::{debug, info, warn, Instrument};
 
 use tlc_core::Role;
 
+use crate::batched::Batched;
 use crate::body;
 use crate::connection::{self, Activity, ConnectionId, Refusal};
 use crate::handler::{Handler, Unauthenticated};
@@ -299,7 +300,7 @@ async fn serve_http2<H: Handler>(
     });
     let mut builder = http2::Builder::new(Tracked(tasks));
     tuning::server(&mut builder, role);
-    let connection = builder.serve_connection(TokioIo::new(io), service);
+    let connection = builder.serve_connection(TokioIo::new(Batched::new(io)), service);
     tokio::pin!(connection);
     // Only a peer's connection is closed when idle: the peer's sidecar
     // reconnects on its next call. TensorFlow's own connections (outbound)

@@ -18,6 +18,7 @@ use tokio::sync::Mutex;
 use tokio_util::task::TaskTracker;
 use tracing::debug;
 
+use super::batched::Batched;
 use super::body::ProxyBody;
 use super::first_bytes::FirstBytes;
 use super::linger::{self, LINGER_BYTES, LINGER_TIME};
@@ -182,7 +183,7 @@ impl Upstream {
         let mut builder = http2::Builder::new(Tracked(self.tasks.clone()));
         tuning::client(&mut builder, self.role);
         let (sender, connection) = builder
-            .handshake(TokioIo::new(io))
+            .handshake(TokioIo::new(Batched::new(io)))
             .await
             .map_err(|source| UpstreamError::Handshake { addr, source })?;
         self.tasks.spawn(async move {
