@@ -10,11 +10,14 @@
 //! an answer begins after every earlier one has ended (the link rested),
 //! or after [`MAX_BURST`] on a link that never rests.
 //!
-//! Samples of bursts that were mostly raw answers are kept apart and
-//! trusted over the others for [`RAW_TRUST`]: a token-bucket link (Linux
-//! `tbf`, cloud egress shaping) lets a burst's allowance through at the
-//! wire's speed, so a step's few compressed bytes can look much faster
-//! than the link is, while raw answers are large enough to show its rate.
+//! Only bursts of mostly raw answers make samples, and a sample is
+//! trusted for [`RAW_TRUST`]. A token-bucket link (Linux `tbf`, cloud
+//! egress shaping) lets a burst's allowance through at the wire's speed,
+//! so a step's few compressed bytes look far faster than the link is:
+//! believed, they sent tensors raw over a slow link until the first raw
+//! burst showed its rate. With no fresh sample the holder compresses and
+//! now and then sends one tensor raw to time the link (see
+//! `payoff.rs`).
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -34,9 +37,7 @@ pub const MIN_BURST: u64 = 64 << 10;
 pub const MAX_BURST: Duration = Duration::from_millis(250);
 /// Samples kept per holder and kind; the rate is their median.
 const SAMPLES: usize = 9;
-/// Samples of compressed bursts needed before they are believed.
-const MIN_COMPRESSED_SAMPLES: usize = 3;
-/// How long samples of raw bursts win over the others.
+/// How long a sample is trusted.
 pub const RAW_TRUST: Duration = Duration::from_secs(300);
 /// Holders remembered at most (a job's tasks; more only under attack).
 const MAX_HOLDERS: usize = 4096;
@@ -73,8 +74,6 @@ struct HolderLink {
     burst: Option<Burst>,
     /// Rates of mostly raw bursts, with when they closed.
     raw: VecDeque<(f64, Instant)>,
-    /// Rates of mostly compressed bursts.
-    compressed: VecDeque<f64>,
 }
 
 impl HolderLink {
@@ -118,20 +117,17 @@ impl HolderLink {
             return;
         }
         let rate = burst.bytes as f64 / burst.busy.max(MIN_BUSY).as_secs_f64();
-        if burst.raw_bytes * 2 > burst.bytes {
-            if self.raw.len() == SAMPLES {
-                self.raw.pop_front();
-            }
-            self.raw.push_back((rate, now));
-        } else {
-            if self.compressed.len() == SAMPLES {
-                self.compressed.pop_front();
-            }
-            self.compressed.push_back(rate);
+        if burst.raw_bytes * 2 <= burst.bytes {
+            // Mostly compressed: its speed may be a token bucket's.
+            return;
         }
+        if self.raw.len() == SAMPLES {
+            self.raw.pop_front();
+        }
+        self.raw.push_back((rate, now));
     }
 
-    /// The median of the trusted samples, if there are enough.
+    /// The median of the fresh samples, if there is one.
     fn rate(&self, now: Instant) -> Option<f64> {
         let fresh: Vec<f64> = self
             .raw
@@ -139,11 +135,7 @@ impl HolderLink {
             .filter(|(_, at)| now.saturating_duration_since(*at) < RAW_TRUST)
             .map(|(rate, _)| *rate)
             .collect();
-        if !fresh.is_empty() {
-            return Some(median(fresh));
-        }
-        (self.compressed.len() >= MIN_COMPRESSED_SAMPLES)
-            .then(|| median(self.compressed.iter().copied().collect()))
+        (!fresh.is_empty()).then(|| median(fresh))
     }
 }
 
@@ -287,29 +279,25 @@ mod tests {
     }
 
     #[test]
-    fn raw_samples_win_while_fresh_and_compressed_need_three() {
+    fn only_raw_bursts_are_samples_and_only_while_fresh() {
         let meter = LinkMeter::default();
         let t = Instant::now();
         // Compressed bursts at 100 MB/s (a token bucket's allowance).
-        for step in 0..3u64 {
+        for step in 0..5u64 {
             meter.record(
                 "ps",
                 answer(t, step * 1000, step * 1000 + 1, 100 << 10, false),
             );
         }
-        assert_eq!(meter.rate("ps", t), None, "two closed: not enough");
-        meter.record("ps", answer(t, 5000, 5001, 100 << 10, false));
-        let fast = meter.rate("ps", t).unwrap();
-        assert!(fast > 50e6, "{fast}");
+        assert_eq!(meter.rate("ps", t), None, "compressed bursts say nothing");
         // One raw burst at 1 MB/s, closed by the next answer.
         meter.record("ps", answer(t, 6000, 7000, MB, true));
         meter.record("ps", answer(t, 8000, 8001, 100 << 10, false));
         let at = t + Duration::from_secs(8);
         let slow = meter.rate("ps", at).unwrap();
         assert!((slow - MB as f64).abs() < 1.0, "{slow}");
-        // Past its trust, the compressed samples speak again.
-        let later = at + RAW_TRUST;
-        assert!(meter.rate("ps", later).unwrap() > 50e6);
+        // Past its trust, nothing is known again.
+        assert_eq!(meter.rate("ps", at + RAW_TRUST), None);
     }
 
     #[test]

@@ -22,9 +22,10 @@
 //! tlc. While they pass, one call in [`PROBE_EVERY`] of each tensor is
 //! still compressed, so its cost and saving stay current.
 //!
-//! Before a requester knows its link's rate, a tensor of 64 to 256 KiB
-//! crosses raw now and then ([`Verdict::Explore`]): compressed answers
-//! alone may be too small to time.
+//! Before a requester knows its link's rate, and whenever its last raw
+//! answers are too old to trust, a tensor of 64 KiB to 8 MiB crosses raw
+//! every [`EXPLORE_EVERY`] at most ([`Verdict::Explore`]): only raw
+//! answers time a link (see [`super::meter`]).
 //!
 //! Raw and compressed calls of one tensor must add up to the model that
 //! compressing every call would give, or a job that mixes them trains on
@@ -61,8 +62,11 @@ pub const PROBE_EVERY: u32 = 64;
 const MAX_TENSORS: usize = 1 << 16;
 /// Requesters remembered for exploring at most.
 const MAX_REQUESTERS: usize = 4096;
-/// Sizes of the tensors sent raw to let a requester time its link.
-const EXPLORE_BYTES: std::ops::RangeInclusive<u64> = (64 << 10)..=(256 << 10);
+/// Sizes of the tensors sent raw to let a requester time its link: large
+/// enough to make a sample (see [`super::meter::MIN_BURST`]), small enough
+/// that one costs a slow link little (8 MiB: 7 s at 10 Mbit/s, once per
+/// [`super::meter::RAW_TRUST`] while the link stays compressed).
+const EXPLORE_BYTES: std::ops::RangeInclusive<u64> = (64 << 10)..=(8 << 20);
 /// At most one tensor sent raw to explore per requester this often.
 pub const EXPLORE_EVERY: Duration = Duration::from_secs(2);
 

@@ -205,8 +205,11 @@ fn without_a_rate_a_mid_sized_tensor_explores_every_two_seconds() {
     let pull = key(Direction::Pull);
     let now = Instant::now();
     let unknown = LinkNow::default();
-    // 1 MB: too large to explore with.
-    learned(&payoffs, &pull);
+    // 16 MiB: too large to explore with.
+    payoffs.record(&pull, 16 << 20, 1 << 20, Duration::from_millis(8));
+    assert_eq!(call(&payoffs, &pull, unknown, now), Verdict::Compress);
+    // 32 KiB: too small to time.
+    payoffs.record(&pull, 32 << 10, 1 << 10, Duration::from_micros(20));
     assert_eq!(call(&payoffs, &pull, unknown, now), Verdict::Compress);
     payoffs.record(&pull, 128 << 10, 4 << 10, Duration::from_micros(60));
     assert_eq!(call(&payoffs, &pull, unknown, now), Verdict::Explore);
