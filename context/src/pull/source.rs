@@ -14,6 +14,7 @@ use tlc_codec::{
 
 use super::request::{KeyframeReason, PullCounters, PullServed, Reads, Requester, Served, Update};
 use super::{add_delta, replica_hash, ReplicaState, DEFAULT_CACHE_LEN};
+use crate::push::encode_stateless;
 use crate::refine::{relative_to, sum_of_squares, Refinement};
 use crate::table::ContextMemory;
 use tlc_wire::envelope::{write_envelope, EnvelopeError, EnvelopeHeader, HEADER_LEN};
@@ -174,13 +175,8 @@ impl PullSource {
         fallback_token: u64,
         out: &mut Vec<u8>,
     ) -> Result<PullServed, ServeError> {
-        let start = out.len();
-        EnvelopeHeader::push(fallback_token).write(out);
-        if let Err(err) = Encoder::new(Codec::None, Feedback::Off).encode(value, out) {
-            out.truncate(start);
-            return Err(err.into());
-        }
-        Ok(self.counted(Update::Unchanged, Served::Exact, value, out.len() - start))
+        let encoded = encode_stateless(value, Codec::None, EntropyStage::Off, fallback_token, out)?;
+        Ok(self.counted(Update::Unchanged, Served::Exact, value, encoded.wire_bytes))
     }
 
     /// Whether a requester holding `has` holds this source's current

@@ -35,7 +35,7 @@ pub const MIN_TIMED: u64 = 16 << 10;
 pub const MIN_BURST: u64 = 64 << 10;
 /// A burst on a link that never rests closes after this long.
 pub const MAX_BURST: Duration = Duration::from_millis(250);
-/// Samples kept per holder and kind; the rate is their median.
+/// Samples kept per holder; the rate is their median.
 const SAMPLES: usize = 9;
 /// How long a sample is trusted.
 pub const RAW_TRUST: Duration = Duration::from_secs(300);
