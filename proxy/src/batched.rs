@@ -46,7 +46,7 @@ pub struct Batched<T> {
 }
 
 impl<T> Batched<T> {
-    /// `inner` with its writes batched.
+    /// `inner`, read and written in batches.
     pub fn new(inner: T) -> Batched<T> {
         Batched {
             inner,
@@ -99,10 +99,10 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Batched<T> {
                 return Poll::Ready(Err(err));
             }
         }
-        if this.start == this.end && buf.remaining() >= READ {
-            return Pin::new(&mut this.inner).poll_read(cx, buf);
-        }
         if this.start == this.end {
+            if buf.remaining() >= READ {
+                return Pin::new(&mut this.inner).poll_read(cx, buf);
+            }
             if this.read.is_empty() {
                 this.read = vec![0; READ].into_boxed_slice();
             }
