@@ -6,8 +6,9 @@
 //! identity of one `RecvTensor` call ([`TensorCall`]), how a call ended
 //! ([`Outcome`], [`PassReason`]), the error every setting reports
 //! ([`ConfigError`]) with the ranges of whole-number settings
-//! ([`bounds`]), and where tlcd keeps its private runtime files
-//! ([`runtime_dir`]).
+//! ([`bounds`]), where tlcd keeps its private runtime files
+//! ([`runtime_dir`]), and how an error and its causes make one line
+//! ([`report`]).
 //!
 //! Every crate of the workspace may depend on this one; it depends on none
 //! of them.
@@ -19,6 +20,7 @@ pub mod call;
 pub mod class;
 pub mod direction;
 pub mod outcome;
+pub mod report;
 pub mod role;
 pub mod runtime_dir;
 pub mod settings;

@@ -66,9 +66,7 @@ fn main() -> ExitCode {
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) if err.is::<admin::Failed>() => ExitCode::FAILURE,
         Err(err) => {
-            // `{:#}` joins anyhow's context chain with ": ". Flatten any
-            // newline inside a message so the error stays one line.
-            let message = format!("{err:#}").replace('\n', " ");
+            let message = tlc_core::report::one_line(&*err);
             let _ = std::io::stdout().flush();
             eprintln!("tlcctl: error: {message}");
             ExitCode::FAILURE

@@ -8,10 +8,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
-use clap::Parser;
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{CommandFactory, Parser};
 use serde_json::json;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tlc_core::Role;
 use tlc_daemon::admin::default_token;
@@ -20,7 +20,7 @@ use tlc_daemon::admin::token::AdminToken;
 use tlc_daemon::admin::{self, Admin, Readiness};
 use tlc_daemon::config::admin::AdminSettings;
 use tlc_daemon::config::layers::{FlagValue, Layers, Resolved};
-use tlc_daemon::config::{LogFormat, Route};
+use tlc_daemon::config::{log_filter, LogFormat, Route};
 use tlc_daemon::control::log::LogControl;
 use tlc_daemon::control::{watch, Control};
 use tlc_proxy::handover::{self, HandoverError, Offer, Offered, Purpose};
@@ -30,10 +30,10 @@ use tlc_sidecar::policy::Policy;
 use tlc_sidecar::sidecar::record::Recorder;
 use tlc_sidecar::sidecar::Sidecar;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::reload;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{reload, EnvFilter};
 
 /// The tlc sidecar: proxies a TensorFlow task's gRPC traffic and
 /// compresses tensors between sidecars.
@@ -114,24 +114,98 @@ struct Args {
     /// less contention.
     #[arg(long, env = "TLC_THREADS")]
     threads: Option<usize>,
+
+    /// Check the configuration (FILE, or --config, with the TLC_*
+    /// variables and flags over it) as tlcd would start with it, TLS files
+    /// included, print it, and exit: 0 if tlcd would start, 1 with the
+    /// reason if not. Listens on nothing.
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    check_config: Option<Option<PathBuf>>,
 }
 
 fn main() -> ExitCode {
     // Before any thread starts (see the function).
     let arenas_limited = tlc_proxy::limits::memory::limit_arenas();
     let args = Args::parse();
+    let asked_format = args.log_format.or_else(env_log_format);
     match run(args, arenas_limited) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("tlcd: error: {err:#}");
+            let message = tlc_core::report::one_line(&*err);
+            let format = LOG_FORMAT.get().copied().or(asked_format);
+            if format == Some(LogFormat::Json) {
+                fatal_json(&message);
+            } else {
+                eprintln!("tlcd: error: {message}");
+            }
             ExitCode::FAILURE
         }
     }
 }
 
+/// The format of the log subscriber once installed.
+static LOG_FORMAT: OnceLock<LogFormat> = OnceLock::new();
+
+/// `TLC_LOG__FORMAT`, for an error met before the configuration resolves.
+fn env_log_format() -> Option<LogFormat> {
+    match std::env::var("TLC_LOG__FORMAT")
+        .ok()?
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "json" => Some(LogFormat::Json),
+        "human" => Some(LogFormat::Human),
+        _ => None,
+    }
+}
+
+/// The fatal error as one JSON log line, so that a log pipeline parsing
+/// tlcd's JSON does not drop the one line that says why it stopped.
+fn fatal_json(message: &str) {
+    if LOG_FORMAT.get().is_none() {
+        // No subscriber yet (the configuration did not resolve): one for
+        // this line.
+        let _ = tracing_subscriber::fmt()
+            .json()
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+    error!(error = message, "tlcd: cannot run");
+}
+
+/// `--check-config`: what starting would check short of listening, then
+/// the configuration in force, with where each value came from.
+fn check_config(args: &Args, resolved: &Resolved) -> Result<()> {
+    let config = &resolved.config;
+    Policy::new(&config.policy)?;
+    config.sidecar_options()?;
+    if let Some(threads) = args.threads {
+        if !(1..=MAX_THREADS).contains(&threads) {
+            bail!("--threads {threads}: 1 to {MAX_THREADS}");
+        }
+    }
+    if config.tls.enabled() {
+        tlc_proxy::tls::TlsContext::load(&config.tls)?;
+    }
+    let shown = toml::to_string(config).context("cannot print the configuration")?;
+    println!("{shown}");
+    let from: Vec<String> = resolved
+        .sources
+        .iter()
+        .filter(|(_, origin)| **origin != tlc_daemon::config::layers::Origin::Default)
+        .map(|(key, origin)| format!("#   {key}: {origin}"))
+        .collect();
+    if !from.is_empty() {
+        println!("# set outside the defaults:\n{}", from.join("\n"));
+    }
+    let listeners = config.listeners().len();
+    println!("# configuration OK: tlcd would start with {listeners} listener(s)");
+    Ok(())
+}
+
 /// Installs the log subscriber; the returned control changes its filter later.
 fn init_logging(filter: &str, format: LogFormat) -> Result<LogControl> {
-    let parsed = EnvFilter::try_new(filter).with_context(|| format!("log filter '{filter}'"))?;
+    let parsed = log_filter::parse(filter).map_err(|e| anyhow!("log filter '{filter}': {e}"))?;
     let (filter_layer, handle) = reload::Layer::new(parsed);
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let registry = tracing_subscriber::registry().with(filter_layer);
@@ -140,6 +214,7 @@ fn init_logging(filter: &str, format: LogFormat) -> Result<LogControl> {
         LogFormat::Json => registry.with(fmt.json()).try_init(),
     }
     .context("cannot install the log subscriber")?;
+    let _ = LOG_FORMAT.set(format);
     Ok(LogControl::new(filter, move |new| {
         handle.reload(new).map_err(|e| e.to_string())
     }))
@@ -194,6 +269,14 @@ fn flag_layer(args: &Args) -> Vec<FlagValue> {
 /// Every layer of the configuration, resolved; `--route` flags are added
 /// to the routes of the layers below.
 fn configuration(args: &Args) -> Result<(Layers, Resolved)> {
+    let names: Vec<String> = std::env::vars().map(|(name, _)| name).collect();
+    // The variables tlcd's own flags read (TLC_ADMIN_TOKEN_FILE, ...).
+    let command = Args::command();
+    let flags: Vec<&str> = command
+        .get_arguments()
+        .filter_map(|arg| arg.get_env()?.to_str())
+        .collect();
+    Layers::check_env_names(names.iter().map(String::as_str), &flags)?;
     let mut layers = Layers {
         file: args.config.clone(),
         env: Layers::env_from(std::env::vars()),
@@ -216,11 +299,18 @@ fn configuration(args: &Args) -> Result<(Layers, Resolved)> {
     Ok((layers, resolved))
 }
 
-fn run(args: Args, arenas_limited: bool) -> Result<()> {
+fn run(mut args: Args, arenas_limited: bool) -> Result<()> {
+    if let Some(Some(file)) = args.check_config.take() {
+        args.config = Some(file);
+        args.check_config = Some(None);
+    }
     let (layers, resolved) = configuration(&args)?;
     let config = resolved.config.clone();
     if config.listeners().is_empty() {
         bail!("nothing to listen on: give --route LISTEN=UPSTREAM,ROLE, or a config file with [[routes]] or [transparent]");
+    }
+    if args.check_config.is_some() {
+        return check_config(&args, &resolved);
     }
     let log = init_logging(&config.log.level, config.log.format)?;
     let recorder = match &args.record {

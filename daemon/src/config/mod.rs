@@ -4,7 +4,9 @@
 //! variables, flags and run-time changes combine.
 
 pub mod admin;
+mod enum_error;
 pub mod layers;
+pub mod log_filter;
 
 #[cfg(test)]
 mod bounds_tests;
@@ -298,11 +300,11 @@ impl Config {
         self.metrics.address("metrics")?;
         self.tls.validate()?;
         self.recovery.validate()?;
-        if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
+        if let Err(err) = log_filter::parse(&self.log.level) {
             return Err(ConfigError::Invalid {
                 key: "log.level".into(),
                 value: self.log.level.clone(),
-                allowed: format!("a filter such as info or warn,tlc_sidecar=debug ({err})"),
+                allowed: format!("a filter such as info or warn,tlc_sidecar=debug: {err}"),
             });
         }
         if let Some(t) = &self.transparent {

@@ -4,6 +4,8 @@ use std::sync::Mutex;
 
 use tracing_subscriber::EnvFilter;
 
+use crate::config::log_filter;
+
 type Setter = Box<dyn Fn(EnvFilter) -> Result<(), String> + Send + Sync>;
 
 /// The log filter in force, and the means to replace it.
@@ -49,7 +51,7 @@ impl LogControl {
 
     /// Puts `filter` in force; on error the old one stays.
     pub fn set(&self, filter: &str) -> Result<(), String> {
-        let parsed = EnvFilter::try_new(filter).map_err(|e| e.to_string())?;
+        let parsed = log_filter::parse(filter)?;
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if *current != filter {
             (self.set)(parsed)?;
@@ -74,6 +76,7 @@ mod tests {
             Ok(())
         });
         assert!(log.set("info,tlc_daemon=[").is_err());
+        assert!(log.set("verbose").is_err());
         assert_eq!(log.filter(), "info");
         log.set("debug").unwrap();
         assert_eq!(log.filter(), "debug");

@@ -1,0 +1,142 @@
+//! What an operator's mistake gets from `tlcd` before it serves anything:
+//! one line that names the mistake and what is allowed, as JSON when the
+//! logs are JSON, and `--check-config` to ask before starting.
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::process::{Command, Output};
+
+/// Runs tlcd with `args` and `env` (and no other `TLC_` variable).
+fn tlcd(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let runtime = tempfile::tempdir().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tlcd"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("TLC_") || name == "RUST_LOG" {
+            command.env_remove(name);
+        }
+    }
+    command
+        .args(args)
+        .args(["--admin-listen", "off", "--metrics-listen", "off"])
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn toml_file(text: &str) -> tempfile::NamedTempFile {
+    let mut file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+    file
+}
+
+const ROUTE: &str = "127.0.0.1:1=127.0.0.1:2,inbound";
+
+#[test]
+fn a_word_that_is_no_level_is_refused() {
+    for level in ["verbose", "warning"] {
+        let out = tlcd(
+            &["--log-level", level, "--check-config", "--route", ROUTE],
+            &[],
+        );
+        assert!(!out.status.success());
+        let err = stderr(&out);
+        assert!(err.starts_with("tlcd: error: log.level = "), "{err}");
+        assert!(
+            err.contains("off, error, warn, info, debug, trace"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_misspelt_environment_table_is_refused() {
+    let out = tlcd(&["--route", ROUTE], &[("TLC_POLCY__MIN_BYTES", "8192")]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("TLC_POLCY__MIN_BYTES"), "{err}");
+    assert!(err.contains("did you mean 'policy'"), "{err}");
+}
+
+#[test]
+fn a_bad_word_lists_the_allowed_ones() {
+    let file = toml_file(
+        "[[routes]]\nlisten = \"127.0.0.1:1\"\nupstream = \"127.0.0.1:2\"\nrole = \"sideways\"\n",
+    );
+    let path = file.path().to_str().unwrap();
+    let out = tlcd(&["--config", path], &[]);
+    assert_eq!(
+        stderr(&out).trim(),
+        "tlcd: error: routes[0].role = sideways: expected `outbound` or `inbound`"
+    );
+}
+
+#[test]
+fn the_fatal_line_is_json_under_json_logs() {
+    let out = tlcd(
+        &[
+            "--log-format",
+            "json",
+            "--log-level",
+            "loud",
+            "--route",
+            ROUTE,
+        ],
+        &[],
+    );
+    assert!(!out.status.success());
+    let line = stderr(&out);
+    let parsed: serde_json::Value = serde_json::from_str(line.trim()).expect(&line);
+    assert_eq!(parsed["level"], "ERROR");
+    let error = parsed["fields"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("log.level = loud"), "{line}");
+}
+
+#[test]
+fn a_cause_is_said_once() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let route = format!("{}=127.0.0.1:2,inbound", taken.local_addr().unwrap());
+    let out = tlcd(&["--route", &route], &[]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(last.starts_with("tlcd: error: cannot listen on"), "{err}");
+    let os = last.matches("os error").count();
+    assert_eq!(os, 1, "{last}");
+}
+
+#[test]
+fn check_config_says_whether_tlcd_would_start() {
+    let file = toml_file(
+        "[[routes]]\nlisten = \"127.0.0.1:1\"\nupstream = \"127.0.0.1:2\"\nrole = \"inbound\"\n\
+         [policy]\nmin_bytes = 8192\n",
+    );
+    let path = file.path().to_str().unwrap();
+    let out = tlcd(
+        &["--check-config", path],
+        &[("TLC_POLICY__PUSH__SPARSITY", "1.5")],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("min_bytes = 8192"), "{shown}");
+    assert!(
+        shown.contains("policy.push.sparsity: env TLC_POLICY__PUSH__SPARSITY"),
+        "{shown}"
+    );
+    assert!(shown.contains("configuration OK"), "{shown}");
+    // It listens on nothing: port 1 would need root, and is not asked for.
+    let out = tlcd(
+        &["--check-config", path],
+        &[("TLC_POLICY__PUSH__SPARSITY", "3")],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("policy.push.sparsity = 3"),
+        "{}",
+        stderr(&out)
+    );
+}
