@@ -20,7 +20,7 @@ use tlc_daemon::admin::token::AdminToken;
 use tlc_daemon::admin::{self, Admin, Readiness};
 use tlc_daemon::config::admin::AdminSettings;
 use tlc_daemon::config::layers::{FlagValue, Layers, Resolved};
-use tlc_daemon::config::{log_filter, LogFormat, Route};
+use tlc_daemon::config::{env_names, log_filter, LogFormat, Route};
 use tlc_daemon::control::log::LogControl;
 use tlc_daemon::control::{watch, Control};
 use tlc_proxy::handover::{self, HandoverError, Offer, Offered, Purpose};
@@ -276,7 +276,7 @@ fn configuration(args: &Args) -> Result<(Layers, Resolved)> {
         .get_arguments()
         .filter_map(|arg| arg.get_env()?.to_str())
         .collect();
-    Layers::check_env_names(names.iter().map(String::as_str), &flags)?;
+    env_names::check(names.iter().map(String::as_str), &flags)?;
     let mut layers = Layers {
         file: args.config.clone(),
         env: Layers::env_from(std::env::vars()),

@@ -5,6 +5,7 @@
 
 pub mod admin;
 mod enum_error;
+pub mod env_names;
 pub mod layers;
 pub mod log_filter;
 
