@@ -45,8 +45,6 @@ pub enum Refusal {
     Limit,
     /// No HTTP/2 preface (or TLS hello) within `limits.handshake_seconds`.
     Handshake,
-    /// The client spoke something other than HTTP/2 or TLS.
-    NotHttp2,
     /// A TLS handshake failed, or TLS was offered where none is configured,
     /// or plaintext where TLS is required.
     Tls,
@@ -56,10 +54,9 @@ pub enum Refusal {
 
 impl Refusal {
     /// Every refusal, in label order.
-    pub const ALL: [Refusal; 5] = [
+    pub const ALL: [Refusal; 4] = [
         Refusal::Limit,
         Refusal::Handshake,
-        Refusal::NotHttp2,
         Refusal::Tls,
         Refusal::Upstream,
     ];
@@ -69,7 +66,6 @@ impl Refusal {
         match self {
             Refusal::Limit => "limit",
             Refusal::Handshake => "handshake",
-            Refusal::NotHttp2 => "not_http2",
             Refusal::Tls => "tls",
             Refusal::Upstream => "upstream_unreachable",
         }
@@ -81,6 +77,7 @@ impl Refusal {
 pub struct ConnectionStats {
     open: AtomicU64,
     idle_closed: AtomicU64,
+    opaque: AtomicU64,
     refused: [AtomicU64; Refusal::ALL.len()],
 }
 
@@ -94,6 +91,16 @@ impl ConnectionStats {
     /// Counts a refusal.
     pub fn refused(&self, why: Refusal) {
         self.refused[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a connection that is not HTTP/2, forwarded untouched.
+    pub fn opaque(&self) {
+        self.opaque.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections forwarded untouched so far.
+    pub fn opaque_total(&self) -> u64 {
+        self.opaque.load(Ordering::Relaxed)
     }
 
     /// Counts a connection closed for being idle.

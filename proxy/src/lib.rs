@@ -2,7 +2,8 @@
 //!
 //! The path of a call: [`listener`] accepts a connection (after
 //! [`intercept`] found where it was going and [`preface`] saw HTTP/2 or a
-//! TLS handshake, [`tls`] for peers) and serves it as HTTP/2; each call goes
+//! TLS handshake, [`tls`] for peers; another protocol's bytes are
+//! forwarded untouched by [`opaque`]) and serves it as HTTP/2; each call goes
 //! to the [`Handler`] the proxy was started with, which answers it, mostly
 //! through [`forward`] to the connection's [`upstream`]. [`body`] holds the
 //! body types and the memory they charge to [`limits`]; [`tuning`] the
@@ -37,6 +38,7 @@ pub mod lifecycle;
 pub mod limits;
 pub mod linger;
 pub mod listener;
+pub mod opaque;
 pub mod preface;
 pub mod server;
 pub mod tasks;

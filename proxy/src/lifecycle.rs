@@ -68,6 +68,11 @@ impl Lifecycle {
         &self.accepting
     }
 
+    /// Resolves at stage 3, when every connection closes.
+    pub async fn closed(&self) {
+        self.closing.cancelled().await;
+    }
+
     /// Resolves when the connection this is called for should close
     /// gracefully: at stage 3, or during a drain once an inbound
     /// connection's task is gone and no call is in progress on it.

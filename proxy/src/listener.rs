@@ -18,13 +18,14 @@ use tlc_core::Role;
 
 use crate::batched::Batched;
 use crate::body;
-use crate::connection::{self, Activity, ConnectionId, Refusal};
+use crate::connection::{self, Activity, ConnectionId, ConnectionStats, Refusal};
 use crate::handler::{Handler, Unauthenticated};
 use crate::intercept::{self, Target};
 use crate::io::Io;
 use crate::lifecycle::Lifecycle;
 use crate::linger::{self, LINGER_BYTES, LINGER_TIME};
-use crate::preface::{self, Opening, PrefaceError};
+use crate::opaque;
+use crate::preface::{self, Opening};
 use crate::tasks::Tracked;
 use crate::tls::{PeerIdentity, TlsContext};
 use crate::tuning;
@@ -173,10 +174,7 @@ async fn serve_connection<H: Handler>(
     let opening = match preface::read_opening(stream, bounds.handshake).await {
         Ok(opening) => opening,
         Err(err) => {
-            stats.refused(match err {
-                PrefaceError::NotHttp2(_) => Refusal::NotHttp2,
-                PrefaceError::Timeout(_) | PrefaceError::Io(_) => Refusal::Handshake,
-            });
+            stats.refused(Refusal::Handshake);
             debug!(error = %err, "closing connection");
             return;
         }
@@ -205,6 +203,10 @@ async fn serve_connection<H: Handler>(
             stats.refused(Refusal::Tls);
             debug!("TLS offered, but this listener takes no TLS; closing");
             reset(stream.get_ref());
+            return;
+        }
+        (Opening::Other(stream), _) => {
+            forward_opaque(stream, addr, bounds, &lifecycle, stats).await;
             return;
         }
         (Opening::Http2(stream), Some(_)) => (Box::new(stream), Client::Plaintext),
@@ -241,6 +243,31 @@ async fn serve_connection<H: Handler>(
         let how = linger::linger(io, LINGER_TIME, LINGER_BYTES).await;
         debug!(?how, "connection closed");
     }
+}
+
+/// A connection that speaks another protocol: forwarded to `addr` as it
+/// is (see [`opaque`]), and said so, since tlcd does nothing for it.
+async fn forward_opaque(
+    stream: preface::Prefixed<TcpStream>,
+    addr: SocketAddr,
+    bounds: Bounds,
+    lifecycle: &Lifecycle,
+    stats: &ConnectionStats,
+) {
+    stats.opaque();
+    if connection::warn_allowed() {
+        info!(%addr, "a connection that is not HTTP/2 is forwarded untouched (nothing compressed)");
+    }
+    let open = stats.open();
+    match opaque::forward(stream, addr, bounds.handshake, lifecycle).await {
+        Ok(Ok(copied)) => debug!(?copied, "forwarded connection closed"),
+        Ok(Err(err)) => debug!(error = %err, "forwarded connection ended with an error"),
+        Err(err) => {
+            stats.refused(Refusal::Upstream);
+            debug!(error = %err, "cannot forward a connection that is not HTTP/2");
+        }
+    }
+    drop(open);
 }
 
 /// What serving a connection's HTTP/2 needs besides the connection.

@@ -3,9 +3,11 @@
 //! Every HTTP/2 client opens with the same 24 bytes (RFC 9113, 3.4). A
 //! connection is worth an upstream connection, a task and buffers only
 //! once they have arrived, and they must arrive within the handshake time:
-//! a socket that stays silent, or says something else, is closed having
-//! cost one accept. The bytes read are handed back in front of the stream
-//! ([`Prefixed`]), so hyper reads the connection from its first byte.
+//! a socket that stays silent is closed having cost one accept. One that
+//! says something else is another protocol on an intercepted port, to be
+//! forwarded untouched. The bytes read are handed back
+//! in front of the stream ([`Prefixed`]), so hyper (or the forwarded
+//! connection's server) reads the connection from its first byte.
 
 use std::io;
 use std::pin::Pin;
@@ -33,9 +35,6 @@ pub enum PrefaceError {
     /// The client closed or the read failed.
     #[error("connection ended before its preface: {0}")]
     Io(#[from] io::Error),
-    /// The client said something other than HTTP/2.
-    #[error("not HTTP/2 (first bytes {0:02x?})")]
-    NotHttp2(Vec<u8>),
 }
 
 /// What a connection began with.
@@ -44,10 +43,13 @@ pub enum Opening<S> {
     Http2(Prefixed<S>),
     /// A TLS handshake record: the caller decides whether it takes TLS.
     Tls(Prefixed<S>),
+    /// Something else: another protocol, its first bytes put back.
+    Other(Prefixed<S>),
 }
 
 /// Reads the start of `stream` within `timeout`: the whole HTTP/2 preface,
-/// or the first byte of a TLS handshake.
+/// the first byte of a TLS handshake, or up to the first byte that differs
+/// from the preface.
 pub async fn read_opening<S: AsyncRead + Unpin>(
     mut stream: S,
     timeout: Duration,
@@ -81,7 +83,7 @@ pub async fn read_opening<S: AsyncRead + Unpin>(
         return Ok(Opening::Tls(Prefixed::new(prefix, stream)));
     }
     if prefix[..] != PREFACE[..] {
-        return Err(PrefaceError::NotHttp2(prefix));
+        return Ok(Opening::Other(Prefixed::new(prefix, stream)));
     }
     Ok(Opening::Http2(Prefixed::new(prefix, stream)))
 }
@@ -176,14 +178,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn other_protocols_and_silence_are_refused() {
+    async fn other_protocols_come_back_whole_and_silence_is_refused() {
         let (mut client, server) = tokio::io::duplex(256);
         client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
-        let err = read_opening(server, WAIT).await.err().unwrap();
-        assert!(
-            matches!(err, PrefaceError::NotHttp2(ref b) if b.starts_with(b"GET")),
-            "{err}"
-        );
+        drop(client);
+        let Ok(Opening::Other(mut stream)) = read_opening(server, WAIT).await else {
+            panic!("HTTP/1.1 taken for HTTP/2 or TLS");
+        };
+        let mut all = Vec::new();
+        stream.read_to_end(&mut all).await.unwrap();
+        assert_eq!(all, b"GET / HTTP/1.1\r\n\r\n");
 
         let (_client, server) = tokio::io::duplex(256);
         let err = read_opening(server, Duration::from_millis(50))

@@ -50,9 +50,17 @@ pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
     registry.register(
         "connections_refused",
         "Connections closed before being served: limit (limits.max_connections), handshake \
-         (no HTTP/2 preface in time), not_http2, tls (handshake failed or TLS where none is \
-         configured), upstream_unreachable",
+         (no HTTP/2 preface in time), tls (handshake failed or TLS where none is configured), \
+         upstream_unreachable",
         refused,
+    );
+    let opaque = Counter::<u64>::default();
+    opaque.inc_by(connections.opaque_total());
+    registry.register(
+        "connections_opaque",
+        "Connections that did not speak HTTP/2, forwarded untouched (another protocol on an \
+         intercepted port; nothing compressed)",
+        opaque,
     );
     let idle = Counter::<u64>::default();
     idle.inc_by(connections.idle_closed_total());

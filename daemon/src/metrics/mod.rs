@@ -52,7 +52,8 @@
 //! | `tlc_tensor_top_raw_bytes_total` | counter | `direction`, `tensor` | encoding side, per tensor, for the 20 tensors with the most raw bytes |
 //! | `tlc_tensor_top_wire_bytes_total` | counter | `direction`, `tensor` | the same tensors' envelope bytes |
 //! | `tlc_connections_open` | gauge | | connections being served, every listener |
-//! | `tlc_connections_refused_total` | counter | `reason` = `limit`, `handshake`, `not_http2`, `tls`, `upstream_unreachable` | connections closed before being served |
+//! | `tlc_connections_refused_total` | counter | `reason` = `limit`, `handshake`, `tls`, `upstream_unreachable` | connections closed before being served |
+//! | `tlc_connections_opaque_total` | counter | | connections that did not speak HTTP/2, forwarded untouched |
 //! | `tlc_connections_idle_closed_total` | counter | | peer connections closed after `limits.idle_seconds` without a call |
 //! | `tlc_in_flight_bytes` | gauge | | memory calls in flight hold now (the in-flight budget's use) |
 //! | `tlc_in_flight_budget_bytes` | gauge | | what they may hold at most |
