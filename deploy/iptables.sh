@@ -3,7 +3,7 @@
 # The same script runs as the Kubernetes init container and in the local
 # network-namespace pods (deploy/local). Needs root (NET_ADMIN).
 #
-#   deploy/iptables.sh apply  --tf-ports 2222,2223 --uid 1337 [--outbound-port 15001] [--inbound-port 15006]
+#   deploy/iptables.sh apply  --tf-ports 2222,2223 --uid 1337 [--outbound-port 17001] [--inbound-port 17006]
 #   deploy/iptables.sh remove
 #
 # What it does, in the nat table:
@@ -19,7 +19,7 @@ set -euo pipefail
 usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 action=${1:-}; shift || true
-tf_ports=""; uid=""; outbound_port=15001; inbound_port=15006
+tf_ports=""; uid=""; outbound_port=17001; inbound_port=17006
 while [ $# -gt 0 ]; do
   case "$1" in
     --tf-ports) tf_ports=$2; shift 2 ;;

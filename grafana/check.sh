@@ -54,14 +54,14 @@ def port(ip, number, port_name, pod, container, annotations, phase="Running"):
     lines += [f'          __meta_kubernetes_{k}: "{v}"' for k, v in labels.items()]
     lines += [f'          __meta_kubernetes_pod_annotation_prometheus_io_{k}: "{v}"' for k, v in annotations.items()]
     return "\n".join(lines) + "\n"
-tlc = {"scrape": "true", "port": "15090"}
+tlc = {"scrape": "true", "port": "17090"}
 static = "    static_configs:\n" \
-    + port("10.1.2.3", 15090, "tlc-metrics", "trainer-ps-0", "tlc-sidecar", tlc) \
-    + port("10.1.2.3", 15006, "tlc-inbound", "trainer-ps-0", "tlc-sidecar", tlc) \
+    + port("10.1.2.3", 17090, "tlc-metrics", "trainer-ps-0", "tlc-sidecar", tlc) \
+    + port("10.1.2.3", 17006, "tlc-inbound", "trainer-ps-0", "tlc-sidecar", tlc) \
     + port("10.1.2.3", 2222, "tfjob-port", "trainer-ps-0", "tensorflow", tlc) \
-    + port("fd00::5", 15090, "tlc-metrics", "trainer-worker-0", "tlc-sidecar", dict(tlc, path="/stats")) \
-    + port("10.1.2.5", 15090, "tlc-metrics", "opted-out-0", "tlc-sidecar", dict(tlc, scrape="false")) \
-    + port("10.1.2.6", 15090, "tlc-metrics", "finished-0", "tlc-sidecar", tlc, phase="Succeeded") \
+    + port("fd00::5", 17090, "tlc-metrics", "trainer-worker-0", "tlc-sidecar", dict(tlc, path="/stats")) \
+    + port("10.1.2.5", 17090, "tlc-metrics", "opted-out-0", "tlc-sidecar", dict(tlc, scrape="false")) \
+    + port("10.1.2.6", 17090, "tlc-metrics", "finished-0", "tlc-sidecar", tlc, phase="Succeeded") \
     + port("10.1.2.4", 8080, "http", "unrelated-0", "app", {"scrape": "true", "port": "8080"})
 open(sys.argv[2], "w").write(text.replace(sd, static))
 PY

@@ -60,8 +60,8 @@ def check_targets(url):
         for t in body["data"]["activeTargets"]
     )
     want = [
-        ("trainer-ps-0", "ml", "tlc-sidecar", "10.1.2.3:15090", "http://10.1.2.3:15090/metrics"),
-        ("trainer-worker-0", "ml", "tlc-sidecar", "[fd00::5]:15090", "http://[fd00::5]:15090/stats"),
+        ("trainer-ps-0", "ml", "tlc-sidecar", "10.1.2.3:17090", "http://10.1.2.3:17090/metrics"),
+        ("trainer-worker-0", "ml", "tlc-sidecar", "[fd00::5]:17090", "http://[fd00::5]:17090/stats"),
     ]
     if got != want:
         print(f"FAIL prometheus.yml relabelling: targets {got}, expected {want}")

@@ -33,8 +33,8 @@ mod tests {
 
     #[test]
     fn the_file_is_named_after_the_port() {
-        assert_eq!(file_name(15000), "admin-15000.token");
-        assert!(path(15000).ends_with("admin-15000.token"));
-        assert!(candidates(15000).contains(&path(15000)));
+        assert_eq!(file_name(17000), "admin-17000.token");
+        assert!(path(17000).ends_with("admin-17000.token"));
+        assert!(candidates(17000).contains(&path(17000)));
     }
 }

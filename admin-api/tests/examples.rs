@@ -109,7 +109,7 @@ fn status_example() -> Status {
         ready: true,
         config_file: Some("/etc/tlc/tlcd.toml".into()),
         listeners: vec![Listener {
-            listen: "127.0.0.1:15001".into(),
+            listen: "127.0.0.1:17001".into(),
             role: Role::Outbound,
             target: "original-destination".into(),
         }],

@@ -93,7 +93,7 @@ fn config_body() -> Value {
     json!({
         "config": {
             "drain_seconds": 30,
-            "routes": [{"listen": "127.0.0.1:15001", "upstream": "ps:2222"}],
+            "routes": [{"listen": "127.0.0.1:17001", "upstream": "ps:2222"}],
             "policy": {
                 "min_bytes": 65536,
                 "overrides": [],
@@ -133,7 +133,7 @@ fn config_get_lists_every_leaf_with_its_source() {
     assert!(
         rows.contains(&vec![
             "routes",
-            r#"[{"listen":"127.0.0.1:15001","upstream":"ps:2222"}]"#,
+            r#"[{"listen":"127.0.0.1:17001","upstream":"ps:2222"}]"#,
             "-"
         ]),
         "{stdout}"

@@ -186,7 +186,7 @@ fn targets_from_the_environment_and_url_forms() {
 
 #[test]
 fn bad_addresses_are_usage_errors() {
-    for bad in ["https://127.0.0.1:15000", "127.0.0.1:port", "host:1/v1", ""] {
+    for bad in ["https://127.0.0.1:17000", "127.0.0.1:port", "host:1/v1", ""] {
         let (code, _, stderr) = run(&["status", "--admin", bad]);
         assert_eq!(code, 2, "{bad:?}: {stderr}");
     }
@@ -196,11 +196,11 @@ fn bad_addresses_are_usage_errors() {
 
 #[test]
 fn the_default_target_is_the_local_admin_port() {
-    // Nothing is assumed to listen on 15000 here; only the address matters.
+    // Nothing is assumed to listen on 17000 here; only the address matters.
     let (code, _, stderr) = run(&["status", "--timeout", "1"]);
     assert_eq!(code == 0, stderr.is_empty(), "{stderr}");
     if code != 0 {
-        assert!(stderr.starts_with("127.0.0.1:15000: error: "), "{stderr}");
+        assert!(stderr.starts_with("127.0.0.1:17000: error: "), "{stderr}");
     }
 }
 

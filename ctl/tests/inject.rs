@@ -382,7 +382,7 @@ fn print_config_is_the_config_map() {
         "{out}"
     );
     assert!(
-        out.contains("    [transparent]\n    outbound = \"0.0.0.0:15001\"\n"),
+        out.contains("    [transparent]\n    outbound = \"0.0.0.0:17001\"\n"),
         "{out}"
     );
     // The Kustomize base's file, word for word.

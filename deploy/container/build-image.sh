@@ -246,15 +246,15 @@ nat=$(prun --user 0:0 --cap-drop all --cap-add NET_ADMIN,NET_RAW --entrypoint /b
   -c '/usr/local/bin/tlc-iptables apply --tf-ports 2222,2223 --uid 1337 >/dev/null && iptables -t nat -S') ||
   fail "tlc-iptables apply failed in the image (as root with NET_ADMIN, NET_RAW)"
 echo "$nat"
-for rule in '-A TLC_INBOUND -p tcp -m multiport --dports 2222,2223 -j REDIRECT --to-ports 15006' \
+for rule in '-A TLC_INBOUND -p tcp -m multiport --dports 2222,2223 -j REDIRECT --to-ports 17006' \
   '-A TLC_OUTBOUND -m owner --uid-owner 1337 -j RETURN' \
-  '-A TLC_OUTBOUND -p tcp -m multiport --dports 2222,2223 -j REDIRECT --to-ports 15001'; do
+  '-A TLC_OUTBOUND -p tcp -m multiport --dports 2222,2223 -j REDIRECT --to-ports 17001'; do
   grep -qxF -- "$rule" <<<"$nat" || fail "after tlc-iptables apply in the image, no nat rule '$rule'"
 done
 meta=$(podman image inspect --format '{{.Config.User}}|{{json .Config.Entrypoint}}|{{json .Config.ExposedPorts}}' "$tag")
 echo "config: $meta"
 [[ $meta == '1337:1337|["/usr/local/bin/tlcd"]|'* ]] || fail "image config is '$meta'"
-for p in 15001 15006 15090; do [[ $meta == *"\"$p/tcp\""* ]] || fail "port $p not exposed"; done
+for p in 17001 17006 17090; do [[ $meta == *"\"$p/tcp\""* ]] || fail "port $p not exposed"; done
 size=$(podman image inspect --format '{{.Size}}' "$tag")
 done_step
 

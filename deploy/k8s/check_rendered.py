@@ -106,8 +106,8 @@ class Checker:
         ex(set(ports) == {"tlc-outbound", "tlc-inbound", "tlc-metrics"},
            f"tlc-sidecar: ports must be tlc-outbound, tlc-inbound, tlc-metrics; got {sorted(ports)}")
         # tlc-iptables redirects to these (its defaults unless tlc-init names others).
-        ex(ports.get("tlc-outbound") == int(self.option(cmd, "--outbound-port") or 15001)
-           and ports.get("tlc-inbound") == int(self.option(cmd, "--inbound-port") or 15006),
+        ex(ports.get("tlc-outbound") == int(self.option(cmd, "--outbound-port") or 17001)
+           and ports.get("tlc-inbound") == int(self.option(cmd, "--inbound-port") or 17006),
            "tlc-sidecar: tlc-outbound and tlc-inbound must be the ports tlc-init redirects to")
         for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
             get = (side.get(kind) or {}).get("httpGet") or {}

@@ -53,7 +53,7 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}
 mode=""; config=""; steps=200; workers=2; rate=""; delay=""; OUT=""; timeout=600
 TLCD=$root/target/release/tlcd; tlcd_threads=""; uid=1337; tf_port=2222
 start=together; ps_delay=0
-OUTBOUND_PORT=15001; INBOUND_PORT=15006
+OUTBOUND_PORT=17001; INBOUND_PORT=17006
 train_args=()
 while (($#)); do
     case $1 in

@@ -44,7 +44,7 @@ pub struct AdminOpts {
         global = true,
         env = "TLC_ADMIN",
         value_delimiter = ',',
-        default_value = "127.0.0.1:15000",
+        default_value = "127.0.0.1:17000",
         value_parser = target::parse,
         help_heading = "Admin API"
     )]

@@ -4,7 +4,7 @@
 use std::fmt;
 
 /// The port tlcd's admin API listens on unless configured otherwise.
-pub const DEFAULT_PORT: u16 = 15000;
+pub const DEFAULT_PORT: u16 = 17000;
 
 /// One tlcd admin API to talk to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,7 +57,7 @@ impl fmt::Display for Target {
 ///
 /// Only the syntax is checked; whether anything answers is the request's
 /// business. A missing port means the default one, so `--admin pod-a`
-/// works like `--admin pod-a:15000`.
+/// works like `--admin pod-a:17000`.
 pub fn parse(text: &str) -> Result<Target, String> {
     let text = text.trim();
     let rest = match text.split_once("://") {
@@ -140,12 +140,12 @@ mod tests {
 
     #[test]
     fn accepted_forms() {
-        assert_eq!(label("127.0.0.1:15000"), "127.0.0.1:15000");
-        assert_eq!(label("http://127.0.0.1:15001/"), "127.0.0.1:15001");
+        assert_eq!(label("127.0.0.1:17000"), "127.0.0.1:17000");
+        assert_eq!(label("http://127.0.0.1:17001/"), "127.0.0.1:17001");
         assert_eq!(label("HTTP://pod-a:9"), "pod-a:9");
-        assert_eq!(label(" pod-a "), "pod-a:15000");
+        assert_eq!(label(" pod-a "), "pod-a:17000");
         assert_eq!(label("[::1]:15002"), "[::1]:15002");
-        assert_eq!(label("[::1]"), "[::1]:15000");
+        assert_eq!(label("[::1]"), "[::1]:17000");
         assert_eq!(
             parse("pod:1").map(|t| t.url("/v1/status")),
             Ok("http://pod:1/v1/status".to_string())
@@ -162,7 +162,7 @@ mod tests {
             "pod:0",
             "pod:70000",
             "::1",
-            ":15000",
+            ":17000",
             "[]:1",
             "[::1]x",
         ] {
@@ -177,7 +177,7 @@ mod tests {
             "127.0.0.1:1",
             "localhost",
             "LocalHost:9",
-            "[::1]:15000",
+            "[::1]:17000",
             "127.3.2.1",
         ] {
             assert!(parse(local).is_ok_and(|t| t.is_loopback()), "{local}");

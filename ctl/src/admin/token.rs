@@ -147,10 +147,10 @@ mod tests {
     #[test]
     fn remote_targets_get_no_default_token() {
         let choice = Tokens::Default
-            .choose(false, 15000)
+            .choose(false, 17000)
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(choice.token, None);
         assert_eq!(choice.source, Source::Remote);
-        assert!(refused("pod-a:15000", &choice.source).contains("--token-file PATH"));
+        assert!(refused("pod-a:17000", &choice.source).contains("--token-file PATH"));
     }
 }

@@ -51,7 +51,7 @@ fn guard() -> &'static Guard {
     static GUARD: OnceLock<Guard> = OnceLock::new();
     GUARD.get_or_init(|| {
         let token = AdminToken::generated(Path::new("/nonexistent/token"), TOKEN.into());
-        let listen = "10.1.2.3:15000".parse().expect("an address");
+        let listen = "10.1.2.3:17000".parse().expect("an address");
         Guard::new(token, listen, &[ALLOWED.to_string()])
     })
 }

@@ -445,11 +445,11 @@ pull_cache = 8
 fallback_mib = 512
 "#;
     let admin = r#"[admin]
-listen = "127.0.0.1:15000"
+listen = "127.0.0.1:17000"
 token_file = "/var/run/secrets/tlc/token"
 allowed_hosts = []
 [metrics]
-listen = "0.0.0.0:15090"
+listen = "0.0.0.0:17090"
 [log]
 level = "info"
 format = "human"
@@ -471,7 +471,7 @@ handshake_seconds = 5
 idle_seconds = 0
 memory_wait_seconds = 10
 "#;
-    let transparent = "[transparent]\noutbound = \"0.0.0.0:15001\"\ninbound = \"0.0.0.0:15006\"\n";
+    let transparent = "[transparent]\noutbound = \"0.0.0.0:17001\"\ninbound = \"0.0.0.0:17006\"\n";
     let passthrough = "[policy.push]\ncodec = \"none\"\n\n[policy.pull]\ncodec = \"none\"\n";
     let env = "TLC_POLICY__PUSH__SPARSITY=1.75\nTLC_POLICY__PARAMETER_JOBS=ps,chief\n\
                RUST_LOG=debug\nADMIN__ALLOWED_HOSTS=tlc-admin.ml.svc,10.0.0.5\nTLC_THREADS=2";
@@ -499,17 +499,17 @@ memory_wait_seconds = 10
 fn admin_headers() -> Seeds {
     let token = "Bearer 0123456789abcdef0123456789abcdef";
     [
-        ("get", 0, format!("127.0.0.1:15000\n\n{token}\n")),
+        ("get", 0, format!("127.0.0.1:17000\n\n{token}\n")),
         (
             "post",
             1,
-            format!("localhost:15000\n\n{token}\napplication/json"),
+            format!("localhost:17000\n\n{token}\napplication/json"),
         ),
         (
             "patch-origin",
             2,
             format!(
-                "[::1]:15000\nhttp://localhost:15000\n{token}\napplication/json; charset=utf-8"
+                "[::1]:17000\nhttp://localhost:17000\n{token}\napplication/json; charset=utf-8"
             ),
         ),
         (
@@ -522,9 +522,9 @@ fn admin_headers() -> Seeds {
         (
             "rebinding",
             1,
-            format!("evil.example:15000\nhttp://evil.example:15000\n{token}\ntext/plain"),
+            format!("evil.example:17000\nhttp://evil.example:17000\n{token}\ntext/plain"),
         ),
-        ("no-token", 0, "127.0.0.1:15000\n\n\n".to_string()),
+        ("no-token", 0, "127.0.0.1:17000\n\n\n".to_string()),
     ]
     .into_iter()
     .map(|(name, method, text)| (name.to_string(), [&[method][..], text.as_bytes()].concat()))
@@ -564,7 +564,7 @@ fn handover_manifest() -> Seeds {
         listeners: vec![
             entry(Purpose::Route, "127.0.0.1:4322"),
             entry(Purpose::Route, "[::]:5322"),
-            entry(Purpose::Admin, "127.0.0.1:15000"),
+            entry(Purpose::Admin, "127.0.0.1:17000"),
             entry(Purpose::Metrics, "0.0.0.0:9100"),
         ],
     };

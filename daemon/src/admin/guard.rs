@@ -240,7 +240,7 @@ mod tests {
         std::fs::write(&path, "the-right-token-0123\n").unwrap();
         let token = AdminToken::from_file(&path).unwrap();
         let allowed: Vec<String> = allowed.iter().map(|h| h.to_string()).collect();
-        let listen = "10.1.2.3:15000".parse().unwrap();
+        let listen = "10.1.2.3:17000".parse().unwrap();
         (Guard::new(token, listen, &allowed), dir)
     }
 
@@ -267,19 +267,19 @@ mod tests {
         let (g, _dir) = guard(&["tlc-admin.ml.svc"]);
         for host in [
             "localhost",
-            "localhost:15000",
+            "localhost:17000",
             "LOCALHOST:15100",
-            "127.0.0.1:15000",
-            "[::1]:15000",
-            "10.1.2.3:15000",
-            "tlc-admin.ml.svc:15000",
+            "127.0.0.1:17000",
+            "[::1]:17000",
+            "10.1.2.3:17000",
+            "tlc-admin.ml.svc:17000",
         ] {
             assert_eq!(status(&g, "GET", &[("host", host), AUTH]), 200, "{host}");
         }
         for host in [
             "evil.example",
-            "evil.example:15000",
-            "127.0.0.2:15000",
+            "evil.example:17000",
+            "127.0.0.2:17000",
             "localhost.evil.example",
             "localhost:http",
             "[::1]x",
@@ -292,12 +292,12 @@ mod tests {
     #[test]
     fn origins() {
         let (g, _dir) = guard(&[]);
-        let host = ("host", "127.0.0.1:15000");
+        let host = ("host", "127.0.0.1:17000");
         assert_eq!(
             status(
                 &g,
                 "GET",
-                &[host, AUTH, ("origin", "http://127.0.0.1:15000")]
+                &[host, AUTH, ("origin", "http://127.0.0.1:17000")]
             ),
             200
         );
@@ -319,7 +319,7 @@ mod tests {
     #[test]
     fn tokens() {
         let (g, _dir) = guard(&[]);
-        let host = ("host", "localhost:15000");
+        let host = ("host", "localhost:17000");
         let missing = g.check(&request("GET", &[host])).unwrap_err();
         assert_eq!(missing.status, StatusCode::UNAUTHORIZED);
         assert!(missing.message.contains("admin.token_file"), "{missing:?}");
@@ -350,7 +350,7 @@ mod tests {
     #[test]
     fn changes_must_be_json() {
         let (g, _dir) = guard(&[]);
-        let host = ("host", "localhost:15000");
+        let host = ("host", "localhost:17000");
         for method in ["POST", "PUT", "PATCH", "DELETE"] {
             assert_eq!(status(&g, method, &[host, AUTH, JSON]), 200, "{method}");
             assert_eq!(status(&g, method, &[host, AUTH]), 415, "{method}");

@@ -3,7 +3,7 @@
 //!
 //! ```toml
 //! [admin]
-//! listen = "127.0.0.1:15000"                # or "off"
+//! listen = "127.0.0.1:17000"                # or "off"
 //! token_file = "/var/run/secrets/tlc/token" # default: a token tlcd makes at start
 //! allowed_hosts = ["tlc-admin.ml.svc"]      # besides localhost and the listen address
 //! ```

@@ -458,7 +458,7 @@ mod tests {
         };
         assert_eq!(
             layers.resolve().unwrap_err().to_string(),
-            "admin.listen = everywhere: a socket address such as 127.0.0.1:15000, or \"off\""
+            "admin.listen = everywhere: a socket address such as 127.0.0.1:17000, or \"off\""
         );
     }
 

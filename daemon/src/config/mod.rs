@@ -104,9 +104,9 @@ impl Default for Config {
 
 /// Where the admin API listens by default: the pod's loopback only, since
 /// it changes how tensors are compressed.
-pub const DEFAULT_ADMIN: &str = "127.0.0.1:15000";
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:17000";
 /// Where Prometheus scrapes by default (read-only, so on every interface).
-pub const DEFAULT_METRICS: &str = "0.0.0.0:15090";
+pub const DEFAULT_METRICS: &str = "0.0.0.0:17090";
 
 /// The `[metrics]` table: a read-only HTTP endpoint of tlcd's own (the
 /// admin API's table is [`admin::AdminSettings`]).
@@ -132,7 +132,7 @@ fn listen_address(key: &str, listen: &str) -> Result<Option<SocketAddr>, ConfigE
     listen.parse().map(Some).map_err(|_| ConfigError::Invalid {
         key: format!("{key}.listen"),
         value: listen.to_string(),
-        allowed: "a socket address such as 127.0.0.1:15000, or \"off\"".into(),
+        allowed: "a socket address such as 127.0.0.1:17000, or \"off\"".into(),
     })
 }
 

@@ -1,5 +1,5 @@
 //! Prometheus metrics of a sidecar, as OpenMetrics text on `GET /metrics`
-//! (`[metrics] listen`, default `0.0.0.0:15090`), and the per-call
+//! (`[metrics] listen`, default `0.0.0.0:17090`), and the per-call
 //! tracing of `RecvTensor`.
 //!
 //! - [`tlc_sidecar::counters`]: the labelled counters and histograms the

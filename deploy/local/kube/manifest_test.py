@@ -25,7 +25,7 @@ TFJOB = {
                 "securityContext": {"runAsUser": 1000},
                 "initContainers": [{
                     "name": "side", "image": "tlcd", "restartPolicy": "Always",
-                    "ports": [{"name": "tlc-metrics", "containerPort": 15090}],
+                    "ports": [{"name": "tlc-metrics", "containerPort": 17090}],
                     "startupProbe": {"httpGet": {"path": "/healthz", "port": "tlc-metrics"}, "periodSeconds": 1},
                     "resources": {"limits": {"memory": "1Gi"}},
                     "securityContext": {"runAsUser": 1337, "capabilities": {"drop": ["ALL"]}},
@@ -56,7 +56,7 @@ class Job(unittest.TestCase):
     def test_sidecar_probe_user_and_limit(self):
         side = self.job.pods[1].init_containers[0]
         self.assertTrue(side.sidecar and side.init)
-        self.assertEqual((side.startup.port, side.startup.path, side.startup.period), (15090, "/healthz", 1.0))
+        self.assertEqual((side.startup.port, side.startup.path, side.startup.period), (17090, "/healthz", 1.0))
         self.assertEqual((side.run_as_user, side.memory_limit, side.cap_drop), (1337, 1 << 30, ["ALL"]))
         # The pod's securityContext is the default of the containers that set none.
         self.assertEqual(self.job.pods[1].containers[0].run_as_user, 1000)
