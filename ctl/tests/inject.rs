@@ -6,7 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{fails, tlcctl};
+use common::{fails, tf_ports, tlcctl};
 use serde_json::Value;
 
 /// A fixture under `tests/fixtures/inject/`.
@@ -56,13 +56,6 @@ fn golden(name: &str, flags: &[&str]) {
 fn json_of(yaml: &str) -> Value {
     let out = inject(&["-o", "json", "-"], yaml);
     serde_json::from_str(&out).expect("inject -o json prints JSON")
-}
-
-/// The `--tf-ports` value of the `tlc-init` command in a pod spec.
-fn tf_ports(spec: &Value) -> String {
-    let init = &spec["initContainers"][0];
-    assert_eq!(init["name"], "tlc-init");
-    init["command"][3].as_str().expect("ports").to_string()
 }
 
 /// The sidecar's environment as `NAME=value` lines.
@@ -280,15 +273,6 @@ fn host_network_pods_are_left_alone_with_a_warning() {
         stderr.starts_with("tlcctl: warning: stdin: document 1 (Pod p): spec.hostNetwork: "),
         "{stderr}"
     );
-}
-
-#[test]
-fn ports_come_from_the_tensorflow_container_then_any_then_2222() {
-    assert_eq!(tf_ports(&json_of(POD)["spec"]), "2222,2223");
-    let no_tf = POD.replace("name: tensorflow", "name: main");
-    assert_eq!(tf_ports(&json_of(&no_tf)["spec"]), "8080,2222,2223");
-    let none = "kind: Pod\nspec:\n  containers:\n  - name: main\n";
-    assert_eq!(tf_ports(&json_of(none)["spec"]), "2222");
 }
 
 #[test]

@@ -22,6 +22,9 @@ mod output;
 mod set;
 mod status;
 mod target;
+
+/// The admin port tlcctl dials by default: tlcd's own default.
+pub use target::DEFAULT_PORT;
 mod tensors;
 mod token;
 mod top;

@@ -28,13 +28,22 @@ mod pod;
 mod settings;
 mod sidecar;
 mod spec;
+mod tensorflow;
 
 use error::ManifestError;
-use settings::{Annotations, Flags};
+use settings::{Annotations, Decision, Flags};
 
 /// Arguments of `inject`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
+Only pods that run TensorFlow are injected, on TensorFlow's ports: a TFJob
+replica (its port named tfjob-port, else 2222), TF_CONFIG (its cluster's
+ports), --ps_hosts/--worker_hosts flags (their ports), a container named
+tensorflow (its ports, else 2222). Anything else is left as it is, with a
+warning (--force, --tf-ports or tlc.io/tf-ports inject it anyway); so is a
+TFJob without parameter servers (nothing for tlc to do; --force), a pod
+running as the sidecar's UID or using one of its ports. Volcano Jobs
+(spec.tasks) and Katib Experiments (spec.trialTemplate.trialSpec) are read.
 Annotations on a pod template (or its object) override the flags for it:
   tlc.io/inject: \"false\"     leave this pod as it is
   tlc.io/tf-ports: \"2222\"    tlc.io/skip-ports: \"2223\"
@@ -80,6 +89,12 @@ pub struct InjectArgs {
     /// tlc-tls.
     #[arg(long)]
     mtls: bool,
+
+    /// Inject pods in which nothing says TensorFlow (on every port their
+    /// containers declare, else 2222), and TFJobs without parameter
+    /// servers.
+    #[arg(long)]
+    force: bool,
 
     /// Print the tlc-config ConfigMap the sidecars mount, and nothing else.
     #[arg(long, conflicts_with = "input")]
@@ -133,6 +148,7 @@ impl InjectArgs {
             codec,
             sparsity,
             mtls: self.mtls,
+            force: self.force,
         })
     }
 }
@@ -235,6 +251,12 @@ fn inject_document(
         }
     };
     let mut injected = 0;
+    let sidecar_uid = user_of(&sidecar_spec.sidecar);
+    let mut sidecar_ports: Vec<u16> = tensorflow::container_ports(&sidecar_spec.sidecar, "")?
+        .into_iter()
+        .map(|(port, _)| port)
+        .collect();
+    sidecar_ports.push(crate::admin::DEFAULT_PORT);
     for found in objects::pod_templates(object, "")? {
         let object_annotations = found
             .object_annotations
@@ -260,14 +282,88 @@ fn inject_document(
                 ));
                 continue;
             }
-            settings::resolve(flags, &annotations, spec, &spec_path)?
+            if let Some(uid) = sidecar_uid.filter(|uid| runs_as(spec, *uid)) {
+                warnings.push(format!(
+                    "{spec_path}: not injected: it runs as UID {uid}, the sidecar's, whose \
+                     connections the redirect lets through: nothing would be compressed"
+                ));
+                continue;
+            }
+            let clash = used_ports(spec, &spec_path)?
+                .into_iter()
+                .find(|port| sidecar_ports.contains(port));
+            if let Some(port) = clash {
+                warnings.push(format!(
+                    "{spec_path}: not injected: a container uses port {port}, which the \
+                     sidecar listens on"
+                ));
+                continue;
+            }
+            if found.tf_job.is_some_and(|job| !job.has_ps) && !flags.force {
+                warnings.push(format!(
+                    "{spec_path}: not injected: the TFJob has no PS replica, and tlc compresses \
+                     what parameter servers exchange (--force injects it anyway)"
+                ));
+                continue;
+            }
+            let tf = tensorflow::inspect(spec, &spec_path, found.tf_job.is_some())?;
+            settings::resolve(flags, &annotations, spec, &spec_path, tf.as_ref())?
         };
-        let Some(settings) = decided else {
-            continue;
+        let settings = match decided {
+            Decision::Inject(settings) => settings,
+            Decision::OptedOut => continue,
+            Decision::NotTensorflow => {
+                warnings.push(format!(
+                    "{spec_path}: not injected: nothing says it runs TensorFlow (a TFJob, a \
+                     container named tensorflow, TF_CONFIG, --ps_hosts/--worker_hosts, a port \
+                     named tfjob-port); --tf-ports, tlc.io/tf-ports or --force injects it"
+                ));
+                continue;
+            }
         };
         let additions = sidecar::additions(sidecar_spec, &settings)?;
         pod::inject(found.template, &found.path, &additions)?;
         injected += 1;
     }
     Ok(injected)
+}
+
+/// The `runAsUser` of a container's or pod's `securityContext`.
+fn user_of(object: &yaml_serde::Mapping) -> Option<u64> {
+    object.get("securityContext")?.get("runAsUser")?.as_u64()
+}
+
+/// Whether a container is one of tlc's own (on a pod injected before).
+fn is_tlc(container: &yaml_serde::Mapping) -> bool {
+    let name = container.get("name").and_then(Value::as_str);
+    name == Some(spec::INIT_NAME) || name == Some(spec::SIDECAR_NAME)
+}
+
+/// Whether the pod, or any of its own containers, runs as `uid`.
+fn runs_as(spec: &yaml_serde::Mapping, uid: u64) -> bool {
+    let containers = ["containers", "initContainers"]
+        .iter()
+        .filter_map(|key| spec.get(*key)?.as_sequence())
+        .flatten()
+        .filter_map(Value::as_mapping)
+        .filter(|c| !is_tlc(c));
+    user_of(spec) == Some(uid) || containers.filter_map(user_of).any(|u| u == uid)
+}
+
+/// Every TCP port the pod's containers declare.
+fn used_ports(spec: &yaml_serde::Mapping, spec_path: &str) -> Result<Vec<u16>, ManifestError> {
+    let mut ports = Vec::new();
+    for key in ["containers", "initContainers"] {
+        let path = error::join(spec_path, key);
+        if let Some(Value::Sequence(containers)) = spec.get(key) {
+            for (i, container) in containers.iter().enumerate() {
+                let Some(container) = container.as_mapping().filter(|c| !is_tlc(c)) else {
+                    continue;
+                };
+                let found = tensorflow::container_ports(container, &error::index(&path, i))?;
+                ports.extend(found.into_iter().map(|(port, _)| port));
+            }
+        }
+    }
+    Ok(ports)
 }

@@ -24,6 +24,16 @@ pub struct PodTemplate<'a> {
     /// The annotations of the object that holds it, with their path
     /// (`None` for a bare Pod, whose template is the object).
     pub object_annotations: Option<(String, Mapping)>,
+    /// For a TFJob replica's template: whether the job has parameter
+    /// servers (a `PS` replica), without which tlc has nothing to do.
+    pub tf_job: Option<TfJob>,
+}
+
+/// What a TFJob replica's template knows of its job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TfJob {
+    /// The job has a `PS` replica.
+    pub has_ps: bool,
 }
 
 /// Every pod template in `object` (a document, or an item of a `List`),
@@ -42,10 +52,21 @@ pub fn pod_templates<'a>(
             path: path.to_string(),
             template: object,
             object_annotations: None,
+            tf_job: None,
         }]);
     }
     if kind.ends_with("List") && object.contains_key("items") {
         return list_items(object, path);
+    }
+    let api_version = object
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if kind == "Job" && api_version.starts_with("batch.volcano.sh/") {
+        return volcano_job(object, path);
+    }
+    if kind == "Experiment" && api_version.starts_with("kubeflow.org/") {
+        return katib_experiment(object, path);
     }
     let at: &[&str] = match kind.as_str() {
         k if TEMPLATE_IN_SPEC.contains(&k) => &["spec", "template"],
@@ -59,7 +80,61 @@ pub fn pod_templates<'a>(
         path: template_path,
         template,
         object_annotations: annotations,
+        tf_job: None,
     }])
+}
+
+/// A Volcano `batch.volcano.sh` Job: one template per task under
+/// `spec.tasks`.
+fn volcano_job<'a>(
+    object: &'a mut Mapping,
+    path: &str,
+) -> Result<Vec<PodTemplate<'a>>, ManifestError> {
+    let annotations = object_annotations(object, path)?;
+    let (spec, spec_path) = descend(object, path, &["spec"])?;
+    let tasks_path = join(&spec_path, "tasks");
+    let tasks = match spec.get_mut("tasks") {
+        Some(Value::Sequence(tasks)) => tasks,
+        Some(other) => return Err(ManifestError::expected(tasks_path, "a list", other)),
+        None => {
+            return Err(ManifestError::new(
+                tasks_path,
+                "missing: a Volcano Job's tasks",
+            ))
+        }
+    };
+    let mut found = Vec::new();
+    for (i, task) in tasks.iter_mut().enumerate() {
+        let task_path = index(&tasks_path, i);
+        let Value::Mapping(task) = task else {
+            return Err(ManifestError::expected(task_path, "a mapping", task));
+        };
+        let (template, template_path) = descend(task, &task_path, &["template"])?;
+        found.push(PodTemplate {
+            path: template_path,
+            template,
+            object_annotations: annotations.clone(),
+            tf_job: None,
+        });
+    }
+    Ok(found)
+}
+
+/// A Katib Experiment: its trials are made from
+/// `spec.trialTemplate.trialSpec`, an object of its own (a TFJob, a Job),
+/// whose pod templates are injected where they are.
+fn katib_experiment<'a>(
+    object: &'a mut Mapping,
+    path: &str,
+) -> Result<Vec<PodTemplate<'a>>, ManifestError> {
+    let (trial, trial_path) = descend(object, path, &["spec", "trialTemplate", "trialSpec"])
+        .map_err(|e| {
+            ManifestError::new(
+                join(&join(path, "spec"), "trialTemplate"),
+                format!("{e}: only an Experiment whose trials are written in it (trialSpec) can be injected; a trial template from a ConfigMap cannot"),
+            )
+        })?;
+    pod_templates(trial, &trial_path)
 }
 
 /// The pod templates of every item of a `List`.
@@ -94,6 +169,10 @@ fn list_items<'a>(
 fn tf_job<'a>(object: &'a mut Mapping, path: &str) -> Result<Vec<PodTemplate<'a>>, ManifestError> {
     let annotations = object_annotations(object, path)?;
     let (roles, roles_path) = descend(object, path, &["spec", "tfReplicaSpecs"])?;
+    let has_ps = roles
+        .keys()
+        .filter_map(Value::as_str)
+        .any(|role| role.eq_ignore_ascii_case("ps"));
     let mut found = Vec::new();
     for (role, spec) in roles.iter_mut() {
         let Some(role) = role.as_str() else {
@@ -111,6 +190,7 @@ fn tf_job<'a>(object: &'a mut Mapping, path: &str) -> Result<Vec<PodTemplate<'a>
             path: template_path,
             template,
             object_annotations: annotations.clone(),
+            tf_job: Some(TfJob { has_ps }),
         });
     }
     Ok(found)

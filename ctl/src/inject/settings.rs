@@ -3,7 +3,8 @@
 
 use yaml_serde::{Mapping, Value};
 
-use super::error::{describe, index, join, ManifestError};
+use super::error::{describe, join, ManifestError};
+use super::tensorflow::{self, Tensorflow};
 use crate::codec::spec::CodecName;
 
 /// Turns injection off for one pod template or object: `tlc.io/inject: "false"`.
@@ -16,9 +17,6 @@ pub const SKIP_PORTS: &str = "tlc.io/skip-ports";
 pub const CODEC: &str = "tlc.io/codec";
 /// The 3LC sparsity multiplier, both directions.
 pub const SPARSITY: &str = "tlc.io/sparsity";
-
-/// The TensorFlow port when no container declares one.
-pub const DEFAULT_TF_PORT: u16 = 2222;
 
 /// Settings from the command line, already validated.
 #[derive(Debug, Clone)]
@@ -35,6 +33,8 @@ pub struct Flags {
     pub sparsity: Option<String>,
     /// `--mtls`.
     pub mtls: bool,
+    /// `--force`: inject pods in which nothing says TensorFlow.
+    pub force: bool,
 }
 
 /// What one pod gets.
@@ -121,14 +121,27 @@ impl<'a> Annotations<'a> {
     }
 }
 
-/// Decides for one pod: `None` when an annotation turns injection off.
-/// `spec` is the pod spec at `spec_path`, read for the default TF ports.
+/// What `inject` does with one pod template.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Injected with these settings.
+    Inject(PodSettings),
+    /// `tlc.io/inject: "false"`: left as it is, as asked.
+    OptedOut,
+    /// Nothing in it says TensorFlow, and no TensorFlow port was given:
+    /// left as it is, with a warning.
+    NotTensorflow,
+}
+
+/// Decides for one pod. `spec` is the pod spec at `spec_path`; `tf` what
+/// in it says TensorFlow, if anything.
 pub fn resolve(
     flags: &Flags,
     annotations: &Annotations<'_>,
     spec: &Mapping,
     spec_path: &str,
-) -> Result<Option<PodSettings>, ManifestError> {
+    tf: Option<&Tensorflow>,
+) -> Result<Decision, ManifestError> {
     // "false" on the template or on its object skips: the "true" inject
     // writes on the template must not hide a later "false" on the object.
     let mut skip_pod = false;
@@ -145,14 +158,25 @@ pub fn resolve(
         }
     }
     if skip_pod {
-        return Ok(None);
+        return Ok(Decision::OptedOut);
     }
-    let found = match annotations.get(TF_PORTS)? {
-        Some((path, list)) => parse_ports(&list).map_err(|e| ManifestError::new(path, e))?,
-        None => match &flags.tf_ports {
-            Some(ports) => ports.clone(),
-            None => ports_in_spec(spec, spec_path)?,
-        },
+    // Every annotation is checked, also on a pod left alone below.
+    let codec = match annotations.get(CODEC)? {
+        Some((path, codec)) => Some(check_codec(&codec).map_err(|e| ManifestError::new(path, e))?),
+        None => flags.codec.clone(),
+    };
+    let sparsity = match annotations.get(SPARSITY)? {
+        Some((path, s)) => Some(check_sparsity(&s).map_err(|e| ManifestError::new(path, e))?),
+        None => flags.sparsity.clone(),
+    };
+    let found = match (annotations.get(TF_PORTS)?, &flags.tf_ports, tf) {
+        (Some((path, list)), _, _) => {
+            parse_ports(&list).map_err(|e| ManifestError::new(path, e))?
+        }
+        (None, Some(ports), _) => ports.clone(),
+        (None, None, Some(tf)) => tf.ports.clone(),
+        (None, None, None) if flags.force => every_port(spec, spec_path)?,
+        (None, None, None) => return Ok(Decision::NotTensorflow),
     };
     let (skip_path, skip_source, skip) = match annotations.get(SKIP_PORTS)? {
         Some((path, list)) => {
@@ -181,15 +205,7 @@ pub fn resolve(
             ),
         ));
     }
-    let codec = match annotations.get(CODEC)? {
-        Some((path, codec)) => Some(check_codec(&codec).map_err(|e| ManifestError::new(path, e))?),
-        None => flags.codec.clone(),
-    };
-    let sparsity = match annotations.get(SPARSITY)? {
-        Some((path, s)) => Some(check_sparsity(&s).map_err(|e| ManifestError::new(path, e))?),
-        None => flags.sparsity.clone(),
-    };
-    Ok(Some(PodSettings {
+    Ok(Decision::Inject(PodSettings {
         image: flags.image.clone(),
         tf_ports,
         codec,
@@ -198,74 +214,24 @@ pub fn resolve(
     }))
 }
 
-/// The default TF ports: those of the container named `tensorflow`, else
-/// every container's, else 2222. Init containers are not looked at.
-fn ports_in_spec(spec: &Mapping, spec_path: &str) -> Result<Vec<u16>, ManifestError> {
+/// `--force` on a pod where nothing says TensorFlow: every TCP port its
+/// containers declare, else TensorFlow's usual 2222.
+fn every_port(spec: &Mapping, spec_path: &str) -> Result<Vec<u16>, ManifestError> {
     let path = join(spec_path, "containers");
-    let containers = match spec.get("containers") {
-        None | Some(Value::Null) => return Ok(vec![DEFAULT_TF_PORT]),
-        Some(Value::Sequence(containers)) => containers,
-        Some(other) => return Err(ManifestError::expected(path, "a list", other)),
-    };
-    let mut tensorflow = Vec::new();
-    let mut any = Vec::new();
-    for (i, container) in containers.iter().enumerate() {
-        let path = index(&path, i);
-        let Value::Mapping(container) = container else {
-            return Err(ManifestError::expected(path, "a mapping", container));
-        };
-        let ports = container_ports(container, &path)?;
-        if container.get("name").and_then(Value::as_str) == Some("tensorflow") {
-            tensorflow.extend(ports.iter().copied());
-        }
-        any.extend(ports);
-    }
-    let mut chosen = if tensorflow.is_empty() {
-        any
-    } else {
-        tensorflow
-    };
-    dedup(&mut chosen);
-    if chosen.is_empty() {
-        chosen.push(DEFAULT_TF_PORT);
-    }
-    Ok(chosen)
-}
-
-/// The TCP `containerPort`s of one container.
-fn container_ports(container: &Mapping, path: &str) -> Result<Vec<u16>, ManifestError> {
-    let path = join(path, "ports");
-    let ports = match container.get("ports") {
-        None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::Sequence(ports)) => ports,
-        Some(other) => return Err(ManifestError::expected(path, "a list", other)),
-    };
-    let mut found = Vec::new();
-    for (i, port) in ports.iter().enumerate() {
-        let path = index(&path, i);
-        let Value::Mapping(port) = port else {
-            return Err(ManifestError::expected(path, "a mapping", port));
-        };
-        let protocol = port
-            .get("protocol")
-            .and_then(Value::as_str)
-            .unwrap_or("TCP");
-        if !protocol.eq_ignore_ascii_case("TCP") {
-            continue;
-        }
-        let path = join(&path, "containerPort");
-        let number = match port.get("containerPort") {
-            Some(Value::Number(n)) => n.as_u64().and_then(|n| u16::try_from(n).ok()),
-            Some(Value::String(s)) => s.trim().parse::<u16>().ok(),
-            Some(other) => return Err(ManifestError::expected(path, "a port number", other)),
-            None => return Err(ManifestError::new(path, "missing")),
-        };
-        match number {
-            Some(n) if n > 0 => found.push(n),
-            _ => return Err(ManifestError::new(path, "not a port number (1-65535)")),
+    let mut ports = Vec::new();
+    if let Some(Value::Sequence(containers)) = spec.get("containers") {
+        for (i, container) in containers.iter().enumerate() {
+            if let Value::Mapping(container) = container {
+                let found = tensorflow::container_ports(container, &super::error::index(&path, i))?;
+                ports.extend(found.into_iter().map(|(port, _)| port));
+            }
         }
     }
-    Ok(found)
+    tensorflow::dedup(&mut ports);
+    if ports.is_empty() {
+        ports.push(tensorflow::TFJOB_DEFAULT_PORT);
+    }
+    Ok(ports)
 }
 
 /// Parses `2222,2223` (spaces allowed); an empty list is allowed.
@@ -277,7 +243,7 @@ pub fn parse_ports(list: &str) -> Result<Vec<u16>, String> {
             _ => return Err(format!("{part:?} is not a port number (1-65535)")),
         }
     }
-    dedup(&mut ports);
+    tensorflow::dedup(&mut ports);
     Ok(ports)
 }
 
@@ -305,16 +271,6 @@ pub fn join_ports(ports: &[u16]) -> String {
         .map(u16::to_string)
         .collect::<Vec<_>>()
         .join(",")
-}
-
-/// Removes repeats, keeping the first of each.
-fn dedup(ports: &mut Vec<u16>) {
-    let mut seen = Vec::new();
-    ports.retain(|p| {
-        let new = !seen.contains(p);
-        seen.push(*p);
-        new
-    });
 }
 
 #[cfg(test)]

@@ -99,3 +99,10 @@ pub fn fails(cmd: &mut Command) -> String {
     assert!(lines[0].starts_with("tlcctl: error: "), "{stderr}");
     lines[0].to_string()
 }
+
+/// The `--tf-ports` value of the `tlc-init` command in a pod spec.
+pub fn tf_ports(spec: &Value) -> String {
+    let init = &spec["initContainers"][0];
+    assert_eq!(init["name"], "tlc-init");
+    init["command"][3].as_str().expect("ports").to_string()
+}
