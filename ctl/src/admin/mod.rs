@@ -2,9 +2,10 @@
 //! (`daemon/ADMIN-API.md`): `status`, `config`, `reload`, `set`,
 //! `tensors`, `top`, `log-level`.
 //!
-//! Every command runs against every `--admin` target, the way one would
-//! look at or change all sidecars of a job at once, and tries all of them
-//! before exiting 1 if any failed. Paths, request bodies and answers are
+//! Every command runs against every `--admin` target (or every sidecar of
+//! the pods `--selector` matches in Kubernetes, see [`kube`]), the way one
+//! would look at or change all sidecars of a job at once, and tries all of
+//! them before exiting 1 if any failed. Paths, request bodies and answers are
 //! `tlc_admin_api`'s types, the ones tlcd serves.
 
 use std::path::PathBuf;
@@ -17,6 +18,7 @@ use serde_json::Value;
 mod client;
 mod config;
 mod format;
+mod kube;
 mod log_level;
 mod output;
 mod set;
@@ -87,6 +89,29 @@ pub struct AdminOpts {
         help_heading = "Admin API"
     )]
     token_file: Option<PathBuf>,
+
+    /// Every sidecar of the pods matching this Kubernetes label selector
+    /// (`training.kubeflow.org/job-name=mnist`), each reached through
+    /// `kubectl port-forward` (instead of --admin), with the token of the
+    /// namespace's Secret tlc-admin-token unless --token-file is given.
+    #[arg(
+        short = 'l',
+        long = "selector",
+        value_name = "SELECTOR",
+        global = true,
+        help_heading = "Kubernetes"
+    )]
+    selector: Option<String>,
+
+    /// The namespace of --selector (default: kubectl's current one).
+    #[arg(
+        long = "namespace",
+        value_name = "NS",
+        global = true,
+        requires = "selector",
+        help_heading = "Kubernetes"
+    )]
+    namespace: Option<String>,
 }
 
 /// The admin commands.
@@ -138,13 +163,31 @@ pub fn run(command: AdminCommand, opts: AdminOpts) -> Result<()> {
             anyhow::bail!("-o yaml is for tlcctl inject; admin commands print table or json")
         }
     };
-    let ctx = Ctx {
-        client: Client::new(
-            opts.timeout,
+    // `_forwards` lives until the command ends: dropping it stops the
+    // port-forwards.
+    let (targets, tokens, _forwards) = match &opts.selector {
+        Some(selector) => {
+            let selection = kube::Selection {
+                namespace: opts.namespace.clone(),
+                selector: selector.clone(),
+            };
+            let reached = kube::reach(&selection, opts.token_file.is_none(), opts.timeout)?;
+            let tokens = match opts.token_file {
+                Some(path) => token::Tokens::File(path),
+                None => token::Tokens::Secret(reached.token.clone()),
+            };
+            (reached.targets.clone(), tokens, Some(reached))
+        }
+        None => (
+            target::dedup(opts.targets),
             opts.token_file
                 .map_or(token::Tokens::Default, token::Tokens::File),
+            None,
         ),
-        targets: target::dedup(opts.targets),
+    };
+    let ctx = Ctx {
+        client: Client::new(opts.timeout, tokens),
+        targets,
         format,
     };
     match command {

@@ -9,8 +9,11 @@ pub const DEFAULT_PORT: u16 = 17000;
 /// One tlcd admin API to talk to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
-    /// `HOST:PORT`, the name every output line uses for this target.
+    /// `HOST:PORT`, the name every output line uses for this target
+    /// (`NAMESPACE/POD` for a pod reached through a port-forward).
     label: String,
+    /// `HOST:PORT` to dial: the label, or a port-forward's local end.
+    addr: String,
     /// The port, for the token file tlcd writes per port.
     port: u16,
 }
@@ -30,6 +33,9 @@ impl Target {
     /// `127.0.0.0/8`, `[::1]`): only there can tlcctl read the token file
     /// tlcd wrote for itself.
     pub fn is_loopback(&self) -> bool {
+        if self.addr != self.label {
+            return false;
+        }
         let host = self
             .label
             .rsplit_once(':')
@@ -43,7 +49,18 @@ impl Target {
 
     /// The URL of `path` (which starts with `/`) on this target.
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.label)
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// A sidecar reached at `addr` (a port-forward's local end) and
+    /// named `label` in every output line. Never taken for a loopback
+    /// target: tlcd's own token file on this host is not its.
+    pub fn forwarded(label: String, addr: String) -> Target {
+        Target {
+            label,
+            addr,
+            port: DEFAULT_PORT,
+        }
     }
 }
 
@@ -90,6 +107,7 @@ pub fn parse(text: &str) -> Result<Target, String> {
     };
     Ok(Target {
         label: format!("{host}:{port}"),
+        addr: format!("{host}:{port}"),
         port,
     })
 }

@@ -21,6 +21,9 @@ pub enum Tokens {
     File(PathBuf),
     /// tlcd's own token file, for loopback targets.
     Default,
+    /// The token of the namespace's Secret, for pods reached through
+    /// `kubectl port-forward` (`--selector`); `None`: there is no Secret.
+    Secret(Option<String>),
 }
 
 /// What was sent to one target, to explain a `401`.
@@ -34,6 +37,8 @@ pub enum Source {
     NotFound(Vec<PathBuf>),
     /// No token: the target is not on this host's loopback.
     Remote,
+    /// The token in the Secret `tlc-admin-token` (`None`: no such Secret).
+    Secret(bool),
 }
 
 /// The token for one request, if any, and where it came from; `Err` when
@@ -56,6 +61,10 @@ impl Tokens {
                         .map_err(|why| format!("{why} (--token-file / TLC_ADMIN_TOKEN_FILE)"))?,
                 ),
                 source: Source::Given(path.clone()),
+            }),
+            Tokens::Secret(token) => Ok(Choice {
+                token: token.clone(),
+                source: Source::Secret(token.is_some()),
             }),
             Tokens::Default if !loopback => Ok(Choice {
                 token: None,
@@ -115,6 +124,14 @@ pub fn refused(target: &str, source: &Source) -> String {
         Source::Remote => format!(
             "tlcd admin at {target} needs a token (tlcctl finds tlcd's own token file only for a \
              target on this host's loopback): {HOW}"
+        ),
+        Source::Secret(true) => format!(
+            "tlcd admin at {target} refused the token of the Secret tlc-admin-token (the pod \
+             mounts another, or it was rotated since the pod started): {HOW}"
+        ),
+        Source::Secret(false) => format!(
+            "tlcd admin at {target} needs a token and its namespace has no Secret \
+             tlc-admin-token: {HOW}"
         ),
     }
 }
