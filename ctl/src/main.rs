@@ -13,8 +13,10 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 mod admin;
+mod check;
 mod codec;
 mod inject;
+mod kubectl;
 mod table;
 
 /// The operator's tool for tlc, the TensorFlow tensor-compressing sidecar.
@@ -40,6 +42,8 @@ enum Command {
     Codec(codec::CodecCommand),
     /// Add the tlc sidecar and its init step to Kubernetes manifests.
     Inject(inject::InjectArgs),
+    /// Check that a Kubernetes namespace is ready for tlc's sidecars.
+    Check(check::CheckArgs),
     /// Print a shell completion script to stdout.
     Completions {
         /// The shell to generate completions for.
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Codec(command) => codec::run(command, cli.verbose),
         Command::Inject(args) => inject::run(&args, cli.admin.output_format, cli.verbose),
+        Command::Check(args) => check::run(&args),
         Command::Completions { shell } => {
             let mut cmd = Cli::command();
             clap_complete::generate(shell, &mut cmd, "tlcctl", &mut std::io::stdout());

@@ -285,3 +285,32 @@ fn log_level_reads_the_filter() {
         [vec!["TARGET", "FILTER"], vec![a.addr(), "info"]]
     );
 }
+
+#[test]
+fn version_names_tlcctl_and_every_sidecar() {
+    let same = FakeAdmin::answering("GET", "/v1/status", status(1, 1));
+    let mut older = status(1, 1);
+    older["version"] = json!("0.0.9");
+    let other = FakeAdmin::answering("GET", "/v1/status", older);
+    let (code, stdout, stderr) = run(&["version", "--admin", same.addr(), "--admin", other.addr()]);
+    assert_eq!(code, 0, "{stderr}");
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(
+        stdout.starts_with(&format!("tlcctl {version}\n")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("{}: tlcd {version}\n", same.addr())),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "{}: tlcd 0.0.9 (not this tlcctl's version)",
+            other.addr()
+        )),
+        "{stdout}"
+    );
+    let (code, stdout, _) = run(&["version", "--client", "--admin", "127.0.0.1:1"]);
+    assert_eq!(code, 0);
+    assert_eq!(stdout, format!("tlcctl {version}\n"));
+}

@@ -4,11 +4,10 @@
 //! its own `kubectl port-forward` to the admin port (which listens on the
 //! pod's loopback only), with the token of the namespace's Secret
 //! `tlc-admin-token`. Everything goes through the user's `kubectl`
-//! (`$KUBECTL`, else `kubectl` on the PATH), with the user's context and
-//! rights: tlcctl holds no cluster credentials of its own.
+//! ([`crate::kubectl`]).
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -16,12 +15,13 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 use super::target::{Target, DEFAULT_PORT};
+use crate::kubectl;
 
 /// The container tlcd runs in (the sidecar spec's name).
 const SIDECAR: &str = "tlc-sidecar";
 
 /// The Secret holding the admin token (`deploy/k8s`, `tlcctl inject`).
-const TOKEN_SECRET: &str = "tlc-admin-token";
+pub const TOKEN_SECRET: &str = "tlc-admin-token";
 
 /// Which pods to reach.
 #[derive(Debug, Clone)]
@@ -84,35 +84,25 @@ pub fn reach(selection: &Selection, want_token: bool, timeout: Duration) -> Resu
     Ok(reached)
 }
 
-/// The kubectl to run.
-fn kubectl() -> Command {
-    Command::new(std::env::var_os("KUBECTL").unwrap_or_else(|| "kubectl".into()))
-}
-
 /// `-n NS`, when a namespace was given.
 fn namespace_args(selection: &Selection) -> Vec<String> {
-    match &selection.namespace {
-        Some(ns) => vec!["-n".into(), ns.clone()],
-        None => Vec::new(),
-    }
+    kubectl::namespace_args(selection.namespace.as_deref())
+}
+
+/// `kubectl -n NS ARGS...`.
+fn with_namespace(selection: &Selection, args: &[&str]) -> Vec<String> {
+    let mut all = namespace_args(selection);
+    all.extend(args.iter().map(|a| a.to_string()));
+    all
 }
 
 /// The running pods of the selection with a `tlc-sidecar` container.
 fn sidecar_pods(selection: &Selection) -> Result<Vec<Pod>> {
-    let output = kubectl()
-        .args(namespace_args(selection))
-        .args(["get", "pods", "-l", &selection.selector, "-o", "json"])
-        .output()
-        .context("cannot run kubectl (install it, or set KUBECTL)")?;
-    if !output.status.success() {
-        bail!(
-            "kubectl get pods -l {}: {}",
-            selection.selector,
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    let list: Value =
-        serde_json::from_slice(&output.stdout).context("kubectl get pods: not JSON")?;
+    let text = kubectl::output(&with_namespace(
+        selection,
+        &["get", "pods", "-l", &selection.selector, "-o", "json"],
+    ))?;
+    let list: Value = serde_json::from_str(&text).context("kubectl get pods: not JSON")?;
     let pods = parse_pods(&list);
     if pods.is_empty() {
         bail!(
@@ -156,25 +146,18 @@ fn parse_pods(list: &Value) -> Vec<Pod> {
 
 /// The token in the Secret `tlc-admin-token`, if there is one.
 fn secret_token(selection: &Selection) -> Result<Option<String>> {
-    let output = kubectl()
-        .args(namespace_args(selection))
-        .args([
+    let text = kubectl::output(&with_namespace(
+        selection,
+        &[
             "get",
             "secret",
             TOKEN_SECRET,
             "--ignore-not-found",
             "-o",
             "go-template={{.data.token | base64decode}}",
-        ])
-        .output()
-        .context("cannot run kubectl (install it, or set KUBECTL)")?;
-    if !output.status.success() {
-        bail!(
-            "kubectl get secret {TOKEN_SECRET}: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    let token = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        ],
+    ))?;
+    let token = text.trim().to_string();
     Ok((!token.is_empty()).then_some(token))
 }
 
@@ -182,7 +165,7 @@ fn secret_token(selection: &Selection) -> Result<Option<String>> {
 /// `timeout`, for the local port it prints ("Forwarding from
 /// 127.0.0.1:PORT -> 17000").
 fn port_forward(pod: &Pod, timeout: Duration) -> Result<(Child, u16)> {
-    let mut child = kubectl()
+    let mut child = kubectl::command()
         .args(["-n", &pod.namespace, "port-forward"])
         .arg(format!("pod/{}", pod.name))
         .arg(format!(":{DEFAULT_PORT}"))

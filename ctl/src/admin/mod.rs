@@ -1,6 +1,6 @@
 //! The commands that talk to running sidecars through tlcd's admin API
 //! (`daemon/ADMIN-API.md`): `status`, `config`, `reload`, `set`,
-//! `tensors`, `top`, `log-level`.
+//! `tensors`, `top`, `log-level`, `version`.
 //!
 //! Every command runs against every `--admin` target (or every sidecar of
 //! the pods `--selector` matches in Kubernetes, see [`kube`]), the way one
@@ -25,11 +25,13 @@ mod set;
 mod status;
 mod target;
 
+pub use kube::TOKEN_SECRET;
 /// The admin port tlcctl dials by default: tlcd's own default.
 pub use target::DEFAULT_PORT;
 mod tensors;
 mod token;
 mod top;
+mod version;
 
 pub use output::Failed;
 
@@ -134,6 +136,8 @@ pub enum AdminCommand {
     Top(top::TopArgs),
     /// Show or change tlcd's log filter.
     LogLevel(log_level::LogLevelArgs),
+    /// Print tlcctl's version and every sidecar's.
+    Version(version::VersionArgs),
 }
 
 /// What every admin command works with.
@@ -198,6 +202,7 @@ pub fn run(command: AdminCommand, opts: AdminOpts) -> Result<()> {
         AdminCommand::Tensors(args) => tensors::run(&ctx, &args),
         AdminCommand::Top(args) => top::run(&ctx, &args),
         AdminCommand::LogLevel(args) => log_level::run(&ctx, &args),
+        AdminCommand::Version(args) => version::run(&ctx, &args),
     }
 }
 

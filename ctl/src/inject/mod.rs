@@ -30,6 +30,7 @@ mod sidecar;
 mod spec;
 mod tensorflow;
 
+pub use config::CONFIG_MAP;
 use error::ManifestError;
 use settings::{Annotations, Decision, Flags};
 
