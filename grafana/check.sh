@@ -97,6 +97,22 @@ else
     cat "$tmp/test.out"; fail "alerts_test.yml"
 fi
 
+echo "== podmonitor.yaml: a PodMonitor on the sidecar spec's metrics port"
+if python3 - "$prom_dir/podmonitor.yaml" "$here/../deploy/k8s/components/sidecar/sidecar.yaml" <<'PY'
+import re, sys
+monitor, spec = (open(p).read() for p in sys.argv[1:])
+port = re.search(r"name: (tlc-metrics), containerPort", spec)
+assert port, "the sidecar spec has no port named tlc-metrics"
+assert "kind: PodMonitor" in monitor and "apiVersion: monitoring.coreos.com/v1" in monitor
+assert re.search(r"- port: " + port.group(1) + r"\n", monitor), "the PodMonitor does not scrape " + port.group(1)
+assert "any: true" in monitor and "selector: {}" in monitor
+PY
+then
+    echo "ok   podmonitor.yaml scrapes tlc-metrics in every namespace"
+else
+    fail "podmonitor.yaml"
+fi
+
 echo "== check_run_test.py"
 if python3 "$here/check_run_test.py" >"$tmp/unit.out" 2>&1; then
     echo "ok   check_run_test.py: $(grep -o 'Ran [0-9]* tests' "$tmp/unit.out")"
