@@ -237,4 +237,9 @@ pub struct Reloads {
     pub last_error: Option<String>,
     /// Keys changed in the file that wait for a restart.
     pub pending_restart: Vec<String>,
+    /// Keys the last reload changed in the file whose value a higher layer
+    /// sets (`policy.push.codec (env TLC_POLICY__PUSH__CODEC)`): the change
+    /// has no effect.
+    #[serde(default)]
+    pub overridden: Vec<String>,
 }

@@ -161,6 +161,7 @@ fn status_example() -> Status {
             failed: 0,
             last_error: None,
             pending_restart: Vec::new(),
+            overridden: Vec::new(),
         },
         links: Links {
             mode: "auto".into(),

@@ -314,3 +314,24 @@ fn version_names_tlcctl_and_every_sidecar() {
     assert_eq!(code, 0);
     assert_eq!(stdout, format!("tlcctl {version}\n"));
 }
+
+#[test]
+fn status_says_which_file_changes_have_no_effect() {
+    let mut answer = status(1, 1);
+    answer["reloads"]["overridden"] = json!(["policy.push.codec (env TLC_POLICY__PUSH__CODEC)"]);
+    answer["reloads"]["pending_restart"] = json!(["drain_seconds"]);
+    let server = FakeAdmin::answering("GET", "/v1/status", answer);
+    let (code, stdout, stderr) = run(&["status", "--admin", server.addr()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "{}: warning: config file changes without effect, a higher layer sets them: policy.push.codec (env TLC_POLICY__PUSH__CODEC)",
+            server.addr()
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("config file changes waiting for a restart: drain_seconds"),
+        "{stdout}"
+    );
+}

@@ -39,6 +39,7 @@ fn render(answers: &[Read<'_, Status>]) -> String {
         let Some(status) = status else { continue };
         for line in training(target, &status.training)
             .into_iter()
+            .chain(reloads(target, status))
             .chain(rows_and_hop(target, status))
         {
             text.push_str(&line);
@@ -46,6 +47,26 @@ fn render(answers: &[Read<'_, Status>]) -> String {
         }
     }
     text
+}
+
+/// What the last reloads of the config file left undone: keys a higher
+/// layer overrides (the edit has no effect) and keys waiting for a restart.
+fn reloads(target: &str, status: &Status) -> Vec<String> {
+    let mut lines = Vec::new();
+    let reloads = &status.reloads;
+    if !reloads.overridden.is_empty() {
+        lines.push(format!(
+            "{target}: warning: config file changes without effect, a higher layer sets them: {}",
+            reloads.overridden.join(", ")
+        ));
+    }
+    if !reloads.pending_restart.is_empty() {
+        lines.push(format!(
+            "{target}: config file changes waiting for a restart: {}",
+            reloads.pending_restart.join(", ")
+        ));
+    }
+    lines
 }
 
 /// What a sidecar saw of the training run: the global step and, after a

@@ -4,6 +4,7 @@
 //! a bad one is refused and the running configuration stays.
 
 pub mod log;
+mod overridden;
 pub mod policy_change;
 pub mod watch;
 
@@ -236,10 +237,19 @@ impl Control {
                 if !names.is_empty() {
                     warn!(keys = ?names, "config file changes that take effect only at restart");
                 }
+                let changed = overridden::changed_keys(
+                    old.file_text.as_deref(),
+                    new.file_text.as_deref(),
+                );
+                let overridden = overridden::overridden(&changed, &new);
+                if !overridden.is_empty() {
+                    warn!(keys = ?overridden, "config file changes without effect: a TLC_* variable, a flag or the admin API sets these keys");
+                }
                 let installed = self.install(new)?;
                 let mut stats = self.reloads.lock().unwrap_or_else(|e| e.into_inner());
                 stats.ok += 1;
                 stats.pending_restart = names;
+                stats.overridden = overridden;
                 Ok(installed)
             });
         drop(layers);
@@ -400,6 +410,36 @@ mod tests {
         assert_eq!(
             control.reloads()["pending_restart"],
             json!(["drain_seconds"])
+        );
+    }
+
+    #[test]
+    fn a_file_change_a_variable_overrides_is_named() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(b"[policy.push]\nsparsity = 1.5\n").unwrap();
+        let layers = Layers {
+            file: Some(f.path().to_owned()),
+            env: Layers::env_from([("TLC_POLICY__PUSH__SPARSITY".to_string(), "1.25".to_string())]),
+            ..Layers::default()
+        };
+        let resolved = layers.resolve().unwrap();
+        let sidecar = Arc::new(Sidecar::new(
+            Policy::new(&resolved.config.policy).unwrap(),
+            resolved.config.sidecar_options().unwrap(),
+            None,
+        ));
+        let log = LogControl::detached(&resolved.config.log.level);
+        let control = Control::new(layers, resolved, sidecar, log);
+        std::fs::write(
+            f.path(),
+            "[policy.push]\nsparsity = 1.75\n[policy]\nmin_bytes = 8192\n",
+        )
+        .unwrap();
+        control.reload().unwrap();
+        assert_eq!(push_codec(&control), three_lc(1.25));
+        assert_eq!(
+            control.reloads()["overridden"],
+            json!(["policy.push.sparsity (env TLC_POLICY__PUSH__SPARSITY)"])
         );
     }
 
