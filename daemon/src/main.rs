@@ -300,9 +300,8 @@ fn configuration(args: &Args) -> Result<(Layers, Resolved)> {
 }
 
 fn run(mut args: Args, arenas_limited: bool) -> Result<()> {
-    if let Some(Some(file)) = args.check_config.take() {
-        args.config = Some(file);
-        args.check_config = Some(None);
+    if let Some(Some(file)) = &args.check_config {
+        args.config = Some(file.clone());
     }
     let (layers, resolved) = configuration(&args)?;
     let config = resolved.config.clone();
@@ -581,9 +580,7 @@ fn parse_route(text: &str) -> Result<Route> {
         listen: listen
             .parse()
             .with_context(|| format!("listen address '{listen}'"))?,
-        upstream: upstream
-            .parse()
-            .with_context(|| format!("upstream address '{upstream}'"))?,
+        upstream: upstream.parse().context("upstream")?,
         role,
     })
 }

@@ -26,7 +26,7 @@ async fn proxy(upstream: std::net::SocketAddr) -> Proxy<Sidecar> {
     let config = Config {
         routes: vec![Route {
             listen: "127.0.0.1:0".parse().unwrap(),
-            upstream,
+            upstream: upstream.into(),
             role: Role::Outbound,
         }],
         drain_seconds: 30,

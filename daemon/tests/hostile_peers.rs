@@ -41,7 +41,7 @@ async fn proxy_with(
     let config = Config {
         routes: vec![Route {
             listen: "127.0.0.1:0".parse().unwrap(),
-            upstream,
+            upstream: upstream.into(),
             role,
         }],
         limits,

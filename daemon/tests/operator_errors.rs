@@ -4,7 +4,8 @@
 
 use std::io::Write;
 use std::net::TcpListener;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// Runs tlcd with `args` and `env` (and no other `TLC_` variable).
 fn tlcd(args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -15,13 +16,26 @@ fn tlcd(args: &[&str], env: &[(&str, &str)]) -> Output {
             command.env_remove(name);
         }
     }
-    command
+    let mut child = command
         .args(args)
         .args(["--admin-listen", "off", "--metrics-listen", "off"])
         .env("XDG_RUNTIME_DIR", runtime.path())
         .envs(env.iter().copied())
-        .output()
-        .unwrap()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Every case here ends at once; one that serves instead is a failure,
+    // not a hung test.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("tlcd {args:?} did not exit: it is serving");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
 }
 
 fn stderr(output: &Output) -> String {
@@ -128,6 +142,34 @@ fn check_config_says_whether_tlcd_would_start() {
         "{shown}"
     );
     assert!(shown.contains("configuration OK"), "{shown}");
+    // Without a file, the flags alone; a route's upstream may be a name.
+    let out = tlcd(
+        &[
+            "--check-config",
+            "--route",
+            "127.0.0.1:1=ps-0.training.svc:2222,outbound",
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("upstream = \"ps-0.training.svc:2222\""),
+        "{shown}"
+    );
+    let out = tlcd(
+        &[
+            "--check-config",
+            "--route",
+            "127.0.0.1:1=ps-0:port,outbound",
+        ],
+        &[],
+    );
+    assert!(
+        stderr(&out).contains("expected IP:PORT, [IPv6]:PORT or NAME:PORT"),
+        "{}",
+        stderr(&out)
+    );
     // It listens on nothing: port 1 would need root, and is not asked for.
     let out = tlcd(
         &["--check-config", path],

@@ -113,3 +113,50 @@ async fn a_chain_of_sidecars_passes_the_refusal_back() {
     let reply = client.call("/x.Y/Z", &[], Bytes::from_static(b"ok")).await;
     assert_eq!(reply.body.as_ref(), b"ok");
 }
+
+/// An explicit route's upstream may be a DNS name (a VM across regions, a
+/// Kubernetes Service): looked up for each new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_to_a_name_reaches_what_the_name_resolves_to() {
+    let server = start_echo_server().await;
+    let config = tlc_daemon::config::Config {
+        routes: vec![tlc_daemon::config::Route {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            upstream: format!("localhost:{}", server.port()).parse().unwrap(),
+            role: Role::Outbound,
+        }],
+        ..Default::default()
+    };
+    config.validate().unwrap();
+    let sidecar = std::sync::Arc::new(support::compressing_sidecar());
+    let proxy = Proxy::start(&config.proxy_settings().unwrap(), sidecar)
+        .await
+        .unwrap();
+    let client = Client::connect(proxy.local_addrs()[0]).await;
+    let reply = client
+        .call(
+            "/tensorflow.WorkerService/GetStatus",
+            &[],
+            Bytes::from_static(b"\0\0\0\0\x02hi"),
+        )
+        .await;
+    assert_eq!(reply.body.as_ref(), b"\0\0\0\0\x02hi");
+    proxy.shutdown().await;
+
+    // A name that does not resolve: the connection is closed, as an
+    // unreachable upstream's is; TensorFlow retries.
+    let config = tlc_daemon::config::Config {
+        routes: vec![tlc_daemon::config::Route {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            upstream: "no-such-host.invalid:2222".parse().unwrap(),
+            role: Role::Outbound,
+        }],
+        ..Default::default()
+    };
+    let sidecar = std::sync::Arc::new(support::compressing_sidecar());
+    let proxy = Proxy::start(&config.proxy_settings().unwrap(), sidecar)
+        .await
+        .unwrap();
+    assert_refused(proxy.local_addrs()[0]).await;
+    proxy.shutdown().await;
+}

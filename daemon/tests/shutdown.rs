@@ -69,7 +69,7 @@ async fn proxy(role: Role, upstream: SocketAddr, drain_seconds: u64) -> Proxy<Si
     let config = Config {
         routes: vec![Route {
             listen: "127.0.0.1:0".parse().unwrap(),
-            upstream,
+            upstream: upstream.into(),
             role,
         }],
         drain_seconds,

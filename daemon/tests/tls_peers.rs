@@ -62,7 +62,7 @@ async fn proxy(
     let config = Config {
         routes: vec![Route {
             listen: "127.0.0.1:0".parse().unwrap(),
-            upstream,
+            upstream: upstream.into(),
             role,
         }],
         tls,

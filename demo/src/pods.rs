@@ -74,7 +74,7 @@ async fn proxy(
             .iter()
             .map(|&upstream| Listener {
                 listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-                target: Target::Fixed(upstream),
+                target: Target::Fixed(upstream.into()),
                 role,
             })
             .collect(),

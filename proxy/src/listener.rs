@@ -32,7 +32,7 @@ use crate::tuning;
 use crate::upstream::Upstream;
 
 /// One listening socket and what it does with connections.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listener {
     /// Address to accept on.
     pub listen: SocketAddr,
@@ -91,7 +91,7 @@ pub async fn serve<H: Handler>(
         let span = tracing::debug_span!("connection", %peer, listen = %route.listen);
         let connection = serve_connection(
             stream,
-            route,
+            route.clone(),
             bounds,
             tls.clone(),
             handler.clone(),
@@ -164,8 +164,8 @@ async fn serve_connection<H: Handler>(
     tuning::tcp(&stream);
     let held = Arc::clone(&handler);
     let stats = held.connections();
-    let addr = match intercept::upstream_of(&stream, route.target) {
-        Ok(addr) => addr,
+    let addrs = match intercept::upstream_of(&stream, &route.target).await {
+        Ok(addrs) => addrs,
         Err(err) => {
             warn!(error = %err, "closing connection");
             return;
@@ -206,27 +206,42 @@ async fn serve_connection<H: Handler>(
             return;
         }
         (Opening::Other(stream), _) => {
-            forward_opaque(stream, addr, bounds, &lifecycle, stats).await;
+            forward_opaque(stream, addrs[0], bounds, &lifecycle, stats).await;
             return;
         }
         (Opening::Http2(stream), Some(_)) => (Box::new(stream), Client::Plaintext),
         (Opening::Http2(stream), None) => (Box::new(stream), Client::Open),
     };
-    let upstream = Arc::new(Upstream::new(addr, route.role, dial_tls, tasks.clone()));
     // Reach the upstream before answering the caller. If it is not there (a
     // task not listening yet), the caller must see what it would see
     // without a sidecar, a failed connection, so that gRPC waits and
     // retries; answering its calls with UNAVAILABLE would fail them instead.
-    if let Err(err) = upstream.sender().await {
-        stats.refused(Refusal::Upstream);
-        if err.is_tls() && connection::warn_allowed() {
-            warn!(error = %err, "cannot reach the peer's sidecar over TLS; resetting the connection");
-        } else {
-            debug!(error = %err, "upstream not reachable; resetting the connection");
+    // A name's addresses are tried in turn.
+    let mut reached = None;
+    for addr in addrs {
+        let upstream = Arc::new(Upstream::new(
+            addr,
+            route.role,
+            dial_tls.clone(),
+            tasks.clone(),
+        ));
+        match upstream.sender().await {
+            Ok(_) => {
+                reached = Some(upstream);
+                break;
+            }
+            Err(err) if err.is_tls() && connection::warn_allowed() => {
+                warn!(error = %err, "cannot reach the peer's sidecar over TLS");
+            }
+            Err(err) => debug!(error = %err, "upstream not reachable"),
         }
+    }
+    let Some(upstream) = reached else {
+        stats.refused(Refusal::Upstream);
+        debug!("no upstream reachable; resetting the connection");
         // Dropping the connection unanswered; a reset where we can.
         return;
-    }
+    };
     let (io, returned) = linger::lend(io);
     let open = stats.open();
     let served = Served {

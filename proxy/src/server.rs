@@ -86,7 +86,7 @@ impl<H: Handler> Proxy<H> {
         let lifecycle = Lifecycle::default();
         let tracker = TaskTracker::new();
         let mut listeners = Vec::new();
-        for &route in &settings.listeners {
+        for route in settings.listeners.iter().cloned() {
             let bind_error = |source| BindError {
                 addr: route.listen,
                 source,

@@ -50,7 +50,7 @@ pub fn policy(policy: &Policy) -> PolicyView {
 
 /// One listener.
 pub fn listener(listener: &Listener) -> api::status::Listener {
-    let target = match listener.target {
+    let target = match &listener.target {
         Target::Fixed(addr) => addr.to_string(),
         Target::OriginalDestination => "original-destination".into(),
     };

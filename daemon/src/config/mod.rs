@@ -21,6 +21,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use tlc_core::{bounds, ConfigError, Role};
+use tlc_proxy::intercept::Destination;
 use tlc_proxy::limits::settings as limits;
 use tlc_proxy::{Listener, ProxySettings, Target};
 use tlc_sidecar::training::recovery;
@@ -31,8 +32,9 @@ use tlc_sidecar::training::recovery;
 pub struct Route {
     /// Address to accept connections on.
     pub listen: SocketAddr,
-    /// Address to forward them to.
-    pub upstream: SocketAddr,
+    /// Where to forward them: `IP:PORT`, or `NAME:PORT`, looked up for
+    /// every new connection.
+    pub upstream: Destination,
     /// Which side of the path this route is.
     pub role: Role,
 }
@@ -242,7 +244,7 @@ impl Config {
             .iter()
             .map(|r| Listener {
                 listen: r.listen,
-                target: Target::Fixed(r.upstream),
+                target: Target::Fixed(r.upstream.clone()),
                 role: r.role,
             })
             .collect();
@@ -318,7 +320,7 @@ impl Config {
             }
         }
         for (i, route) in self.routes.iter().enumerate() {
-            if route.listen == route.upstream {
+            if route.upstream == Destination::Addr(route.listen) {
                 return Err(ConfigError::Invalid {
                     key: format!("routes[{i}].upstream"),
                     value: route.upstream.to_string(),

@@ -194,7 +194,7 @@ pub async fn proxy_at(
     let config = tlc_daemon::config::Config {
         routes: vec![tlc_daemon::config::Route {
             listen,
-            upstream,
+            upstream: upstream.into(),
             role,
         }],
         ..Default::default()

@@ -1,7 +1,12 @@
-//! Where a connection should go: a fixed upstream (explicit mode) or its
-//! original destination before iptables redirected it (transparent mode).
+//! Where a connection should go: a fixed upstream (explicit mode: an
+//! address, or a name looked up for each connection, see [`destination`])
+//! or its original destination before iptables redirected it (transparent
+//! mode).
 
+pub mod destination;
 pub mod original_dst;
+
+pub use destination::{Destination, DestinationError};
 
 use std::net::SocketAddr;
 
@@ -9,10 +14,10 @@ use thiserror::Error;
 use tokio::net::TcpStream;
 
 /// Where a listener sends the connections it accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
-    /// Always this address (explicit mode).
-    Fixed(SocketAddr),
+    /// Always this destination (explicit mode).
+    Fixed(Destination),
     /// Wherever the connection was going before iptables redirected it.
     OriginalDestination,
 }
@@ -27,17 +32,24 @@ pub enum TargetError {
     /// The original destination is the sidecar itself: forwarding would loop.
     #[error("original destination {0} is this listener; refusing to loop")]
     Loop(SocketAddr),
+    /// The route's name did not resolve.
+    #[error(transparent)]
+    Resolve(#[from] DestinationError),
 }
 
-/// The address to forward `stream`, accepted by a listener with `target`, to.
-pub fn upstream_of(stream: &TcpStream, target: Target) -> Result<SocketAddr, TargetError> {
+/// The addresses to forward `stream`, accepted by a listener with `target`,
+/// to, in the order to try them (never empty).
+pub async fn upstream_of(
+    stream: &TcpStream,
+    target: &Target,
+) -> Result<Vec<SocketAddr>, TargetError> {
     match target {
-        Target::Fixed(addr) => Ok(addr),
+        Target::Fixed(destination) => Ok(destination.resolve().await?),
         Target::OriginalDestination => {
             let dst = original_dst::original_dst(stream).map_err(TargetError::NotRedirected)?;
             match stream.local_addr() {
                 Ok(local) if local == dst => Err(TargetError::Loop(dst)),
-                _ => Ok(dst),
+                _ => Ok(vec![dst]),
             }
         }
     }
