@@ -92,6 +92,9 @@ class Checker:
         ex(caps.get("drop") == ["ALL"] and sorted(caps.get("add") or []) == ["NET_ADMIN", "NET_RAW"],
            "tlc-init: capabilities must be drop [ALL], add [NET_ADMIN, NET_RAW]")
         ex("restartPolicy" not in init, "tlc-init: a plain init container (no restartPolicy)")
+        for c in inits:
+            ex(((c.get("securityContext") or {}).get("seccompProfile") or {}).get("type") == "RuntimeDefault",
+               f"{c['name']}: seccompProfile RuntimeDefault missing")
         # tlc-sidecar: a native sidecar, unprivileged, bypassing the redirect by its UID.
         ex(side.get("restartPolicy") == "Always", "tlc-sidecar: restartPolicy: Always (native sidecar) missing")
         sc = side.get("securityContext") or {}
