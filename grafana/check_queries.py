@@ -6,7 +6,7 @@ targets, and the selectors of label_values() variable queries), with the
 Grafana variables replaced by concrete values, must parse in Prometheus
 (sent to /api/v1/query: a parse error comes back as bad_data); every tlc_*
 and process_* metric it names must be one tlcd exports (the tables in
-README.md and daemon/src/metrics/mod.rs). With --targets, also checks the
+docs/OPERATING.md and daemon/src/metrics/mod.rs). With --targets, also checks the
 relabelling of grafana/prometheus/prometheus.yml on the fake pods that
 check.sh gives it.
 
@@ -40,8 +40,8 @@ SUFFIXES = ("_bucket", "_sum", "_count")
 
 
 def exported_metrics():
-    """Metric names in the tables of README.md and daemon/src/metrics/mod.rs."""
-    text = (ROOT / "README.md").read_text() + (ROOT / "daemon/src/metrics/mod.rs").read_text()
+    """Metric names in the tables of docs/OPERATING.md and daemon/src/metrics/mod.rs."""
+    text = (ROOT / "docs/OPERATING.md").read_text() + (ROOT / "daemon/src/metrics/mod.rs").read_text()
     return set(re.findall(r"^(?://! )?\| `((?:tlc|process)_\w+)`", text, re.M))
 
 
