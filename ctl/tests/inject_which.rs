@@ -216,3 +216,25 @@ spec:
     assert_eq!(tf_ports(&roles["PS"]["template"]["spec"]), "2222");
     assert_eq!(tf_ports(&roles["Worker"]["template"]["spec"]), "2222");
 }
+
+#[test]
+fn a_pod_leaves_istio_and_linkerd_with_a_warning_when_it_was_in_one() {
+    let out = json_of(POD);
+    let annotations = &out["metadata"]["annotations"];
+    assert_eq!(annotations["sidecar.istio.io/inject"], "false");
+    assert_eq!(annotations["linkerd.io/inject"], "disabled");
+    let meshed = POD.replace(
+        "metadata:\n  name: p\n",
+        "metadata:\n  name: p\n  annotations: {sidecar.istio.io/inject: \"true\"}\n",
+    );
+    let (out, stderr) = inject_warned(&["-o", "json"], &meshed);
+    let out: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(
+        out["metadata"]["annotations"]["sidecar.istio.io/inject"],
+        "false"
+    );
+    assert!(
+        stderr.contains("Istio's injection turned off for this pod"),
+        "{stderr}"
+    );
+}

@@ -322,6 +322,13 @@ fn inject_document(
                 continue;
             }
         };
+        if let Some(mesh) = mesh_injection(found.template) {
+            warnings.push(format!(
+                "{}: {mesh}'s injection turned off for this pod: tlc beside another proxy is \
+                 untested (the mesh's policies and mTLS no longer apply to it)",
+                error::join(&found.path, "metadata.annotations")
+            ));
+        }
         let additions = sidecar::additions(sidecar_spec, &settings)?;
         pod::inject(found.template, &found.path, &additions)?;
         injected += 1;
@@ -367,4 +374,18 @@ fn used_ports(spec: &yaml_serde::Mapping, spec_path: &str) -> Result<Vec<u16>, M
         }
     }
     Ok(ports)
+}
+
+/// The service mesh a pod template asks to be injected by, if any: its
+/// own annotation, which the sidecar spec's turns off.
+fn mesh_injection(template: &yaml_serde::Mapping) -> Option<&'static str> {
+    let annotations = template.get("metadata")?.get("annotations")?;
+    let is = |key: &str, on: &str| annotations.get(key).and_then(Value::as_str) == Some(on);
+    if is("sidecar.istio.io/inject", "true") {
+        Some("Istio")
+    } else if is("linkerd.io/inject", "enabled") {
+        Some("Linkerd")
+    } else {
+        None
+    }
 }
