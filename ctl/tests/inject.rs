@@ -6,7 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{fails, tf_ports, tlcctl};
+use common::{fails, tf_ports, tlcctl, POD};
 use serde_json::Value;
 
 /// A fixture under `tests/fixtures/inject/`.
@@ -75,22 +75,6 @@ fn env(spec: &Value) -> Vec<String> {
         })
         .collect()
 }
-
-const POD: &str = "\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: p
-spec:
-  containers:
-  - name: sidecar-of-the-user
-    ports:
-    - containerPort: 8080
-  - name: tensorflow
-    ports:
-    - containerPort: 2222
-    - containerPort: 2223
-";
 
 #[test]
 fn pod_golden() {

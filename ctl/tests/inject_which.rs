@@ -4,25 +4,8 @@
 
 mod common;
 
-use common::{tf_ports, tlcctl};
+use common::{tf_ports, tlcctl, POD};
 use serde_json::Value;
-
-/// A pod with a `tensorflow` container beside another of the user's.
-const POD: &str = "\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: p
-spec:
-  containers:
-  - name: sidecar-of-the-user
-    ports:
-    - containerPort: 8080
-  - name: tensorflow
-    ports:
-    - containerPort: 2222
-    - containerPort: 2223
-";
 
 /// One YAML document injected with no flags, as JSON.
 fn json_of(yaml: &str) -> Value {

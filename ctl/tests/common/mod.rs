@@ -106,3 +106,20 @@ pub fn tf_ports(spec: &Value) -> String {
     assert_eq!(init["name"], "tlc-init");
     init["command"][3].as_str().expect("ports").to_string()
 }
+
+/// A pod for `inject`: a `tensorflow` container beside another of the user's.
+pub const POD: &str = "\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: p
+spec:
+  containers:
+  - name: sidecar-of-the-user
+    ports:
+    - containerPort: 8080
+  - name: tensorflow
+    ports:
+    - containerPort: 2222
+    - containerPort: 2223
+";

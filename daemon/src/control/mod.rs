@@ -360,6 +360,11 @@ mod tests {
             file: Some(f.path().to_owned()),
             ..Layers::default()
         };
+        (control_of(layers), f)
+    }
+
+    /// A control over `layers`, its sidecar built from them.
+    fn control_of(layers: Layers) -> Control {
         let resolved = layers.resolve().unwrap();
         let sidecar = Arc::new(Sidecar::new(
             Policy::new(&resolved.config.policy).unwrap(),
@@ -367,7 +372,7 @@ mod tests {
             None,
         ));
         let log = LogControl::detached(&resolved.config.log.level);
-        (Control::new(layers, resolved, sidecar, log), f)
+        Control::new(layers, resolved, sidecar, log)
     }
 
     fn push_codec(control: &Control) -> Codec {
@@ -417,19 +422,11 @@ mod tests {
     fn a_file_change_a_variable_overrides_is_named() {
         let mut f = tempfile::NamedTempFile::new().unwrap();
         f.write_all(b"[policy.push]\nsparsity = 1.5\n").unwrap();
-        let layers = Layers {
+        let control = control_of(Layers {
             file: Some(f.path().to_owned()),
             env: Layers::env_from([("TLC_POLICY__PUSH__SPARSITY".to_string(), "1.25".to_string())]),
             ..Layers::default()
-        };
-        let resolved = layers.resolve().unwrap();
-        let sidecar = Arc::new(Sidecar::new(
-            Policy::new(&resolved.config.policy).unwrap(),
-            resolved.config.sidecar_options().unwrap(),
-            None,
-        ));
-        let log = LogControl::detached(&resolved.config.log.level);
-        let control = Control::new(layers, resolved, sidecar, log);
+        });
         std::fs::write(
             f.path(),
             "[policy.push]\nsparsity = 1.75\n[policy]\nmin_bytes = 8192\n",
