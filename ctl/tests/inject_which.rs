@@ -5,7 +5,7 @@
 mod common;
 
 use common::{tf_ports, tlcctl, POD};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// One YAML document injected with no flags, as JSON.
 fn json_of(yaml: &str) -> Value {
@@ -218,6 +218,92 @@ fn a_pod_leaves_istio_and_linkerd_with_a_warning_when_it_was_in_one() {
     );
     assert!(
         stderr.contains("Istio's injection turned off for this pod"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn explicit_mode_needs_no_privilege_and_rewrites_what_tensorflow_dials() {
+    let tfjob = "\
+apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata: {name: mnist}
+spec:
+  tfReplicaSpecs:
+    PS:
+      template:
+        spec:
+          containers:
+          - name: tensorflow
+            command: [python, -u, /app/train.py]
+            ports: [{containerPort: 2222, name: tfjob-port}]
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          containers:
+          - name: tensorflow
+            command: [python, -u, /app/train.py]
+";
+    let (out, stderr) = inject_warned(&["-o", "json", "--explicit"], tfjob);
+    assert!(stderr.is_empty(), "{stderr}");
+    let out: Value = serde_json::from_str(&out).expect("json");
+    for role in ["PS", "Worker"] {
+        let spec = &out["spec"]["tfReplicaSpecs"][role]["template"]["spec"];
+        let inits = spec["initContainers"].as_array().expect("init containers");
+        assert_eq!(inits.len(), 1, "{role}: only tlc-sidecar");
+        assert_eq!(inits[0]["name"], "tlc-sidecar");
+        let args: Vec<&str> = inits[0]["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(
+            args.contains(&"0.0.0.0:17016=127.0.0.1:2222,inbound"),
+            "{args:?}"
+        );
+        assert!(
+            args.contains(&"127.0.0.1:17102=mnist-worker-1:17016,outbound"),
+            "{args:?}"
+        );
+        let command = spec["containers"][0]["command"]
+            .as_array()
+            .expect("command");
+        assert_eq!(command[0], "python3");
+        assert_eq!(command[3], "python");
+    }
+    // The wrapper's Python does what the routes expect, on the TF_CONFIG
+    // the operator would give worker 0.
+    let wrapper = out["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+        ["command"][2]
+        .as_str()
+        .expect("wrapper")
+        .to_string();
+    let tf_config = r#"{"cluster": {"worker": ["mnist-worker-0.ml.svc:2222", "mnist-worker-1.ml.svc:2222"], "ps": ["mnist-ps-0.ml.svc:2222"]}, "task": {"type": "worker", "index": 0}}"#;
+    if let Ok(output) = std::process::Command::new("python3")
+        .args([
+            "-c",
+            &wrapper,
+            "python3",
+            "-c",
+            "import os; print(os.environ['TF_CONFIG'])",
+        ])
+        .env("TF_CONFIG", tf_config)
+        .output()
+    {
+        let seen: Value = serde_json::from_slice(&output.stdout).expect("TF_CONFIG as JSON");
+        assert_eq!(seen["cluster"]["ps"], json!(["127.0.0.1:17100"]));
+        assert_eq!(
+            seen["cluster"]["worker"],
+            json!(["mnist-worker-0.ml.svc:2222", "127.0.0.1:17102"])
+        );
+    }
+    // A bare Pod has no cluster to route: left alone.
+    let (out, stderr) = inject_warned(&["--explicit"], POD);
+    assert!(untouched(&out), "{out}");
+    assert!(
+        stderr.contains("explicit mode (--explicit) takes TFJob replicas only"),
         "{stderr}"
     );
 }

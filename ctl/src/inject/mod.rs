@@ -22,6 +22,7 @@ use crate::admin::Format;
 mod config;
 mod documents;
 mod error;
+mod explicit;
 mod mapping;
 mod objects;
 mod pod;
@@ -91,6 +92,13 @@ pub struct InjectArgs {
     #[arg(long)]
     mtls: bool,
 
+    /// Explicit mode, for namespaces that refuse privileged containers:
+    /// no iptables init container; the tensorflow container's TF_CONFIG is
+    /// rewritten (its command wrapped) to dial the sidecar, which gets
+    /// matching routes. TFJobs only.
+    #[arg(long)]
+    explicit: bool,
+
     /// Inject pods in which nothing says TensorFlow (on every port their
     /// containers declare, else 2222), and TFJobs without parameter
     /// servers.
@@ -150,6 +158,7 @@ impl InjectArgs {
             sparsity,
             mtls: self.mtls,
             force: self.force,
+            explicit: self.explicit,
         })
     }
 }
@@ -300,7 +309,7 @@ fn inject_document(
                 ));
                 continue;
             }
-            if found.tf_job.is_some_and(|job| !job.has_ps) && !flags.force {
+            if found.tf_job.as_ref().is_some_and(|job| !job.has_ps) && !flags.force {
                 warnings.push(format!(
                     "{spec_path}: not injected: the TFJob has no PS replica, and tlc compresses \
                      what parameter servers exchange (--force injects it anyway)"
@@ -329,8 +338,31 @@ fn inject_document(
                 error::join(&found.path, "metadata.annotations")
             ));
         }
-        let additions = sidecar::additions(sidecar_spec, &settings)?;
+        let mut additions = sidecar::additions(sidecar_spec, &settings)?;
+        if flags.explicit {
+            let Some(job) = &found.tf_job else {
+                warnings.push(format!(
+                    "{spec_path}: not injected: explicit mode (--explicit) takes TFJob replicas \
+                     only, whose cluster the manifest names"
+                ));
+                continue;
+            };
+            let routes = explicit::routes(job, settings.tf_ports[0])
+                .map_err(|e| ManifestError::new(spec_path.clone(), e))?;
+            additions.init = None;
+            sidecar::add_args(
+                &mut additions,
+                routes
+                    .iter()
+                    .flat_map(|r| ["--route".to_string(), r.clone()]),
+            );
+        }
         pod::inject(found.template, &found.path, &additions)?;
+        if flags.explicit {
+            if let Some(Value::Mapping(spec)) = found.template.get_mut("spec") {
+                explicit::wrap_tensorflow(spec, &spec_path)?;
+            }
+        }
         injected += 1;
     }
     Ok(injected)

@@ -30,10 +30,17 @@ pub struct PodTemplate<'a> {
 }
 
 /// What a TFJob replica's template knows of its job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TfJob {
     /// The job has a `PS` replica.
     pub has_ps: bool,
+    /// The TFJob's name (`metadata.name`), which the operator's Service of
+    /// each task is named after (`NAME-ps-0`).
+    pub name: String,
+    /// The tasks of the cluster the training operator writes into
+    /// `TF_CONFIG`: each replica type but `Evaluator`, lowercase (`ps`,
+    /// `worker`, `chief`), with its number of replicas, sorted by name.
+    pub cluster: Vec<(String, u64)>,
 }
 
 /// Every pod template in `object` (a document, or an item of a `List`),
@@ -168,11 +175,31 @@ fn list_items<'a>(
 /// A Kubeflow TFJob: one template per role under `spec.tfReplicaSpecs`.
 fn tf_job<'a>(object: &'a mut Mapping, path: &str) -> Result<Vec<PodTemplate<'a>>, ManifestError> {
     let annotations = object_annotations(object, path)?;
+    let job_name = object
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     let (roles, roles_path) = descend(object, path, &["spec", "tfReplicaSpecs"])?;
     let has_ps = roles
         .keys()
         .filter_map(Value::as_str)
         .any(|role| role.eq_ignore_ascii_case("ps"));
+    let mut cluster: Vec<(String, u64)> = roles
+        .iter()
+        .filter_map(|(role, spec)| {
+            let role = role.as_str()?.to_lowercase();
+            let replicas = spec.get("replicas").and_then(Value::as_u64).unwrap_or(1);
+            (role != "evaluator").then_some((role, replicas))
+        })
+        .collect();
+    cluster.sort();
+    let job = TfJob {
+        has_ps,
+        name: job_name,
+        cluster,
+    };
     let mut found = Vec::new();
     for (role, spec) in roles.iter_mut() {
         let Some(role) = role.as_str() else {
@@ -190,7 +217,7 @@ fn tf_job<'a>(object: &'a mut Mapping, path: &str) -> Result<Vec<PodTemplate<'a>
             path: template_path,
             template,
             object_annotations: annotations.clone(),
-            tf_job: Some(TfJob { has_ps }),
+            tf_job: Some(job.clone()),
         });
     }
     Ok(found)

@@ -45,8 +45,8 @@ fn list<'a>(
     }
 }
 
-/// `tlc-init` first in `initContainers`, `tlc-sidecar` right after it,
-/// wherever they were before.
+/// `tlc-init` first in `initContainers` (if the pod gets one),
+/// `tlc-sidecar` right after it, wherever they were before.
 fn add_init_containers(
     spec: &mut Mapping,
     path: &str,
@@ -55,7 +55,9 @@ fn add_init_containers(
     let init = list(spec, path, "initContainers", "containers")?;
     init.retain(|c| !matches!(name_of(c), Some(INIT_NAME | SIDECAR_NAME)));
     init.insert(0, additions.sidecar.clone());
-    init.insert(0, additions.init.clone());
+    if let Some(tlc_init) = &additions.init {
+        init.insert(0, tlc_init.clone());
+    }
     Ok(())
 }
 

@@ -35,6 +35,8 @@ pub struct Flags {
     pub mtls: bool,
     /// `--force`: inject pods in which nothing says TensorFlow.
     pub force: bool,
+    /// `--explicit`: no iptables; TensorFlow's addresses rewritten.
+    pub explicit: bool,
 }
 
 /// What one pod gets.

@@ -14,8 +14,8 @@ use super::spec::{Spec, TLS_VOLUME};
 /// Everything one pod gets, built from the spec and its settings.
 #[derive(Debug, Clone)]
 pub struct Additions {
-    /// `tlc-init`.
-    pub init: Value,
+    /// `tlc-init`; `None` in explicit mode, which redirects nothing.
+    pub init: Option<Value>,
     /// `tlc-sidecar`.
     pub sidecar: Value,
     /// The volumes the two mount.
@@ -113,12 +113,25 @@ pub fn volumes(spec: &Spec, settings: &PodSettings) -> Vec<Value> {
 /// Everything one pod gets.
 pub fn additions(spec: &Spec, settings: &PodSettings) -> Result<Additions> {
     Ok(Additions {
-        init: init_container(spec, settings)?,
+        init: Some(init_container(spec, settings)?),
         sidecar: sidecar_container(spec, settings)?,
         volumes: volumes(spec, settings),
         annotations: spec.annotations.clone(),
         grace_seconds: spec.grace_seconds,
     })
+}
+
+/// Appends `args` to `tlc-sidecar`'s arguments (explicit mode's routes).
+pub fn add_args(additions: &mut Additions, args: impl IntoIterator<Item = String>) {
+    let Value::Mapping(sidecar) = &mut additions.sidecar else {
+        return;
+    };
+    if !matches!(sidecar.get("args"), Some(Value::Sequence(_))) {
+        sidecar.insert("args".into(), Value::Sequence(Vec::new()));
+    }
+    if let Some(Value::Sequence(list)) = sidecar.get_mut("args") {
+        list.extend(args.into_iter().map(Value::from));
+    }
 }
 
 #[cfg(test)]

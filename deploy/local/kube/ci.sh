@@ -7,6 +7,10 @@
 #      (grafana/check_run.py: data, and sane values).
 #   2. A user's TFJob without tlc (deploy/k8s/examples/my-tfjob.yaml) through
 #      `tlcctl inject` and `tlcctl inject --print-config`, run the same way.
+#   3. The same TFJob through `tlcctl inject --explicit`: no tlc-init, no
+#      container with a capability added or running as root (checked in the
+#      manifest; the runner gives each container what its manifest says),
+#      TensorFlow's TF_CONFIG rewritten to dial its sidecar; run the same way.
 # Each run must succeed as a job (every pod completed, sidecars started before
 # and stopped after TensorFlow, probes, exec, scrapes: deploy/local/kube/run.py).
 #
@@ -14,7 +18,7 @@
 #
 # --steps (default 2000) is the first run's: long enough (about a minute of
 # training here) for the dashboards' rate() windows to hold several
-# scrapes. The second run trains 300 steps.
+# scrapes. The second and third runs train 300 steps.
 # Needs root, deploy/k8s/check.sh and deploy/container/check-layout.sh run
 # before (the rendered manifests, the image's file tree), target/release/tlcctl,
 # and TLC_PYTHON (or .venv-tf) with TensorFlow.
@@ -66,5 +70,29 @@ echo "kube/ci: 2. a TFJob of a user's, through tlcctl inject (deploy/k8s/example
     "$tlcctl" inject --print-config
 } >"$OUT/injected.yaml"
 "$python" "$here/run.py" "$OUT/injected.yaml" --rate "$rate" --out "$OUT/injected" --secret "tlc-admin-token:token=$token" \
+    -- --steps 300 "${train[@]}"
+echo "kube/ci: 3. the same TFJob in explicit mode (tlcctl inject --explicit): no iptables, no privileged container"
+{
+    "$tlcctl" inject --explicit "$root/deploy/k8s/examples/my-tfjob.yaml"
+    echo "---"
+    "$tlcctl" inject --print-config
+} >"$OUT/explicit.yaml"
+# Nothing in it may ask for more than Pod Security's "restricted" allows
+# of capabilities: no NET_ADMIN, NET_RAW or root anywhere.
+"$python" - "$OUT/explicit.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+for doc in docs:
+    for role, spec in (doc.get("spec", {}).get("tfReplicaSpecs") or {}).items():
+        pod = spec["template"]["spec"]
+        for c in pod.get("initContainers", []) + pod.get("containers", []):
+            sc = c.get("securityContext") or {}
+            added = (sc.get("capabilities") or {}).get("add") or []
+            assert not added, f"{role} {c['name']}: capabilities {added}"
+            assert c["name"] != "tlc-init", f"{role}: tlc-init in explicit mode"
+            assert sc.get("runAsUser") != 0, f"{role} {c['name']}: runs as root"
+print("kube/ci: explicit mode: no container adds a capability or runs as root")
+PY
+"$python" "$here/run.py" "$OUT/explicit.yaml" --rate "$rate" --out "$OUT/explicit" --secret "tlc-admin-token:token=$token" \
     -- --steps 300 "${train[@]}"
 echo "kube/ci: ok (runs in $OUT)"
