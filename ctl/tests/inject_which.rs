@@ -264,7 +264,7 @@ spec:
             "{args:?}"
         );
         assert!(
-            args.contains(&"127.0.0.1:17102=mnist-worker-1:17016,outbound"),
+            args.contains(&"127.0.0.1:17102=mnist-worker-1.$(POD_NAMESPACE).svc:17016,outbound"),
             "{args:?}"
         );
         let command = spec["containers"][0]["command"]

@@ -9,9 +9,9 @@
 //! program: every other task's address becomes a port of the local
 //! sidecar, `127.0.0.1:17100 + k`, k counting the cluster's tasks in order
 //! (jobs by name, then index). The sidecar gets the matching explicit
-//! routes: `127.0.0.1:17100 + k` to that task's sidecar (`NAME-JOB-I:17016`,
-//! the operator's Service, looked up by tlcd at each connection), and
-//! `:17016` to the local task. The task's own entry stays, so TensorFlow
+//! routes: `127.0.0.1:17100 + k` to that task's sidecar
+//! (`NAME-JOB-I.NAMESPACE.svc:17016`, the operator's Service, looked up by
+//! tlcd at each connection), and `:17016` to the local task. The task's own entry stays, so TensorFlow
 //! listens where it always does.
 
 use yaml_serde::{Mapping, Sequence, Value};
@@ -45,6 +45,24 @@ os.environ['TF_CONFIG'] = json.dumps(c)
 os.execvp(sys.argv[1], sys.argv[1:])
 "#;
 
+/// The variable holding the pod's namespace (the downward API's
+/// `metadata.namespace`), which the kubelet expands in the sidecar's
+/// arguments: the Services are `NAME-JOB-I.NAMESPACE.svc`, as the training
+/// operator writes them into `TF_CONFIG`.
+pub const NAMESPACE_VAR: &str = "POD_NAMESPACE";
+
+/// The sidecar's environment entry for [`NAMESPACE_VAR`].
+pub fn namespace_env() -> Value {
+    let mut field = Mapping::new();
+    field.insert("fieldPath".into(), "metadata.namespace".into());
+    let mut from = Mapping::new();
+    from.insert("fieldRef".into(), Value::Mapping(field));
+    let mut var = Mapping::new();
+    var.insert("name".into(), NAMESPACE_VAR.into());
+    var.insert("valueFrom".into(), Value::Mapping(from));
+    Value::Mapping(var)
+}
+
 /// The interpreter the wrapper runs with.
 const PYTHON: &str = "python3";
 
@@ -70,7 +88,7 @@ pub fn routes(job: &TfJob, tf_port: u16) -> Result<Vec<String>, String> {
     for (role, replicas) in &job.cluster {
         for i in 0..*replicas {
             routes.push(format!(
-                "127.0.0.1:{}={}-{role}-{i}:{INBOUND_PORT},outbound",
+                "127.0.0.1:{}={}-{role}-{i}.$({NAMESPACE_VAR}).svc:{INBOUND_PORT},outbound",
                 OUTBOUND_BASE + k,
                 job.name
             ));
@@ -134,9 +152,9 @@ mod tests {
             routes(&job, 2222).unwrap(),
             [
                 "0.0.0.0:17016=127.0.0.1:2222,inbound",
-                "127.0.0.1:17100=mnist-ps-0:17016,outbound",
-                "127.0.0.1:17101=mnist-worker-0:17016,outbound",
-                "127.0.0.1:17102=mnist-worker-1:17016,outbound",
+                "127.0.0.1:17100=mnist-ps-0.$(POD_NAMESPACE).svc:17016,outbound",
+                "127.0.0.1:17101=mnist-worker-0.$(POD_NAMESPACE).svc:17016,outbound",
+                "127.0.0.1:17102=mnist-worker-1.$(POD_NAMESPACE).svc:17016,outbound",
             ]
         );
     }

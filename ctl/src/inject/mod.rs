@@ -350,6 +350,7 @@ fn inject_document(
             let routes = explicit::routes(job, settings.tf_ports[0])
                 .map_err(|e| ManifestError::new(spec_path.clone(), e))?;
             additions.init = None;
+            sidecar::add_env(&mut additions, explicit::namespace_env());
             sidecar::add_args(
                 &mut additions,
                 routes

@@ -121,6 +121,19 @@ pub fn additions(spec: &Spec, settings: &PodSettings) -> Result<Additions> {
     })
 }
 
+/// Appends `var` to `tlc-sidecar`'s environment.
+pub fn add_env(additions: &mut Additions, var: Value) {
+    let Value::Mapping(sidecar) = &mut additions.sidecar else {
+        return;
+    };
+    if !matches!(sidecar.get("env"), Some(Value::Sequence(_))) {
+        sidecar.insert("env".into(), Value::Sequence(Vec::new()));
+    }
+    if let Some(Value::Sequence(list)) = sidecar.get_mut("env") {
+        list.push(var);
+    }
+}
+
 /// Appends `args` to `tlc-sidecar`'s arguments (explicit mode's routes).
 pub fn add_args(additions: &mut Additions, args: impl IntoIterator<Item = String>) {
     let Value::Mapping(sidecar) = &mut additions.sidecar else {

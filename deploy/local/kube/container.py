@@ -29,6 +29,7 @@ manifests' own is a placeholder.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 from dataclasses import dataclass, field
@@ -167,6 +168,13 @@ def prepare_root(root: Path, etc_dir: Path) -> dict[str, Path]:
     return binds
 
 
+def expand(text: str, env: dict[str, str]) -> str:
+    """`text` with $(VAR) replaced by env's VAR, as the kubelet does in
+    command and args: an unknown $(VAR) stays as written, $$ is one $."""
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
+
+
 def resolve_env(env: dict[str, str], pod: Pod, pod_ip: str) -> dict[str, str]:
     """The container's env with fieldRefs and $(VAR) references resolved as the kubelet does."""
     fields = {"metadata.name": pod.name, "metadata.namespace": pod.namespace, "status.podIP": pod_ip}
@@ -212,8 +220,12 @@ def launch_command(netns: str, pod: Pod, container: Container, image: Image, roo
         setpriv.append("--no-new-privs")
 
     env = {"PATH": image.path, "HOSTNAME": pod.name, "HOME": "/root" if uid == 0 else "/"}
-    env.update(resolve_env(container.env, pod, pod_ip))
-    argv = (container.command or image.entrypoint) + container.args + extra_args
+    own_env = resolve_env(container.env, pod, pod_ip)
+    env.update(own_env)
+    # The kubelet expands $(VAR) in command and args from the container's
+    # env; $$ is a literal $. The image's entrypoint is taken as it is.
+    written = [expand(a, own_env) for a in container.command + container.args]
+    argv = (written if container.command else image.entrypoint + written) + extra_args
     if not argv:
         raise ValueError(f"pod {pod.name} container {container.name}: no command and no image entrypoint")
     workdir = container.working_dir or "/"
