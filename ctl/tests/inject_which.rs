@@ -307,3 +307,28 @@ spec:
         "{stderr}"
     );
 }
+
+#[test]
+fn no_image_is_an_error_that_says_how_to_get_one() {
+    let output = tlcctl()
+        .env_remove("TLC_IMAGE")
+        .args(["inject", "-"])
+        .write_stdin(POD)
+        .output()
+        .expect("run tlcctl");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(output.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("no image: give --image REGISTRY/tlcd:TAG"),
+        "{stderr}"
+    );
+    let output = tlcctl()
+        .env_remove("TLC_IMAGE")
+        .args(["inject", "--image", "registry.example.com/tlcd:1", "-"])
+        .write_stdin(POD)
+        .output()
+        .expect("run tlcctl");
+    assert!(output.status.success());
+    assert!(String::from_utf8_lossy(&output.stdout).contains("image: registry.example.com/tlcd:1"));
+}

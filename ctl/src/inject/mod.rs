@@ -64,10 +64,12 @@ pub struct InjectArgs {
     #[arg(value_name = "FILE", required_unless_present = "print_config")]
     input: Option<PathBuf>,
 
-    /// The image of the tlc-init and tlc-sidecar containers; the default is
-    /// the sidecar spec's (deploy/k8s/components/sidecar/sidecar.yaml).
-    #[arg(long, value_name = "IMAGE", default_value = spec::default_image())]
-    image: String,
+    /// The image of the tlc-init and tlc-sidecar containers: yours, built
+    /// from deploy/container and pushed where your cluster pulls from (no
+    /// registry serves one). Required: the sidecar spec's name is a
+    /// placeholder, and a pod with it would never start.
+    #[arg(long, value_name = "IMAGE", env = "TLC_IMAGE")]
+    image: Option<String>,
 
     /// TensorFlow ports to intercept, comma-separated. Default: the ports of
     /// the container named `tensorflow`, else every containerPort, else 2222.
@@ -147,11 +149,18 @@ impl InjectArgs {
             ),
             None => None,
         };
-        if self.image.trim().is_empty() {
-            bail!("--image: empty");
-        }
+        let image = match self.image.as_deref().map(str::trim) {
+            Some("") => bail!("--image: empty"),
+            Some(image) => image.to_string(),
+            None => bail!(
+                "no image: give --image REGISTRY/tlcd:TAG (or TLC_IMAGE), an image built from \
+                 deploy/container (deploy/container/build-image.sh) and pushed where the cluster \
+                 pulls from; the sidecar spec's {} is a placeholder no registry serves",
+                spec::default_image()
+            ),
+        };
         Ok(Flags {
-            image: self.image.trim().to_string(),
+            image,
             tf_ports,
             skip_ports,
             codec,

@@ -9,9 +9,15 @@ use assert_cmd::Command;
 use serde_json::Value;
 use tempfile::TempDir;
 
-/// A `tlcctl` command.
+/// The image the inject tests give (`TLC_IMAGE`): the sidecar spec's name,
+/// which the golden files hold.
+pub const IMAGE: &str = "ghcr.io/tlc-project/tlcd:0.1.0";
+
+/// A `tlcctl` command, with `TLC_IMAGE` set for `inject`.
 pub fn tlcctl() -> Command {
-    assert_cmd::cargo::cargo_bin_cmd!("tlcctl")
+    let mut command = assert_cmd::cargo::cargo_bin_cmd!("tlcctl");
+    command.env("TLC_IMAGE", IMAGE);
+    command
 }
 
 /// A scratch directory and paths in it.
