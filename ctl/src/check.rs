@@ -56,16 +56,10 @@ pub fn run(args: &CheckArgs) -> Result<()> {
         report(verdict, line);
     }
     let get = |kind: &str, name: &str| -> Result<Option<Value>> {
-        let text = kubectl::output(&[
-            "-n".into(),
-            namespace.clone(),
-            "get".into(),
-            kind.into(),
-            name.into(),
-            "--ignore-not-found".into(),
-            "-o".into(),
-            "json".into(),
-        ])?;
+        let text = kubectl::output(
+            Some(&namespace),
+            &["get", kind, name, "--ignore-not-found", "-o", "json"],
+        )?;
         if text.trim().is_empty() {
             return Ok(None);
         }
@@ -119,7 +113,7 @@ pub fn run(args: &CheckArgs) -> Result<()> {
 
 /// The server's version against native sidecars' 1.29.
 fn server_version() -> Result<(Verdict, String)> {
-    let text = kubectl::output(&["version".into(), "-o".into(), "json".into()])?;
+    let text = kubectl::output(None, &["version", "-o", "json"])?;
     let parsed: Value = serde_json::from_str(&text).context("kubectl version: not JSON")?;
     let server = &parsed["serverVersion"];
     let minor = server["minor"]
@@ -144,13 +138,10 @@ fn server_version() -> Result<(Verdict, String)> {
 
 /// kubectl's current namespace (`default` when the context names none).
 fn current_namespace() -> Result<String> {
-    let text = kubectl::output(&[
-        "config".into(),
-        "view".into(),
-        "--minify".into(),
-        "-o".into(),
-        "jsonpath={..namespace}".into(),
-    ])?;
+    let text = kubectl::output(
+        None,
+        &["config", "view", "--minify", "-o", "jsonpath={..namespace}"],
+    )?;
     let ns = text.trim();
     Ok(if ns.is_empty() { "default" } else { ns }.to_string())
 }
@@ -158,13 +149,7 @@ fn current_namespace() -> Result<String> {
 /// What the namespace's labels say: Istio's injection, and the Pod
 /// Security level `tlc-init` (root, NET_ADMIN, NET_RAW) would meet.
 fn namespace_labels(namespace: &str) -> Result<Vec<(Verdict, String)>> {
-    let text = kubectl::output(&[
-        "get".into(),
-        "namespace".into(),
-        namespace.into(),
-        "-o".into(),
-        "json".into(),
-    ])?;
+    let text = kubectl::output(None, &["get", "namespace", namespace, "-o", "json"])?;
     let parsed: Value = serde_json::from_str(&text).context("kubectl get namespace: not JSON")?;
     let labels = &parsed["metadata"]["labels"];
     let mut lines = Vec::new();

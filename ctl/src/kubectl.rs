@@ -11,25 +11,22 @@ pub fn command() -> Command {
     Command::new(std::env::var_os("KUBECTL").unwrap_or_else(|| "kubectl".into()))
 }
 
-/// `-n NS`, when a namespace was given.
-pub fn namespace_args(namespace: Option<&str>) -> Vec<String> {
-    match namespace {
-        Some(ns) => vec!["-n".into(), ns.to_string()],
-        None => Vec::new(),
+/// Runs `kubectl [-n NAMESPACE] ARGS` and returns its stdout; a failure is
+/// an error with kubectl's own message.
+pub fn output(namespace: Option<&str>, args: &[&str]) -> Result<String> {
+    let mut all: Vec<&str> = Vec::with_capacity(args.len() + 2);
+    if let Some(ns) = namespace {
+        all.extend(["-n", ns]);
     }
-}
-
-/// Runs `kubectl ARGS` and returns its stdout; a failure is an error with
-/// kubectl's own message.
-pub fn output(args: &[String]) -> Result<String> {
+    all.extend_from_slice(args);
     let output = command()
-        .args(args)
+        .args(&all)
         .output()
         .context("cannot run kubectl (install it, or set KUBECTL)")?;
     if !output.status.success() {
         bail!(
             "kubectl {}: {}",
-            args.join(" "),
+            all.join(" "),
             String::from_utf8_lossy(&output.stderr).trim()
         );
     }

@@ -148,15 +148,8 @@ static LOG_FORMAT: OnceLock<LogFormat> = OnceLock::new();
 
 /// `TLC_LOG__FORMAT`, for an error met before the configuration resolves.
 fn env_log_format() -> Option<LogFormat> {
-    match std::env::var("TLC_LOG__FORMAT")
-        .ok()?
-        .to_ascii_lowercase()
-        .as_str()
-    {
-        "json" => Some(LogFormat::Json),
-        "human" => Some(LogFormat::Human),
-        _ => None,
-    }
+    let text = std::env::var("TLC_LOG__FORMAT").ok()?;
+    <LogFormat as clap::ValueEnum>::from_str(&text, true).ok()
 }
 
 /// The fatal error as one JSON log line, so that a log pipeline parsing
@@ -176,14 +169,9 @@ fn fatal_json(message: &str) {
 /// `--check-config`: what starting would check short of listening, then
 /// the configuration in force, with where each value came from.
 fn check_config(args: &Args, resolved: &Resolved) -> Result<()> {
+    // Resolving validated the policy and the bounds already.
     let config = &resolved.config;
-    Policy::new(&config.policy)?;
-    config.sidecar_options()?;
-    if let Some(threads) = args.threads {
-        if !(1..=MAX_THREADS).contains(&threads) {
-            bail!("--threads {threads}: 1 to {MAX_THREADS}");
-        }
-    }
+    checked_threads(args.threads)?;
     if config.tls.enabled() {
         tlc_proxy::tls::TlsContext::load(&config.tls)?;
     }
@@ -269,17 +257,17 @@ fn flag_layer(args: &Args) -> Vec<FlagValue> {
 /// Every layer of the configuration, resolved; `--route` flags are added
 /// to the routes of the layers below.
 fn configuration(args: &Args) -> Result<(Layers, Resolved)> {
-    let names: Vec<String> = std::env::vars().map(|(name, _)| name).collect();
+    let vars: Vec<(String, String)> = std::env::vars().collect();
     // The variables tlcd's own flags read (TLC_ADMIN_TOKEN_FILE, ...).
     let command = Args::command();
     let flags: Vec<&str> = command
         .get_arguments()
         .filter_map(|arg| arg.get_env()?.to_str())
         .collect();
-    env_names::check(names.iter().map(String::as_str), &flags)?;
+    env_names::check(vars.iter().map(|(name, _)| name.as_str()), &flags)?;
     let mut layers = Layers {
         file: args.config.clone(),
-        env: Layers::env_from(std::env::vars()),
+        env: Layers::env_from(vars),
         flags: flag_layer(args),
         api: Default::default(),
     };
@@ -342,10 +330,7 @@ fn run(mut args: Args, arenas_limited: bool) -> Result<()> {
     sidecar.set_recovery(config.recovery);
     let control = Arc::new(Control::new(layers, resolved, sidecar.clone(), log));
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(threads) = args.threads {
-        if !(1..=MAX_THREADS).contains(&threads) {
-            bail!("--threads {threads}: 1 to {MAX_THREADS}");
-        }
+    if let Some(threads) = checked_threads(args.threads)? {
         runtime.worker_threads(threads);
     }
     let runtime = runtime
@@ -537,6 +522,14 @@ async fn offer_listeners(
 /// How long a successor waits for its predecessor's hand-over socket to go.
 const OFFER_BIND_PATIENCE: Duration = Duration::from_secs(30);
 const OFFER_BIND_RETRY: Duration = Duration::from_millis(200);
+
+/// `--threads`, if given, within 1 to [`MAX_THREADS`].
+fn checked_threads(threads: Option<usize>) -> Result<Option<usize>> {
+    match threads {
+        Some(n) if !(1..=MAX_THREADS).contains(&n) => bail!("--threads {n}: 1 to {MAX_THREADS}"),
+        other => Ok(other),
+    }
+}
 
 /// Most `--threads`: far above any pod's CPUs.
 const MAX_THREADS: usize = 1024;

@@ -84,24 +84,12 @@ pub fn reach(selection: &Selection, want_token: bool, timeout: Duration) -> Resu
     Ok(reached)
 }
 
-/// `-n NS`, when a namespace was given.
-fn namespace_args(selection: &Selection) -> Vec<String> {
-    kubectl::namespace_args(selection.namespace.as_deref())
-}
-
-/// `kubectl -n NS ARGS...`.
-fn with_namespace(selection: &Selection, args: &[&str]) -> Vec<String> {
-    let mut all = namespace_args(selection);
-    all.extend(args.iter().map(|a| a.to_string()));
-    all
-}
-
 /// The running pods of the selection with a `tlc-sidecar` container.
 fn sidecar_pods(selection: &Selection) -> Result<Vec<Pod>> {
-    let text = kubectl::output(&with_namespace(
-        selection,
+    let text = kubectl::output(
+        selection.namespace.as_deref(),
         &["get", "pods", "-l", &selection.selector, "-o", "json"],
-    ))?;
+    )?;
     let list: Value = serde_json::from_str(&text).context("kubectl get pods: not JSON")?;
     let pods = parse_pods(&list);
     if pods.is_empty() {
@@ -146,8 +134,8 @@ fn parse_pods(list: &Value) -> Vec<Pod> {
 
 /// The token in the Secret `tlc-admin-token`, if there is one.
 fn secret_token(selection: &Selection) -> Result<Option<String>> {
-    let text = kubectl::output(&with_namespace(
-        selection,
+    let text = kubectl::output(
+        selection.namespace.as_deref(),
         &[
             "get",
             "secret",
@@ -156,7 +144,7 @@ fn secret_token(selection: &Selection) -> Result<Option<String>> {
             "-o",
             "go-template={{.data.token | base64decode}}",
         ],
-    ))?;
+    )?;
     let token = text.trim().to_string();
     Ok((!token.is_empty()).then_some(token))
 }

@@ -24,16 +24,15 @@ mod output;
 mod set;
 mod status;
 mod target;
-
-pub use kube::TOKEN_SECRET;
-/// The admin port tlcctl dials by default: tlcd's own default.
-pub use target::DEFAULT_PORT;
 mod tensors;
 mod token;
 mod top;
 mod version;
 
+pub use kube::TOKEN_SECRET;
 pub use output::Failed;
+/// The admin port tlcctl dials by default: tlcd's own default.
+pub use target::DEFAULT_PORT;
 
 use client::{Client, Method, Outcome};
 pub use output::Format;

@@ -308,9 +308,14 @@ fn inject_document(
                 ));
                 continue;
             }
-            let clash = used_ports(spec, &spec_path)?
-                .into_iter()
-                .find(|port| sidecar_ports.contains(port));
+            // Every port the pod's own containers declare (tlc's left out).
+            let used = tensorflow::declared_ports(
+                spec,
+                &spec_path,
+                &["containers", "initContainers"],
+                is_tlc,
+            )?;
+            let clash = used.into_iter().find(|port| sidecar_ports.contains(port));
             if let Some(port) = clash {
                 warnings.push(format!(
                     "{spec_path}: not injected: a container uses port {port}, which the \
@@ -328,7 +333,7 @@ fn inject_document(
             let tf = tensorflow::inspect(spec, &spec_path, found.tf_job.is_some())?;
             settings::resolve(flags, &annotations, spec, &spec_path, tf.as_ref())?
         };
-        let settings = match decided {
+        let mut settings = match decided {
             Decision::Inject(settings) => settings,
             Decision::OptedOut => continue,
             Decision::NotTensorflow => {
@@ -347,7 +352,6 @@ fn inject_document(
                 error::join(&found.path, "metadata.annotations")
             ));
         }
-        let mut additions = sidecar::additions(sidecar_spec, &settings)?;
         if flags.explicit {
             let Some(job) = &found.tf_job else {
                 warnings.push(format!(
@@ -358,15 +362,9 @@ fn inject_document(
             };
             let routes = explicit::routes(job, settings.tf_ports[0])
                 .map_err(|e| ManifestError::new(spec_path.clone(), e))?;
-            additions.init = None;
-            sidecar::add_env(&mut additions, explicit::namespace_env());
-            sidecar::add_args(
-                &mut additions,
-                routes
-                    .iter()
-                    .flat_map(|r| ["--route".to_string(), r.clone()]),
-            );
+            settings.routes = Some(routes);
         }
+        let additions = sidecar::additions(sidecar_spec, &settings)?;
         pod::inject(found.template, &found.path, &additions)?;
         if flags.explicit {
             if let Some(Value::Mapping(spec)) = found.template.get_mut("spec") {
@@ -398,24 +396,6 @@ fn runs_as(spec: &yaml_serde::Mapping, uid: u64) -> bool {
         .filter_map(Value::as_mapping)
         .filter(|c| !is_tlc(c));
     user_of(spec) == Some(uid) || containers.filter_map(user_of).any(|u| u == uid)
-}
-
-/// Every TCP port the pod's containers declare.
-fn used_ports(spec: &yaml_serde::Mapping, spec_path: &str) -> Result<Vec<u16>, ManifestError> {
-    let mut ports = Vec::new();
-    for key in ["containers", "initContainers"] {
-        let path = error::join(spec_path, key);
-        if let Some(Value::Sequence(containers)) = spec.get(key) {
-            for (i, container) in containers.iter().enumerate() {
-                let Some(container) = container.as_mapping().filter(|c| !is_tlc(c)) else {
-                    continue;
-                };
-                let found = tensorflow::container_ports(container, &error::index(&path, i))?;
-                ports.extend(found.into_iter().map(|(port, _)| port));
-            }
-        }
-    }
-    Ok(ports)
 }
 
 /// The service mesh a pod template asks to be injected by, if any: its

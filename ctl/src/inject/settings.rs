@@ -50,6 +50,9 @@ pub struct PodSettings {
     pub codec: Option<String>,
     /// The sparsity for pushes and pulls, if set.
     pub sparsity: Option<String>,
+    /// Explicit mode's routes (`--route` values of `tlc-sidecar`; no
+    /// `tlc-init`); `None`: transparent mode.
+    pub routes: Option<Vec<String>>,
     /// Whether the sidecars speak mutual TLS.
     pub mtls: bool,
 }
@@ -212,6 +215,7 @@ pub fn resolve(
         tf_ports,
         codec,
         sparsity,
+        routes: None,
         mtls: flags.mtls,
     }))
 }
@@ -219,16 +223,7 @@ pub fn resolve(
 /// `--force` on a pod where nothing says TensorFlow: every TCP port its
 /// containers declare, else TensorFlow's usual 2222.
 fn every_port(spec: &Mapping, spec_path: &str) -> Result<Vec<u16>, ManifestError> {
-    let path = join(spec_path, "containers");
-    let mut ports = Vec::new();
-    if let Some(Value::Sequence(containers)) = spec.get("containers") {
-        for (i, container) in containers.iter().enumerate() {
-            if let Value::Mapping(container) = container {
-                let found = tensorflow::container_ports(container, &super::error::index(&path, i))?;
-                ports.extend(found.into_iter().map(|(port, _)| port));
-            }
-        }
-    }
+    let mut ports = tensorflow::declared_ports(spec, spec_path, &["containers"], |_| false)?;
     tensorflow::dedup(&mut ports);
     if ports.is_empty() {
         ports.push(tensorflow::TFJOB_DEFAULT_PORT);

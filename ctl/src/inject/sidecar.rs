@@ -7,6 +7,7 @@
 use anyhow::{bail, Result};
 use yaml_serde::{Mapping, Value};
 
+use super::explicit;
 use super::mapping::{insert_after, name_of};
 use super::settings::{join_ports, PodSettings};
 use super::spec::{Spec, TLS_VOLUME};
@@ -68,7 +69,24 @@ pub fn sidecar_container(spec: &Spec, settings: &PodSettings) -> Result<Value> {
         "image",
         settings.image.as_str().into(),
     );
-    let added = env(settings);
+    let mut added: Vec<Value> = env(settings)
+        .into_iter()
+        .map(|(name, value)| {
+            let mut var = Mapping::new();
+            var.insert("name".into(), name.into());
+            var.insert("value".into(), value.into());
+            Value::Mapping(var)
+        })
+        .collect();
+    if let Some(routes) = &settings.routes {
+        added.push(explicit::namespace_env());
+        let Some(Value::Sequence(args)) = sidecar.get_mut("args") else {
+            bail!("the sidecar spec's tlc-sidecar has no args list (a bug in tlcctl)");
+        };
+        for route in routes {
+            args.extend(["--route".into(), route.as_str().into()]);
+        }
+    }
     if !added.is_empty() {
         if matches!(sidecar.get("env"), None | Some(Value::Null)) {
             insert_after(&mut sidecar, "args", "env", Value::Sequence(Vec::new()));
@@ -76,12 +94,7 @@ pub fn sidecar_container(spec: &Spec, settings: &PodSettings) -> Result<Value> {
         let Some(Value::Sequence(list)) = sidecar.get_mut("env") else {
             bail!("the sidecar spec's tlc-sidecar env is not a list (a bug in tlcctl)");
         };
-        for (name, value) in added {
-            let mut var = Mapping::new();
-            var.insert("name".into(), name.into());
-            var.insert("value".into(), value.into());
-            list.push(Value::Mapping(var));
-        }
+        list.extend(added);
     }
     if !settings.mtls {
         if let Some(Value::Sequence(mounts)) = sidecar.get_mut("volumeMounts") {
@@ -113,38 +126,16 @@ pub fn volumes(spec: &Spec, settings: &PodSettings) -> Vec<Value> {
 /// Everything one pod gets.
 pub fn additions(spec: &Spec, settings: &PodSettings) -> Result<Additions> {
     Ok(Additions {
-        init: Some(init_container(spec, settings)?),
+        // Explicit mode redirects nothing.
+        init: match settings.routes {
+            None => Some(init_container(spec, settings)?),
+            Some(_) => None,
+        },
         sidecar: sidecar_container(spec, settings)?,
         volumes: volumes(spec, settings),
         annotations: spec.annotations.clone(),
         grace_seconds: spec.grace_seconds,
     })
-}
-
-/// Appends `var` to `tlc-sidecar`'s environment.
-pub fn add_env(additions: &mut Additions, var: Value) {
-    let Value::Mapping(sidecar) = &mut additions.sidecar else {
-        return;
-    };
-    if !matches!(sidecar.get("env"), Some(Value::Sequence(_))) {
-        sidecar.insert("env".into(), Value::Sequence(Vec::new()));
-    }
-    if let Some(Value::Sequence(list)) = sidecar.get_mut("env") {
-        list.push(var);
-    }
-}
-
-/// Appends `args` to `tlc-sidecar`'s arguments (explicit mode's routes).
-pub fn add_args(additions: &mut Additions, args: impl IntoIterator<Item = String>) {
-    let Value::Mapping(sidecar) = &mut additions.sidecar else {
-        return;
-    };
-    if !matches!(sidecar.get("args"), Some(Value::Sequence(_))) {
-        sidecar.insert("args".into(), Value::Sequence(Vec::new()));
-    }
-    if let Some(Value::Sequence(list)) = sidecar.get_mut("args") {
-        list.extend(args.into_iter().map(Value::from));
-    }
 }
 
 #[cfg(test)]
@@ -158,6 +149,7 @@ mod tests {
             tf_ports: vec![2222, 2223],
             codec: Some("int8".to_string()),
             sparsity: None,
+            routes: None,
             mtls,
         }
     }

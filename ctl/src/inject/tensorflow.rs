@@ -212,6 +212,32 @@ pub fn container_ports(
     Ok(found)
 }
 
+/// The TCP ports the containers under `keys` (`containers`,
+/// `initContainers`) of the pod spec at `spec_path` declare, in order,
+/// those of a container `skip` takes left out.
+pub fn declared_ports(
+    spec: &Mapping,
+    spec_path: &str,
+    keys: &[&str],
+    skip: impl Fn(&Mapping) -> bool,
+) -> Result<Vec<u16>, ManifestError> {
+    let mut ports = Vec::new();
+    for key in keys {
+        let path = join(spec_path, key);
+        let Some(Value::Sequence(containers)) = spec.get(*key) else {
+            continue;
+        };
+        for (i, container) in containers.iter().enumerate() {
+            let Some(container) = container.as_mapping().filter(|c| !skip(c)) else {
+                continue;
+            };
+            let found = container_ports(container, &index(&path, i))?;
+            ports.extend(found.into_iter().map(|(port, _)| port));
+        }
+    }
+    Ok(ports)
+}
+
 /// Removes repeats, keeping the first of each.
 pub fn dedup(ports: &mut Vec<u16>) {
     let mut seen = Vec::new();

@@ -269,7 +269,13 @@ fn is_parent(parent: &str, key: &str) -> bool {
 
 /// Dotted keys of the leaves of a table; arrays are leaves, unset values are not.
 pub fn leaf_keys(table: &Map<String, Value>) -> BTreeSet<String> {
-    fn walk(prefix: &str, table: &Map<String, Value>, out: &mut BTreeSet<String>) {
+    leaves(table).into_keys().collect()
+}
+
+/// The leaves of a table by dotted key; arrays are leaves, unset values
+/// are not.
+pub fn leaves(table: &Map<String, Value>) -> BTreeMap<String, ValueKind> {
+    fn walk(prefix: &str, table: &Map<String, Value>, out: &mut BTreeMap<String, ValueKind>) {
         for (name, value) in table {
             let key = if prefix.is_empty() {
                 name.clone()
@@ -279,15 +285,22 @@ pub fn leaf_keys(table: &Map<String, Value>) -> BTreeSet<String> {
             match &value.kind {
                 ValueKind::Table(inner) => walk(&key, inner, out),
                 ValueKind::Nil => {}
-                _ => {
-                    out.insert(key);
+                kind => {
+                    out.insert(key, kind.clone());
                 }
             }
         }
     }
-    let mut out = BTreeSet::new();
+    let mut out = BTreeMap::new();
     walk("", table, &mut out);
     out
+}
+
+/// The leaves of a config file's text as tlcd reads it; none for a text
+/// that does not parse.
+pub fn file_leaves(text: &str) -> BTreeMap<String, ValueKind> {
+    collect(&File::from_str(text, FileFormat::Toml))
+        .map_or_else(|_| BTreeMap::new(), |table| leaves(&table))
 }
 
 /// The leaf keys a value set at `key` covers.

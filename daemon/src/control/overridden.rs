@@ -3,16 +3,14 @@
 //! operator who edits the ConfigMap of a pod whose manifest also sets
 //! `TLC_POLICY__PUSH__CODEC` is told so at the reload, not left to wonder.
 
-use std::collections::BTreeMap;
-
-use crate::config::layers::{Origin, Resolved};
+use crate::config::layers::{self, Origin, Resolved};
 
 /// The keys whose value differs between two texts of the config file,
 /// dotted (`policy.push.codec`); tables compared leaf by leaf, arrays
 /// whole. A text that does not parse has no keys.
 pub fn changed_keys(old: Option<&str>, new: Option<&str>) -> Vec<String> {
-    let old = leaves(old);
-    let new = leaves(new);
+    let old = old.map(layers::file_leaves).unwrap_or_default();
+    let new = new.map(layers::file_leaves).unwrap_or_default();
     let mut keys: Vec<String> = new
         .iter()
         .filter(|(key, value)| old.get(*key) != Some(*value))
@@ -36,33 +34,6 @@ pub fn overridden(changed: &[String], resolved: &Resolved) -> Vec<String> {
             _ => None,
         })
         .collect()
-}
-
-/// Every leaf of a TOML text, by dotted key.
-fn leaves(text: Option<&str>) -> BTreeMap<String, toml::Value> {
-    let mut out = BTreeMap::new();
-    if let Some(table) = text.and_then(|t| t.parse::<toml::Table>().ok()) {
-        flatten("", &toml::Value::Table(table), &mut out);
-    }
-    out
-}
-
-fn flatten(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, toml::Value>) {
-    match value {
-        toml::Value::Table(table) => {
-            for (key, inner) in table {
-                let key = if prefix.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{prefix}.{key}")
-                };
-                flatten(&key, inner, out);
-            }
-        }
-        leaf => {
-            out.insert(prefix.to_string(), leaf.clone());
-        }
-    }
 }
 
 #[cfg(test)]
