@@ -10,7 +10,8 @@
 #                       [--tlcd PATH] [--check] [--timeout S] [--tls] [-- train.py flags]
 #
 #   --cases LIST   comma-separated MODEL-MODE-<N>ps[@STEPS], MODEL mlp,
-#                  embedding, widedeep, resnet or bnconv (train.py --model),
+#                  embedding, widedeep, resnet, bnconv or a member of the
+#                  model zoo (zoo.py list; train.py --model),
 #                  MODE sync or async, N ps tasks (embedding, widedeep: each
 #                  table is split into one shard per ps);
 #                  @STEPS overrides --steps for that case. Default:
@@ -129,9 +130,10 @@ export TLC_PYTHON=$PY
 IFS=, read -r -a case_list <<<"$cases"
 ((${#case_list[@]})) || die "--cases is empty"
 declare -A c_model=() c_mode=() c_ps=() c_steps=()
+known_models=" mlp embedding widedeep resnet bnconv $("$PY" "$here/zoo.py" list | tr '\n' ' ')"
 for c in "${case_list[@]}"; do
-    [[ $c =~ ^(mlp|embedding|widedeep|resnet|bnconv)-(sync|async)-([1-5])ps(@([1-9][0-9]*))?$ ]] ||
-        die "bad case '$c': want MODEL-MODE-<N>ps[@STEPS], MODEL mlp|embedding|widedeep|resnet|bnconv, MODE sync|async, N 1-5, e.g. embedding-sync-2ps"
+    [[ $c =~ ^([a-z][a-z0-9]*)-(sync|async)-([1-5])ps(@([1-9][0-9]*))?$ && $known_models == *" ${BASH_REMATCH[1]} "* ]] ||
+        die "bad case '$c': want MODEL-MODE-<N>ps[@STEPS], MODEL one of$known_models(zoo.py list: the zoo), MODE sync|async, N 1-5, e.g. embedding-sync-2ps"
     c_model[$c]=${BASH_REMATCH[1]} c_mode[$c]=${BASH_REMATCH[2]} c_ps[$c]=${BASH_REMATCH[3]}
     c_steps[$c]=${BASH_REMATCH[5]:-$steps}
 done

@@ -38,12 +38,16 @@ import time
 
 PROCESS_START = time.time()
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zoo  # noqa: E402  (the model zoo: imports no TensorFlow itself)
+
 # Fixed, seed-independent train/test split, so accuracies from runs with
 # different --seed values are measured on the same held-out digits.
 SPLIT_SEED = 0
 TEST_FRACTION = 0.2
 
-MODELS = ("mlp", "embedding", "widedeep", "resnet", "bnconv")
+HARNESS_MODELS = ("mlp", "embedding", "widedeep", "resnet", "bnconv")
+MODELS = HARNESS_MODELS + tuple(zoo.BY_NAME)
 # Per-model defaults of the flags that default to None.
 MODEL_DEFAULTS = {
     "mlp": {"batch": 64, "lr": 0.1, "momentum": 0.9, "optimizer": "momentum"},
@@ -51,8 +55,9 @@ MODEL_DEFAULTS = {
     "widedeep": {"batch": 128, "lr": 0.5, "momentum": 0.0, "optimizer": "adagrad", "embed_dim": 16},
     "resnet": {"batch": 32, "lr": 0.003, "momentum": 0.9, "optimizer": "momentum"},
     "bnconv": {"batch": 32, "lr": 0.05, "momentum": 0.9, "optimizer": "momentum"},
+    **{m.name: m.defaults for m in zoo.MEMBERS},
 }
-OPTIMIZERS = ("momentum", "adagrad", "ftrl")
+OPTIMIZERS = ("momentum", "adagrad", "ftrl", "adam")
 # Models whose tables --partition splits.
 PARTITIONED = ("embedding", "widedeep")
 # Asynchronous training applies each worker's gradient on arrival against a
@@ -74,7 +79,8 @@ def parse_args(argv=None):
     p.add_argument("--model", choices=MODELS, default="mlp",
                    help="mlp (digits), embedding (sparse lookups in a table on the ps), widedeep (multi-hot "
                         "fields over partitioned tables, Adagrad), resnet (ResNet-20 on generated images) or "
-                        "bnconv (a conv net with batch norm, the same images) (default mlp)")
+                        "bnconv (a conv net with batch norm, the same images), or a member of the model zoo "
+                        "(deploy/tf/zoo.py: " + ", ".join(zoo.BY_NAME) + ") (default mlp)")
     p.add_argument("--mode", choices=["sync", "async"], default="sync",
                    help="sync: SyncReplicasOptimizer averages one gradient per worker per global step; "
                         "async: every worker applies its own gradients (default sync)")
@@ -87,8 +93,8 @@ def parse_args(argv=None):
                    help="learning rate (default: mlp 0.1, embedding 1.0, widedeep 0.5, resnet 0.003 sync / "
                         "0.001 async, bnconv 0.05 sync / 0.02 async)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
-                   help="momentum (SGD with --momentum), adagrad or ftrl (default: widedeep adagrad, "
-                        "the others momentum)")
+                   help="momentum (SGD with --momentum), adagrad, ftrl or adam (default: widedeep adagrad, "
+                        "the zoo's its own, the others momentum)")
     p.add_argument("--momentum", type=float, default=None,
                    help="SGD momentum, 0 for plain SGD (default 0.9)")
     p.add_argument("--hidden", type=int, default=1024,
@@ -667,6 +673,8 @@ class Workload:
 
 def load_workload_data(args, num_workers):
     """The data, before any graph is built (seed-independent)."""
+    if args.model in zoo.BY_NAME:
+        return zoo.load(args, num_workers)
     if args.model == "mlp":
         return load_data(args, num_workers)
     if args.model == "embedding":
@@ -686,6 +694,8 @@ def load_workload_data(args, num_workers):
 
 def build_workload(tf, args, data, num_ps):
     """The model's graph (under the caller's device setter) and its feeds."""
+    if args.model in zoo.BY_NAME:
+        return Workload(**zoo.build(tf, args, data, num_ps))
     x_train, y_train, x_test, y_test = data
     seed = args.seed * 1000 + args.task
     if args.model == "mlp":
@@ -728,6 +738,8 @@ def make_optimizer(tf, args):
         return tf.compat.v1.train.AdagradOptimizer(args.lr)
     if args.optimizer == "ftrl":
         return tf.compat.v1.train.FtrlOptimizer(args.lr)
+    if args.optimizer == "adam":
+        return tf.compat.v1.train.AdamOptimizer(args.lr)
     if args.momentum:
         return tf.compat.v1.train.MomentumOptimizer(args.lr, args.momentum)
     return tf.compat.v1.train.GradientDescentOptimizer(args.lr)
@@ -768,6 +780,11 @@ def build_model(tf, args):
     loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=h))
     accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.argmax(h, 1), y), tf.float32))
     return x, y, loss, accuracy
+
+
+def rounded(norms):
+    """{name: norm} with 5 significant digits, for the result's JSON."""
+    return {name: float(f"{float(value):.5g}") for name, value in norms.items()}
 
 
 def max_diff(xs, ys):
@@ -934,6 +951,16 @@ def run_worker(tf, args, cluster, config):
         # Unsharded: the save and restore ops run on this worker, so every
         # value crosses to it to be saved, and back to be assigned.
         round_trip = tf.compat.v1.train.Saver(model_vars, sharded=False)
+    # The L2 norm of every trained matrix or kernel, computed where the
+    # variable lives (only a scalar crosses): with batch norm a kernel's
+    # scale does not change the net's output, but its norm sets the step's
+    # effective size, so a norm that grows faster through tlcd is a slower
+    # effective learning rate.
+    weight_norms = {}
+    for v in tf.compat.v1.trainable_variables():
+        if v.shape.ndims >= 2:
+            with tf.compat.v1.colocate_with(v):
+                weight_norms[v.op.name] = tf.norm(v)
     params = sum(int(v.shape.num_elements()) for v in tf.compat.v1.trainable_variables())
     placed = {}
     for v in tf.compat.v1.trainable_variables():
@@ -1000,7 +1027,8 @@ def run_worker(tf, args, cluster, config):
             if is_chief and args.eval_every and local_steps % args.eval_every == 0 and not sess.should_stop():
                 point = {"local_step": local_steps, "train_seconds": round(time.time() - started - paused, 3)}
                 eval_started = time.time()
-                _, acc = evaluate(sess, work.test_loss, work.test_accuracy, work.test_feeds)
+                test_loss, acc = evaluate(sess, work.test_loss, work.test_accuracy, work.test_feeds)
+                point["weight_norms"] = rounded(sess.run_step_fn(raw(weight_norms)))
                 if read_copies:
                     # What an evaluator reads while training runs: exact
                     # with exact reads, else the replica within its bound.
@@ -1009,6 +1037,7 @@ def run_worker(tf, args, cluster, config):
                     point["read_max_rel_l2"] = max_rel_l2(model, read)
                 paused += time.time() - eval_started
                 point["test_accuracy"] = round(float(acc), 5)
+                point["test_loss"] = round(float(test_loss), 5)
                 curve.append(point)
                 log(args, f"local step {local_steps}: test accuracy {acc:.4f} after "
                           f"{point['train_seconds']:.1f} s of training")
@@ -1045,9 +1074,11 @@ def run_worker(tf, args, cluster, config):
             test_loss, test_acc = evaluate(sess, work.test_loss, work.test_accuracy, work.test_feeds)
             result["test_loss"] = round(float(test_loss), 5)
             result["test_accuracy"] = round(float(test_acc), 5)
+            result["weight_norms"] = rounded(sess.run_step_fn(raw(weight_norms)))
             if args.eval_every:
                 curve.append({"local_step": local_steps, "train_seconds": round(seconds, 3),
-                              "test_accuracy": result["test_accuracy"]})
+                              "test_accuracy": result["test_accuracy"], "test_loss": result["test_loss"],
+                              "weight_norms": result["weight_norms"]})
                 result["curve"] = curve
             if read_copies:
                 import tempfile
