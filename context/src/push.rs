@@ -72,8 +72,8 @@ pub struct PushContext {
     /// A zero tensor: encoding it through the error buffer encodes the
     /// buffer alone (a refinement). Allocated at the first refinement.
     zeros: Vec<f32>,
-    /// `‖g‖₂²` of the largest gradient encoded so far (kept where a
-    /// peak-lag bound is set).
+    /// `‖g‖₂²` of the largest gradient encoded so far, forgotten at the
+    /// bound's half-life (kept where a peak-lag bound is set).
     peak_squares: f64,
 }
 
@@ -166,8 +166,8 @@ impl PushContext {
         }
         let mut frames = 1;
         let gradient_squares = sum_of_squares(gradient.iter().copied());
-        if refine.peak_lag.is_finite() && gradient_squares.is_finite() {
-            self.peak_squares = self.peak_squares.max(gradient_squares);
+        if refine.peak_lag.is_finite() {
+            self.peak_squares = refine.next_peak(self.peak_squares, gradient_squares);
         }
         loop {
             let residual = sum_of_squares(self.encoder.residual().iter().copied());

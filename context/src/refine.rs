@@ -66,6 +66,17 @@ pub struct Refinement {
     /// model lags behind stays below what one early step moved it,
     /// without a step count to choose.
     pub peak_lag: f64,
+    /// How fast the remembered peak forgets, in changes (gradients pushed,
+    /// updates pulled): each new change first halves the peak's L2 over
+    /// this many changes, then raises it to the change if larger (`inf`:
+    /// never forgets, the largest change ever). The largest change ever
+    /// is a bound that loosens as training goes on: where gradients and
+    /// updates shrink (a decaying rate, batch norm's growing kernels),
+    /// `peak_lag` times the first steps' change is many of today's, and
+    /// the memory lags that many steps behind. A peak that forgets keeps
+    /// the lag a few of today's changes, at the bytes of the passes that
+    /// needs.
+    pub peak_half_life: f64,
 }
 
 impl Refinement {
@@ -75,6 +86,7 @@ impl Refinement {
         max_passes: 1,
         scale: PassScale::Max,
         peak_lag: f64::INFINITY,
+        peak_half_life: f64::INFINITY,
     };
 
     /// Whether another pass is due after `passes_done` passes left a
@@ -98,6 +110,24 @@ impl Refinement {
             || (passes_done < self.max_passes
                 && self.peak_lag.is_finite()
                 && relative_to(error_squares, peak_squares) > self.peak_lag)
+    }
+
+    /// The peak's `Σ v²` after a change whose `Σ v²` is `change_squares`:
+    /// the old peak decayed by one change of [`peak_half_life`], or the
+    /// change if larger. A change that is not finite leaves it as it was.
+    ///
+    /// [`peak_half_life`]: Self::peak_half_life
+    pub(crate) fn next_peak(&self, peak_squares: f64, change_squares: f64) -> f64 {
+        if !change_squares.is_finite() {
+            return peak_squares;
+        }
+        // Squares decay at twice the L2's rate: 2^(-2/h) per change.
+        let kept = if self.peak_half_life.is_finite() {
+            peak_squares * (-2.0 / self.peak_half_life).exp2()
+        } else {
+            peak_squares
+        };
+        kept.max(change_squares)
     }
 
     /// The goal of a refinement pass against a reference whose `Σ v²` is
@@ -195,6 +225,7 @@ mod tests {
             max_passes: 6,
             scale: PassScale::Toward,
             peak_lag: f64::INFINITY,
+            peak_half_life: f64::INFINITY,
         };
         let mut unrefined_drifted = 0;
         for (r, expect_passes) in [(Refinement::OFF, false), (refine, true)] {
@@ -259,6 +290,7 @@ mod tests {
             max_passes: 8,
             scale: PassScale::Max,
             peak_lag: f64::INFINITY,
+            peak_half_life: f64::INFINITY,
         };
         let mut off = PushContext::new(THREE_LC, Feedback::On);
         let mut on = PushContext::new(THREE_LC, Feedback::On);
@@ -319,6 +351,53 @@ mod tests {
     }
 
     #[test]
+    fn a_peak_that_forgets_keeps_the_lag_to_recent_gradients() {
+        // The same shrinking gradients as below, with a peak that halves
+        // every 2 gradients: the bound follows them down and refines late
+        // gradients too, where the largest-ever peak lets them go alone.
+        let limits = Limits::default();
+        let forgetting = Refinement {
+            target: f64::INFINITY,
+            max_passes: 8,
+            scale: PassScale::Max,
+            peak_lag: 0.5,
+            peak_half_life: 2.0,
+        };
+        let mut ctx = PushContext::new(THREE_LC, Feedback::On);
+        let mut decoded = Vec::new();
+        let mut peak_squares = 0f64;
+        let mut late_frames = 0;
+        for t in 0..12 {
+            let scale = 0.5f32.powf(t as f32 / 2.0);
+            let g: Vec<f32> = heavy_tailed(3000, t).iter().map(|v| v * scale).collect();
+            peak_squares = (peak_squares * 0.5).max(l2(&g) * l2(&g));
+            let mut wire = Vec::new();
+            let encoded = ctx.encode(&g, THREE_LC, forgetting, 7, &mut wire).unwrap();
+            decode_push(&wire, &limits, &mut decoded).unwrap();
+            let lag = l2(ctx.residual()) / peak_squares.sqrt();
+            if encoded.frames < forgetting.max_passes {
+                assert!(
+                    lag <= 0.5 * (1.0 + 1e-9),
+                    "step {t}: lag {lag} of the recent peak"
+                );
+            }
+            if t >= 8 {
+                late_frames += encoded.frames;
+            }
+        }
+        let peak = ctx.counters().peak_l2;
+        assert!((peak - peak_squares.sqrt()).abs() <= 1e-6 * peak, "{peak}");
+        assert!(
+            late_frames > 4,
+            "late gradients refined: {late_frames} frames in 4 steps"
+        );
+        // A change that is not finite leaves the peak as it was.
+        assert_eq!(forgetting.next_peak(4.0, f64::NAN), 4.0);
+        assert_eq!(forgetting.next_peak(4.0, 1.0), 2.0);
+        assert_eq!(Refinement::OFF.next_peak(4.0, 1.0), 4.0);
+    }
+
+    #[test]
     fn a_peak_lag_refines_early_gradients_and_lets_decayed_ones_go_alone() {
         let limits = Limits::default();
         // No bound against the gradient itself: only the peak's.
@@ -327,6 +406,7 @@ mod tests {
             max_passes: 8,
             scale: PassScale::Max,
             peak_lag: 0.5,
+            peak_half_life: f64::INFINITY,
         };
         let mut ctx = PushContext::new(THREE_LC, Feedback::On);
         let mut frames_by_step = Vec::new();
@@ -359,6 +439,7 @@ mod tests {
         let g = heavy_tailed(3000, 0);
         let unbounded_refine = Refinement {
             peak_lag: f64::INFINITY,
+            peak_half_life: f64::INFINITY,
             ..refine
         };
         let encoded = unbounded
@@ -375,6 +456,7 @@ mod tests {
             max_passes: 8,
             scale: PassScale::Max,
             peak_lag: 0.5,
+            peak_half_life: f64::INFINITY,
         };
         let mut source = PullSource::new(NonZeroU64::new(3).unwrap(), 8);
         let mut replica = Replica::new();
@@ -427,6 +509,7 @@ mod tests {
             max_passes: 8,
             scale: PassScale::Max,
             peak_lag: f64::INFINITY,
+            peak_half_life: f64::INFINITY,
         };
         let encoded = ctx
             .encode(&heavy_tailed(500, 1), THREE_LC, refine, 0, &mut wire)
@@ -447,6 +530,7 @@ mod tests {
             max_passes: 3,
             scale: PassScale::Max,
             peak_lag: f64::INFINITY,
+            peak_half_life: f64::INFINITY,
         };
         assert!(r.another_pass(1, 0.5));
         assert!(r.another_pass(2, 0.021));

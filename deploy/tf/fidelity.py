@@ -187,6 +187,17 @@ def time_to_accuracy(pair):
     return first(tlcd.get("curve", [])), first(base.get("curve", []))
 
 
+def norm_ratio(pair):
+    """The median over the model's kernels and matrices of their L2 norm
+    after training through tlcd / without (train.py's weight_norms). With
+    batch norm a kernel's norm sets its effective step size (a larger norm,
+    a smaller step), so a ratio above 1 is training slowed down."""
+    base, tlcd = pair["chief"]["base"].get("weight_norms"), pair["chief"]["tlcd"].get("weight_norms")
+    if not base or not tlcd:
+        return None
+    return statistics.median(tlcd[k] / base[k] for k in base if k in tlcd and base[k] > 0)
+
+
 def link_seconds_per_step(pair, kind):
     """Estimated step time on a 10 Mbit/s link: the loopback step plus the
     step's hop bytes in its busier direction at 10 Mbit/s."""
@@ -206,10 +217,12 @@ def report(out):
              "(Student's t). Hop ratio: TCP bytes between tasks without / through tlcd (kernel counters). "
              "Steps to accuracy: local steps until the run reaches the accuracy the run without tlcd ends at "
              "(through tlcd / without; '>' = not reached). Est. s @10 Mbit/s: those steps at the loopback step "
-             "time plus the step's hop bytes (busier direction) at 10 Mbit/s: an estimate, not a pod run.", "",
+             "time plus the step's hop bytes (busier direction) at 10 Mbit/s: an estimate, not a pod run. "
+             "Norm ratio: the median over kernels of their L2 norm after training, through tlcd / without, "
+             "mean over seeds.", "",
              "| model | half | Δ by seed | mean Δ [95% interval] | hop ratio | accuracy without | "
-             "steps to accuracy (tlcd / without) | est. s @10 Mbit/s (tlcd / without) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "steps to accuracy (tlcd / without) | est. s @10 Mbit/s (tlcd / without) | norm ratio |",
+             "|---|---|---|---|---|---|---|---|---|"]
     by_half = {}
     for m in models:
         mine = sorted((s, p) for (mm, s), p in pairs.items() if mm == m)
@@ -227,9 +240,11 @@ def report(out):
             if st and sb and b:
                 secs.append(f"{(t or steps) * st:.0f}{'+' if t is None else ''}/{b * sb:.0f}")
         accs = [x for x in accs if x is not None]
+        norms = [r for r in (norm_ratio(p) for _, p in mine) if r is not None]
         cells = [m, half_of(m), " / ".join(f"{d:+.2f}" for d in deltas), fmt_ci(deltas),
                  f"{min(ratios):.1f}–{max(ratios):.1f}×" if ratios else "-",
-                 f"{statistics.fmean(accs):.2%}" if accs else "-", ", ".join(tta), ", ".join(secs) or "-"]
+                 f"{statistics.fmean(accs):.2%}" if accs else "-", ", ".join(tta), ", ".join(secs) or "-",
+                 f"{statistics.fmean(norms):.3f}" if norms else "-"]
         lines.append("| " + " | ".join(cells) + " |")
         draw(out, m, mine)
     lines += ["", "| pooled over (model, seed) | Δ mean [95% interval] | below 0 / above 0 |", "|---|---|---|"]

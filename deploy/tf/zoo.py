@@ -477,8 +477,10 @@ def main(argv):
     else:
         print("| model | half | case | optimizer, rate | what |\n|---|---|---|---|---|")
         for m in members:
-            print(f"| {m.name} | {m.half} | {m.case} | {m.defaults['optimizer']}"
-                  f"{' ' + str(m.defaults['momentum']) if m.defaults['momentum'] else ''}, {m.defaults['lr']} | {m.about} |")
+            d = m.defaults
+            optimizer = d["optimizer"] if d["optimizer"] != "momentum" else (
+                f"momentum {d['momentum']}" if d["momentum"] else "sgd")
+            print(f"| {m.name} | {m.half} | {m.case} | {optimizer}, {d['lr']} | {m.about} |")
 
 
 if __name__ == "__main__":

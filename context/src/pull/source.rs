@@ -277,9 +277,7 @@ impl PullSource {
         if refine.peak_lag.is_finite() {
             // The update's size, `‖V − R₀‖₂²`, for the peak bound.
             let update = off_squares(value, &self.replica);
-            if update.is_finite() {
-                self.peak_squares = self.peak_squares.max(update);
-            }
+            self.peak_squares = refine.next_peak(self.peak_squares, update);
         }
         let mut result = self.encode_delta(value, codec, cache_len, None);
         let mut passes = 1;

@@ -25,6 +25,7 @@ fn bound() -> Refinement {
         max_passes: 8,
         scale: PassScale::Max,
         peak_lag: f64::INFINITY,
+        peak_half_life: f64::INFINITY,
     }
 }
 

@@ -584,6 +584,7 @@ fn refinement_passes_keep_the_held_rows_within_the_drift_bound() {
                 max_passes: 8,
                 scale: crate::refine::PassScale::Max,
                 peak_lag: f64::INFINITY,
+                peak_half_life: f64::INFINITY,
             });
         }
         let mut requester = None;

@@ -166,6 +166,7 @@ fn run(u: &mut Unstructured, input_len: usize) -> arbitrary::Result<()> {
         max_passes: u.int_in_range(1..=9)?,
         scale: PassScale::Max,
         peak_lag: f64::INFINITY,
+        peak_half_life: f64::INFINITY,
     };
     let mut holder_pull = RowMirror::new(EPOCH, dim, max_rows);
     holder_pull.set_entropy_stage(entropy);

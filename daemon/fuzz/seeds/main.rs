@@ -85,6 +85,7 @@ fn envelope() -> Result<Seeds> {
         max_passes: 8,
         scale: PassScale::Max,
         peak_lag: f64::INFINITY,
+        peak_half_life: f64::INFINITY,
     };
 
     // Pulls from the fuzz target's replica state: epoch 1, version 1,

@@ -11,6 +11,7 @@
 //! push_max_passes = 8            # frames per gradient at most (1..=8); 1 = off
 //! push_max_lag = 1.0             # and error buffer at most 1x the stream's largest gradient (L2)
 //! pull_max_lag = inf             # and replica at most this x the source's largest update (L2) off
+//! peak_half_life = inf           # the largest gradient / update forgets over this many (inf: never)
 //! rows_pass_scale = "toward"     # embedding rows' later passes, pulls and pushes: "max" or "toward"
 //!
 //! [policy.refine.synchronous]    # the graph shows every gradient accumulated
@@ -74,6 +75,11 @@ pub struct RefineSettings {
     /// `pull_max_passes`) while `‖V − R‖₂` is above this times the largest
     /// update `‖V − R₀‖₂` the source has carried (`inf`: no such bound).
     pub pull_max_lag: f64,
+    /// Pushes and pulls: the half-life, in gradients pushed or updates
+    /// pulled, of the largest change `push_max_lag` and `pull_max_lag` are
+    /// against (`inf`: the largest ever); see
+    /// `tlc_context::Refinement::peak_half_life`.
+    pub peak_half_life: f64,
     /// Rows by row id (embedding rows pulled, their gradients pushed): how
     /// passes after the first pick their scale, both directions.
     pub rows_pass_scale: PassScale,
@@ -118,6 +124,7 @@ impl Default for RefineSettings {
             push_max_passes: 8,
             push_max_lag: 1.0,
             pull_max_lag: f64::INFINITY,
+            peak_half_life: f64::INFINITY,
             rows_pass_scale: PassScale::Toward,
             synchronous: SynchronousTargets::default(),
         }
@@ -153,6 +160,7 @@ impl Refine {
         let sync = &settings.synchronous;
         let pull_lag = target("policy.refine.pull_max_lag", settings.pull_max_lag)?;
         let push_lag = target("policy.refine.push_max_lag", settings.push_max_lag)?;
+        let half_life = half_life("policy.refine.peak_half_life", settings.peak_half_life)?;
         let refinement =
             |key: &str, value: f64, max_passes: u32, scale: PassScale, peak_lag: f64| {
                 Ok(Refinement {
@@ -160,6 +168,7 @@ impl Refine {
                     max_passes,
                     scale,
                     peak_lag,
+                    peak_half_life: half_life,
                 })
             };
         Ok(Refine {
@@ -245,6 +254,19 @@ fn target(key: &str, value: f64) -> Result<f64, ConfigError> {
     }
 }
 
+/// A peak's half-life in changes: at least 1, or `inf` (never forgets).
+fn half_life(key: &str, value: f64) -> Result<f64, ConfigError> {
+    if value >= 1.0 {
+        Ok(value)
+    } else {
+        Err(invalid(
+            key,
+            value.to_string(),
+            "a number of changes, at least 1, or inf (the largest ever)",
+        ))
+    }
+}
+
 fn passes(key: &str, value: u32, max: u32) -> Result<u32, ConfigError> {
     if (1..=max).contains(&value) {
         Ok(value)
@@ -282,6 +304,7 @@ mod tests {
             max_passes: 8,
             scale,
             peak_lag: f64::INFINITY,
+            peak_half_life: f64::INFINITY,
         };
         assert_eq!(r.pull(false), pull(0.01, PassScale::Max));
         assert_eq!(r.pull(true), pull(0.01, PassScale::Max));
@@ -292,6 +315,7 @@ mod tests {
                 max_passes: 8,
                 scale: PassScale::Max,
                 peak_lag: 1.0,
+                peak_half_life: f64::INFINITY,
             }
         );
         // Both push bounds take the peak lag, synchronous or not.
@@ -309,6 +333,7 @@ mod tests {
                 max_passes: 3,
                 scale: PassScale::Max,
                 peak_lag: f64::INFINITY,
+                peak_half_life: f64::INFINITY,
             }
         );
         assert_eq!(r.push(true).target, 1.5);
@@ -317,6 +342,11 @@ mod tests {
         assert_eq!(r.pull(false).peak_lag, 0.25);
         assert_eq!(r.push(true).peak_lag, f64::INFINITY);
         assert!(refine("push_max_lag = 0\n").is_err());
+        let r = refine("peak_half_life = 40\n").unwrap();
+        assert_eq!(r.push(true).peak_half_life, 40.0);
+        assert_eq!(r.pull(false).peak_half_life, 40.0);
+        assert!(refine("peak_half_life = 0.5\n").is_err());
+        assert!(refine("peak_half_life = nan\n").is_err());
         let r = refine("pull_pass_scale = \"toward\"\n[synchronous]\npull_pass_scale = \"max\"\n")
             .unwrap();
         assert_eq!(r.pull(false).scale, PassScale::Toward);
