@@ -351,6 +351,54 @@ mod tests {
     }
 
     #[test]
+    fn push_frames_toward_the_target_meet_the_bound() {
+        // A gradient whose bulk is small beside a few large elements, the
+        // same every step (a plateau), under `‖e‖ ≤ ‖g‖`: frames toward
+        // the target meet it after every push, as frames at 3LC's scale
+        // do, each pass picking its own scale.
+        let limits = Limits::default();
+        let g: Vec<f32> = (0..20_000)
+            .map(|i| {
+                if i % 2000 == 0 {
+                    1.0
+                } else {
+                    0.002 * (((i * 37) % 11) as f32 - 5.0)
+                }
+            })
+            .collect();
+        let norm = l2(&g);
+        for scale in [PassScale::Max, PassScale::Toward] {
+            let refine = Refinement {
+                target: 1.0,
+                max_passes: 8,
+                scale,
+                peak_lag: f64::INFINITY,
+                peak_half_life: f64::INFINITY,
+            };
+            let mut ctx = PushContext::new(THREE_LC, Feedback::On);
+            let mut decoded = Vec::new();
+            let mut sum = vec![0f64; g.len()];
+            for _ in 0..40 {
+                let mut wire = Vec::new();
+                let encoded = ctx.encode(&g, THREE_LC, refine, 7, &mut wire).unwrap();
+                decode_push(&wire, &limits, &mut decoded).unwrap();
+                for (s, d) in sum.iter_mut().zip(&decoded) {
+                    *s += f64::from(*d);
+                }
+                if encoded.frames < refine.max_passes {
+                    let lag = l2(ctx.residual()) / norm;
+                    assert!(lag <= 1.0 + 1e-6, "{scale:?}: lag {lag}");
+                }
+            }
+            // What arrived plus what waits is what was pushed.
+            for (i, (s, e)) in sum.iter().zip(ctx.residual()).enumerate() {
+                let pushed = 40.0 * f64::from(g[i]);
+                assert!((s + f64::from(*e) - pushed).abs() <= 1e-3 * (1.0 + pushed.abs()));
+            }
+        }
+    }
+
+    #[test]
     fn a_peak_that_forgets_keeps_the_lag_to_recent_gradients() {
         // The same shrinking gradients as below, with a peak that halves
         // every 2 gradients: the bound follows them down and refines late

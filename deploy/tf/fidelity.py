@@ -173,6 +173,28 @@ def chief_result(path):
         return {}
 
 
+def final_delta(pair):
+    """Test accuracy through tlcd minus without at the end, points."""
+    return pair["row"].get("accuracy_delta_points")
+
+
+def tail_delta(pair):
+    """The same over the last quarter of training: the mean of the chief's
+    evaluations there (the end included), through tlcd minus without. One
+    evaluation moves with the step it falls on (batch norm's moving
+    statistics, a rate at the edge of stability); the mean of a few moves
+    less, so it resolves smaller differences."""
+    means = []
+    for kind in ("base", "tlcd"):
+        curve = pair["chief"][kind].get("curve", [])
+        last = max((q["local_step"] for q in curve), default=0)
+        tail = [q["test_accuracy"] for q in curve if q["local_step"] >= 0.75 * last]
+        if not tail:
+            return None
+        means.append(statistics.fmean(tail))
+    return round((means[1] - means[0]) * 100, 2)
+
+
 def time_to_accuracy(pair):
     """(steps through tlcd, steps without) to reach the accuracy the run
     without tlcd ends at, from the chief's curves; None where not reached."""
@@ -185,6 +207,14 @@ def time_to_accuracy(pair):
         return next((p["local_step"] for p in curve if p["test_accuracy"] >= target), None)
 
     return first(tlcd.get("curve", [])), first(base.get("curve", []))
+
+
+def direction_ratios(runs):
+    """'push× / pull×' from tlcd's counters, summed over the runs."""
+    sums = {k: sum(p["row"]["tlcd"].get(k) or 0 for _, p in runs)
+            for k in ("push_raw", "push_wire", "pull_raw", "pull_wire")}
+    return " / ".join(f"{sums[d + '_raw'] / sums[d + '_wire']:.0f}×" if sums[d + "_wire"] else "-"
+                      for d in ("push", "pull"))
 
 
 def norm_ratio(pair):
@@ -219,16 +249,21 @@ def report(out):
              "(through tlcd / without; '>' = not reached). Est. s @10 Mbit/s: those steps at the loopback step "
              "time plus the step's hop bytes (busier direction) at 10 Mbit/s: an estimate, not a pod run. "
              "Norm ratio: the median over kernels of their L2 norm after training, through tlcd / without, "
-             "mean over seeds.", "",
-             "| model | half | Δ by seed | mean Δ [95% interval] | hop ratio | accuracy without | "
-             "steps to accuracy (tlcd / without) | est. s @10 Mbit/s (tlcd / without) | norm ratio |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "mean over seeds. Push / pull: tlcd's own ratios of the compressed tensors (gradients; model "
+             "values and rows), over all seeds. Last-quarter Δ: the mean of the evaluations in the last quarter "
+             "of training, through tlcd minus without (less noisy than the end alone).", "",
+             "| model | half | Δ by seed | mean Δ [95% interval] | last-quarter Δ [95%] | hop ratio | "
+             "accuracy without | push / pull | steps to accuracy (tlcd / without) | "
+             "est. s @10 Mbit/s (tlcd / without) | norm ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     by_half = {}
     for m in models:
         mine = sorted((s, p) for (mm, s), p in pairs.items() if mm == m)
-        deltas = [p["row"].get("accuracy_delta_points") for _, p in mine]
-        deltas = [d for d in deltas if d is not None]
-        by_half.setdefault(half_of(m), []).extend(deltas)
+        deltas = [d for d in (final_delta(p) for _, p in mine) if d is not None]
+        tails = [d for d in (tail_delta(p) for _, p in mine) if d is not None]
+        by_half.setdefault(half_of(m), {"final": [], "tail": []})
+        by_half[half_of(m)]["final"].extend(deltas)
+        by_half[half_of(m)]["tail"].extend(tails)
         ratios = [p["row"]["hop_ratio"] for _, p in mine if p["row"].get("hop_ratio")]
         accs = [p["chief"]["base"].get("test_accuracy") for _, p in mine]
         tta, secs = [], []
@@ -241,19 +276,20 @@ def report(out):
                 secs.append(f"{(t or steps) * st:.0f}{'+' if t is None else ''}/{b * sb:.0f}")
         accs = [x for x in accs if x is not None]
         norms = [r for r in (norm_ratio(p) for _, p in mine) if r is not None]
-        cells = [m, half_of(m), " / ".join(f"{d:+.2f}" for d in deltas), fmt_ci(deltas),
+        cells = [m, half_of(m), " / ".join(f"{d:+.2f}" for d in deltas), fmt_ci(deltas), fmt_ci(tails),
                  f"{min(ratios):.1f}–{max(ratios):.1f}×" if ratios else "-",
-                 f"{statistics.fmean(accs):.2%}" if accs else "-", ", ".join(tta), ", ".join(secs) or "-",
+                 f"{statistics.fmean(accs):.2%}" if accs else "-", direction_ratios(mine), ", ".join(tta), ", ".join(secs) or "-",
                  f"{statistics.fmean(norms):.3f}" if norms else "-"]
         lines.append("| " + " | ".join(cells) + " |")
         draw(out, m, mine)
-    lines += ["", "| pooled over (model, seed) | Δ mean [95% interval] | below 0 / above 0 |", "|---|---|---|"]
-    for half, deltas in sorted(by_half.items()):
-        lines.append(f"| {half} | {fmt_ci(deltas)} | {sum(d < 0 for d in deltas)} / {sum(d > 0 for d in deltas)} |")
-    everything = [d for ds in by_half.values() for d in ds]
+    lines += ["", "| pooled over (model, seed) | Δ mean [95% interval] | below 0 / above 0 | "
+              "last-quarter Δ mean [95%] |", "|---|---|---|---|"]
     if len(by_half) > 1:
-        lines.append(f"| all | {fmt_ci(everything)} | {sum(d < 0 for d in everything)} / "
-                     f"{sum(d > 0 for d in everything)} |")
+        by_half["all"] = {k: [d for h in list(by_half.values()) for d in h[k]] for k in ("final", "tail")}
+    for half, d in by_half.items():
+        final = d["final"]
+        lines.append(f"| {half} | {fmt_ci(final)} | {sum(x < 0 for x in final)} / {sum(x > 0 for x in final)} | "
+                     f"{fmt_ci(d['tail'])} |")
     text = "\n".join(lines) + "\n"
     with open(os.path.join(out, "fidelity.md"), "w") as f:
         f.write(text)
@@ -271,22 +307,26 @@ def compare(a, b):
     common = sorted(set(pa) & set(pb))
     lines = [f"# {b} against {a}: ΔB − ΔA, points, paired by (model, seed)", "",
              "| model | ΔA by seed | ΔB by seed | ΔB − ΔA mean [95%] | hop ratio A / B |", "|---|---|---|---|---|"]
-    diffs = {}
+    diffs, tails = {}, {}
     for m in sorted({m for m, _ in common}):
         keys = [k for k in common if k[0] == m]
-        da = [pa[k]["row"].get("accuracy_delta_points") for k in keys]
-        db = [pb[k]["row"].get("accuracy_delta_points") for k in keys]
+        da = [final_delta(pa[k]) for k in keys]
+        db = [final_delta(pb[k]) for k in keys]
         d = [y - x for x, y in zip(da, db) if x is not None and y is not None]
         diffs.setdefault(half_of(m), []).extend(d)
+        t = [y - x for x, y in zip((tail_delta(pa[k]) for k in keys), (tail_delta(pb[k]) for k in keys))
+             if x is not None and y is not None]
+        tails.setdefault(half_of(m), []).extend(t)
         ra = [pa[k]["row"].get("hop_ratio") or 0 for k in keys]
         rb = [pb[k]["row"].get("hop_ratio") or 0 for k in keys]
         lines.append(f"| {m} | {' / '.join(f'{x:+.2f}' for x in da if x is not None)} | "
                      f"{' / '.join(f'{y:+.2f}' for y in db if y is not None)} | {fmt_ci(d)} | "
                      f"{statistics.fmean(ra):.1f}× / {statistics.fmean(rb):.1f}× |")
-    lines += ["", "| pooled | ΔB − ΔA mean [95%] |", "|---|---|"]
+    lines += ["", "| pooled | ΔB − ΔA mean [95%] | the same, last quarter |", "|---|---|---|"]
     for half, d in sorted(diffs.items()):
-        lines.append(f"| {half} | {fmt_ci(d)} |")
-    lines.append(f"| all | {fmt_ci([x for d in diffs.values() for x in d])} |")
+        lines.append(f"| {half} | {fmt_ci(d)} | {fmt_ci(tails[half])} |")
+    lines.append(f"| all | {fmt_ci([x for d in diffs.values() for x in d])} | "
+                 f"{fmt_ci([x for d in tails.values() for x in d])} |")
     return "\n".join(lines) + "\n"
 
 

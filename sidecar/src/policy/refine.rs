@@ -10,6 +10,7 @@
 //! push_max_error = 0.5           # error buffer at most 0.5x the gradient (L2) after a push
 //! push_max_passes = 8            # frames per gradient at most (1..=8); 1 = off
 //! push_max_lag = 1.0             # and error buffer at most 1x the stream's largest gradient (L2)
+//! push_pass_scale = "max"        # later frames: "max" (3LC's M = max|acc| s) or "toward" the target
 //! pull_max_lag = inf             # and replica at most this x the source's largest update (L2) off
 //! peak_half_life = inf           # the largest gradient / update forgets over this many (inf: never)
 //! rows_pass_scale = "toward"     # embedding rows' later passes, pulls and pushes: "max" or "toward"
@@ -20,7 +21,8 @@
 //! push_max_error = inf           # no bound: 3LC's single pass
 //! ```
 //!
-//! Dense pushes always refine at 3LC's own scale. Rows by row id
+//! Dense pushes refine at 3LC's own scale unless `push_pass_scale` says
+//! "toward". Rows by row id
 //! (embedding rows and their gradients) refine toward the target in both
 //! directions: the passes their bounds need cost 14–17% fewer bytes on
 //! the embedding model that way (sync 2 ps 18.8 -> 16.2 MB over 300
@@ -65,6 +67,13 @@ pub struct RefineSettings {
     pub push_max_error: f64,
     /// Pushes: frames per gradient at most, the first included (1 = off).
     pub push_max_passes: u32,
+    /// Pushes: how frames after the first pick their scale. At 3LC's own
+    /// scale a frame of the error buffer sends only what is above half its
+    /// largest element: where a few elements dwarf the rest (a large
+    /// dense layer's gradient) the bulk waits, frame after frame. Toward
+    /// the target, `M` is lowered until the frame leaves the error the
+    /// bound allows.
+    pub push_pass_scale: PassScale,
     /// Pushes, asynchronous and synchronous: further frames (within
     /// `push_max_passes`) while `‖e‖₂` is above this times the largest
     /// `‖g‖₂` the stream has pushed (`inf`: no such bound). Tight while
@@ -122,6 +131,7 @@ impl Default for RefineSettings {
             pull_pass_scale: PassScale::Max,
             push_max_error: 0.5,
             push_max_passes: 8,
+            push_pass_scale: PassScale::Max,
             push_max_lag: 1.0,
             pull_max_lag: f64::INFINITY,
             peak_half_life: f64::INFINITY,
@@ -183,7 +193,7 @@ impl Refine {
                 "policy.refine.push_max_error",
                 settings.push_max_error,
                 push_passes,
-                PassScale::Max,
+                settings.push_pass_scale,
                 push_lag,
             )?,
             synchronous_pull: refinement(
@@ -197,7 +207,7 @@ impl Refine {
                 "policy.refine.synchronous.push_max_error",
                 sync.push_max_error,
                 push_passes,
-                PassScale::Max,
+                settings.push_pass_scale,
                 push_lag,
             )?,
             rows_scale: settings.rows_pass_scale,
@@ -351,8 +361,13 @@ mod tests {
             .unwrap();
         assert_eq!(r.pull(false).scale, PassScale::Toward);
         assert_eq!(r.pull(true).scale, PassScale::Max);
-        // Pushes refine at 3LC's own scale whatever the pulls do.
+        // Pushes refine at 3LC's own scale whatever the pulls do ...
         assert_eq!(r.push(false).scale, PassScale::Max);
+        // ... unless told otherwise, synchronous or not.
+        let r2 = refine("push_pass_scale = \"toward\"\n").unwrap();
+        assert_eq!(r2.push(true).scale, PassScale::Toward);
+        assert_eq!(r2.push(false).scale, PassScale::Toward);
+        assert_eq!(r2.pull(true).scale, PassScale::Max);
         // Rows have their own scale, in both directions.
         assert_eq!(r.rows(r.pull(false)).scale, PassScale::Toward);
         let r = refine("rows_pass_scale = \"max\"\n").unwrap();
