@@ -55,6 +55,12 @@ pub struct TensorRow {
     pub last_scale: Option<f64>,
     /// The L2 norm of the error buffer (push contexts).
     pub error_norm: Option<f64>,
+    /// Push contexts under a peak-lag bound (`push_max_lag`): the L2 norm
+    /// of the gradient peak the error buffer is bounded against (the
+    /// largest so far, or with `peak_half_life` the recent largest). The
+    /// buffer's lag is `error_norm / peak_norm`.
+    #[serde(default)]
+    pub peak_norm: Option<f64>,
     /// The replica's version (pull sources and replicas).
     pub replica_version: Option<u64>,
     /// Seconds since the context was last used.
@@ -236,6 +242,7 @@ mod tests {
             ratio: 0.0,
             last_scale: None,
             error_norm: None,
+            peak_norm: None,
             replica_version: None,
             idle_seconds: 0.0,
             memory_bytes: 0,

@@ -271,6 +271,7 @@ fn tensors() -> Result {
         ratio: 86.98,
         last_scale: Some(0.0123),
         error_norm: Some(0.731),
+        peak_norm: Some(1.25),
         replica_version: None,
         idle_seconds: 0.4,
         memory_bytes: 2097152,

@@ -222,6 +222,7 @@ fn tensors_merge_sort_and_limit_across_targets() {
             "RATIO",
             "LAST M",
             "ERR NORM",
+            "PEAK",
             "REPLICA",
             "WHY"
         ]
@@ -249,6 +250,7 @@ fn tensors_merge_sort_and_limit_across_targets() {
             "87.0x",
             "0.0123",
             "0.731",
+            "1.25",
             "-",
             "feeds ApplyMomentum apply"
         ]

@@ -101,13 +101,14 @@ def run(a, train_args):
                    "train_args": flags}, f, indent=2)
     failed = []
     for case in cases:
-        steps = int(case.split("@")[1]) if "@" in case else a.steps
+        bare, _, at = case.partition("@")
+        steps = int(at) if at else a.steps
+        name = f"{bare}@{steps}"
         for seed in seeds:
-            name = f"{case.split('@')[0]}@{steps}"
             run_dir = os.path.join(out, "runs", name, f"seed{seed}")
             key = "_".join([name, f"seed{seed}"] + [x.lstrip("-") for x in flags]).replace("/", "_")
             base = os.path.join(bases, key)
-            cmd = [os.path.join(HERE, "models.sh"), "--cases", case.split("@")[0], "--steps", str(steps),
+            cmd = [os.path.join(HERE, "models.sh"), "--cases", bare, "--steps", str(steps),
                    "--out", run_dir]
             if os.path.exists(os.path.join(base, "meta.txt")):
                 cmd += ["--base-from", base]
@@ -123,7 +124,7 @@ def run(a, train_args):
             if rc:
                 failed.append(f"{name} seed {seed} (models.sh exit {rc}, {run_dir})")
             if not os.path.exists(os.path.join(base, "meta.txt")) and rc == 0:
-                keep_base(run_dir, base, case.split("@")[0])
+                keep_base(run_dir, base, bare)
     print(report(out))
     for f in failed:
         print(f"fidelity: FAILED: {f}", file=sys.stderr)

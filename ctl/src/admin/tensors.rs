@@ -117,7 +117,8 @@ pub fn render(answers: &[Read<'_, Tensors>], args: &TensorsArgs, several: bool) 
             "LINK",
         ],
         &[
-            "S", "ELEMENTS", "FRAMES", "RAW", "WIRE", "RATIO", "LAST M", "ERR NORM", "REPLICA",
+            "S", "ELEMENTS", "FRAMES", "RAW", "WIRE", "RATIO", "LAST M", "ERR NORM", "PEAK",
+            "REPLICA",
         ],
     );
     let columns = [columns, table::columns(&["WHY"], &[])].concat();
@@ -148,6 +149,7 @@ fn row_cells(row: &TensorRow) -> Vec<String> {
         fmt::ratio(row.ratio),
         fmt::significant_or_none(row.last_scale),
         fmt::significant_or_none(row.error_norm),
+        fmt::significant_or_none(row.peak_norm),
         fmt::optional(row.replica_version),
         fmt::optional(row.reason.as_deref()),
     ]

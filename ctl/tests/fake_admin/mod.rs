@@ -370,6 +370,7 @@ pub fn tensor(name: &str, raw: u64, wire: u64, ratio: f64) -> Value {
         ratio,
         last_scale: Some(0.0123),
         error_norm: Some(0.731),
+        peak_norm: Some(1.25),
         replica_version: None,
         idle_seconds: 0.4,
         memory_bytes: 2097152,

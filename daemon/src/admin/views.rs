@@ -183,6 +183,7 @@ fn row(row: TensorRow) -> api::TensorRow {
         ratio: row.ratio,
         last_scale: row.last_scale.map(f64::from),
         error_norm: row.error_norm,
+        peak_norm: row.peak_norm,
         replica_version: row.replica_version,
         idle_seconds: row.idle_seconds,
         memory_bytes: row.memory_bytes as u64,

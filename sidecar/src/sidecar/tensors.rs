@@ -55,6 +55,9 @@ pub struct TensorRow {
     pub last_scale: Option<f32>,
     /// L2 norm of the error buffer (push contexts).
     pub error_norm: Option<f64>,
+    /// L2 norm of the gradient peak a push context's lag bound is against
+    /// (push contexts under `push_max_lag`).
+    pub peak_norm: Option<f64>,
     /// Version of the replica (pull sources and replicas).
     pub replica_version: Option<u64>,
     /// Seconds since the context was last used.
@@ -150,6 +153,7 @@ impl Sidecar {
                 ratio: ratio(counters.raw_bytes, counters.wire_bytes),
                 last_scale: counters.last_scale,
                 error_norm: Some(norm),
+                peak_norm: (counters.peak_l2 > 0.0).then_some(counters.peak_l2),
                 replica_version: None,
                 idle_seconds: listing.idle.as_secs_f64(),
                 memory_bytes: listing.memory_bytes,
@@ -184,6 +188,7 @@ impl Sidecar {
                 ratio: ratio(counters.raw_bytes, counters.wire_bytes),
                 last_scale,
                 error_norm: None,
+                peak_norm: None,
                 replica_version: state.map(|s| s.version),
                 idle_seconds: listing.idle.as_secs_f64(),
                 memory_bytes: listing.memory_bytes,
@@ -217,6 +222,7 @@ impl Sidecar {
                 ratio: ratio(counters.raw_bytes, counters.wire_bytes),
                 last_scale: params.as_ref().and_then(scale_of),
                 error_norm: None,
+                peak_norm: None,
                 replica_version: state.map(|s| s.version),
                 idle_seconds: listing.idle.as_secs_f64(),
                 memory_bytes: listing.memory_bytes,
@@ -305,6 +311,7 @@ impl Sidecar {
                 ratio: ratio(record.raw_bytes, record.wire_bytes),
                 last_scale: None,
                 error_norm: None,
+                peak_norm: None,
                 replica_version: None,
                 idle_seconds: listing.idle.as_secs_f64(),
                 memory_bytes: listing.memory_bytes,
