@@ -614,21 +614,7 @@ def build_bnconv(tf, args):
     updates = []
 
     def batch_norm(h, training):
-        channels = int(h.shape[-1])
-        gamma = tf.compat.v1.get_variable("gamma", [channels], tf.float32, tf.compat.v1.ones_initializer())
-        beta = tf.compat.v1.get_variable("beta", [channels], tf.float32, tf.compat.v1.zeros_initializer())
-        moving_mean = tf.compat.v1.get_variable(
-            "moving_mean", [channels], tf.float32, tf.compat.v1.zeros_initializer(), trainable=False)
-        moving_var = tf.compat.v1.get_variable(
-            "moving_variance", [channels], tf.float32, tf.compat.v1.ones_initializer(), trainable=False)
-        if training:
-            mean, var = tf.nn.moments(h, [0, 1, 2])
-            # What moving_averages.assign_moving_average does: v -= (v - x) * (1 - decay).
-            updates.append(tf.compat.v1.assign_sub(moving_mean, (moving_mean - mean) * (1.0 - BN_DECAY)))
-            updates.append(tf.compat.v1.assign_sub(moving_var, (moving_var - var) * (1.0 - BN_DECAY)))
-        else:
-            mean, var = moving_mean, moving_var
-        return tf.nn.batch_normalization(h, mean, var, beta, gamma, BN_EPSILON)
+        return zoo.batch_norm(tf, h, training, updates, BN_DECAY, BN_EPSILON)
 
     def net(training):
         seeds = iter(range(args.seed, args.seed + 100))

@@ -315,6 +315,30 @@ BN_DECAY = 0.9
 BN_EPSILON = 1e-3
 
 
+def batch_norm(tf, h, training, updates, decay, epsilon):
+    """Batch norm over a conv's output, built by hand (Keras 3 took
+    tf.compat.v1.layers.batch_normalization away): gamma and beta trained;
+    the moving mean and variance non-trainable variables (on the ps under
+    a device setter). Training normalises by the batch's moments and
+    appends to `updates` the AssignSub ops that move the statistics toward
+    them (what moving_averages.assign_moving_average does:
+    v -= (v - x) * (1 - decay)); inference normalises by the statistics."""
+    channels = int(h.shape[-1])
+    gamma = tf.compat.v1.get_variable("gamma", [channels], tf.float32, tf.compat.v1.ones_initializer())
+    beta = tf.compat.v1.get_variable("beta", [channels], tf.float32, tf.compat.v1.zeros_initializer())
+    moving_mean = tf.compat.v1.get_variable(
+        "moving_mean", [channels], tf.float32, tf.compat.v1.zeros_initializer(), trainable=False)
+    moving_var = tf.compat.v1.get_variable(
+        "moving_variance", [channels], tf.float32, tf.compat.v1.ones_initializer(), trainable=False)
+    if training:
+        mean, var = tf.nn.moments(h, [0, 1, 2])
+        updates.append(tf.compat.v1.assign_sub(moving_mean, (moving_mean - mean) * (1.0 - decay)))
+        updates.append(tf.compat.v1.assign_sub(moving_var, (moving_var - var) * (1.0 - decay)))
+    else:
+        mean, var = moving_mean, moving_var
+    return tf.nn.batch_normalization(h, mean, var, beta, gamma, epsilon)
+
+
 def build_resnetbn(tf, args, m, data):
     """A CIFAR-style ResNet (He et al. 2016) with batch norm after every
     conv, built by hand as train.py's bnconv is: gamma and beta trained, the
@@ -326,20 +350,7 @@ def build_resnetbn(tf, args, m, data):
     updates = []
 
     def bn(h, training):
-        c = int(h.shape[-1])
-        gamma = tf.compat.v1.get_variable("gamma", [c], tf.float32, tf.compat.v1.ones_initializer())
-        beta = tf.compat.v1.get_variable("beta", [c], tf.float32, tf.compat.v1.zeros_initializer())
-        mm = tf.compat.v1.get_variable("moving_mean", [c], tf.float32, tf.compat.v1.zeros_initializer(),
-                                       trainable=False)
-        mv = tf.compat.v1.get_variable("moving_variance", [c], tf.float32, tf.compat.v1.ones_initializer(),
-                                       trainable=False)
-        if training:
-            mean, var = tf.nn.moments(h, [0, 1, 2])
-            updates.append(tf.compat.v1.assign_sub(mm, (mm - mean) * (1.0 - BN_DECAY)))
-            updates.append(tf.compat.v1.assign_sub(mv, (mv - var) * (1.0 - BN_DECAY)))
-        else:
-            mean, var = mm, mv
-        return tf.nn.batch_normalization(h, mean, var, beta, gamma, BN_EPSILON)
+        return batch_norm(tf, h, training, updates, BN_DECAY, BN_EPSILON)
 
     def net(training):
         seeds = iter(range(args.seed, args.seed + 1000))
