@@ -522,28 +522,10 @@ IMG_FREQ_JITTER = 0.15  # relative; the classes' frequencies are 2 and 4 cycles 
 
 
 def image_data():
-    """32x32x3 images of 10 classes: a sinusoidal grating whose orientation
-    (5 angles) and spatial frequency (2) give the class, with random phase,
-    random colour (0.2-1 per channel), some jitter of angle and frequency
-    (so neighbouring classes overlap a little) and pixel noise. Returns
-    x_train, y_train, x_test, y_test."""
-    import numpy as np
-
-    rng = np.random.default_rng(IMG_DATA_SEED)
-    n = IMG_TRAIN + IMG_TEST
-    labels = rng.integers(0, IMG_CLASSES, n)
-    theta = (labels % 5) * (np.pi / 5) + rng.normal(0.0, IMG_ANGLE_JITTER, n)
-    freq = np.where(labels < 5, 2.0, 4.0) * (1.0 + rng.normal(0.0, IMG_FREQ_JITTER, n))  # cycles per image
-    phase = rng.uniform(0.0, 2 * np.pi, n)
-    colour = rng.uniform(0.2, 1.0, (n, 3))
-    grid = np.arange(32) / 32.0
-    yy, xx = np.meshgrid(grid, grid, indexing="ij")
-    u = np.cos(theta)[:, None, None] * xx + np.sin(theta)[:, None, None] * yy
-    pattern = np.sin(2 * np.pi * freq[:, None, None] * u + phase[:, None, None]).astype(np.float32)
-    x = pattern[..., None] * colour[:, None, None, :].astype(np.float32)
-    x += IMG_NOISE * rng.standard_normal(x.shape, dtype=np.float32)
-    labels = labels.astype(np.int64)
-    return x[:IMG_TRAIN], labels[:IMG_TRAIN], x[IMG_TRAIN:], labels[IMG_TRAIN:]
+    """The resnet's and bnconv's images: zoo.grating_images with 2 and 4
+    cycles per image. Returns x_train, y_train, x_test, y_test."""
+    return zoo.grating_images(IMG_DATA_SEED, IMG_TRAIN, IMG_TEST, (2.0, 4.0), IMG_ANGLE_JITTER, IMG_FREQ_JITTER,
+                              IMG_NOISE)
 
 
 def build_resnet(tf, args):

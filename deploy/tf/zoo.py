@@ -128,16 +128,20 @@ def glyphs():
     return x[:-TEST_EXAMPLES], labels[:-TEST_EXAMPLES], x[-TEST_EXAMPLES:], labels[-TEST_EXAMPLES:]
 
 
-def gratings():
-    """32x32x3 images of 10 classes (orientation x frequency of a grating),
-    other jitter, noise and seed than train.py's resnet images."""
+def grating_images(seed, train, test, freqs, angle_jitter, freq_jitter, noise):
+    """32x32x3 images of 10 classes: a sinusoidal grating whose orientation
+    (5 angles pi/5 apart) and spatial frequency (freqs[0] or freqs[1] cycles
+    per image) give the class, with random phase, random colour (0.2-1 per
+    channel), jitter of angle (radians) and frequency (relative), so that
+    neighbouring classes overlap a little, and Gaussian pixel noise. Returns
+    x_train, y_train, x_test, y_test."""
     import numpy as np
 
-    rng = np.random.default_rng(22)
-    n = 10000 + TEST_EXAMPLES
+    rng = np.random.default_rng(seed)
+    n = train + test
     labels = rng.integers(0, 10, n)
-    theta = (labels % 5) * (np.pi / 5) + rng.normal(0.0, 0.12, n)
-    freq = np.where(labels < 5, 2.5, 4.5) * (1.0 + rng.normal(0.0, 0.18, n))
+    theta = (labels % 5) * (np.pi / 5) + rng.normal(0.0, angle_jitter, n)
+    freq = np.where(labels < 5, freqs[0], freqs[1]) * (1.0 + rng.normal(0.0, freq_jitter, n))
     phase = rng.uniform(0.0, 2 * np.pi, n)
     colour = rng.uniform(0.2, 1.0, (n, 3))
     grid = np.arange(32) / 32.0
@@ -145,8 +149,15 @@ def gratings():
     u = np.cos(theta)[:, None, None] * xx + np.sin(theta)[:, None, None] * yy
     pattern = np.sin(2 * np.pi * freq[:, None, None] * u + phase[:, None, None]).astype(np.float32)
     x = pattern[..., None] * colour[:, None, None, :].astype(np.float32)
-    x += 0.7 * rng.standard_normal(x.shape, dtype=np.float32)
-    return x[:-TEST_EXAMPLES], labels[:-TEST_EXAMPLES], x[-TEST_EXAMPLES:], labels[-TEST_EXAMPLES:]
+    x += noise * rng.standard_normal(x.shape, dtype=np.float32)
+    labels = labels.astype(np.int64)
+    return x[:train], labels[:train], x[train:], labels[train:]
+
+
+def gratings():
+    """The zoo's gratings: other frequencies, jitter, noise and seed than
+    train.py's resnet images."""
+    return grating_images(22, 10000, TEST_EXAMPLES, (2.5, 4.5), angle_jitter=0.12, freq_jitter=0.18, noise=0.7)
 
 
 def zipf_ranks(rng, vocab, size):
