@@ -442,15 +442,7 @@ def widedeep_data():
 
 def widedeep_feed(placeholders, fields, labels, idx):
     """A feed dict of examples idx: one SparseTensorValue of ids per field."""
-    import numpy as np
-
-    *sparse, y = placeholders
-    feed = {y: labels[idx]}
-    for ph, ids in zip(sparse, fields):
-        rows = ids[idx]
-        present = rows >= 0
-        feed[ph] = (np.argwhere(present).astype(np.int64), rows[present], np.array(rows.shape, np.int64))
-    return feed
+    return zoo.multi_hot_feed(placeholders, fields, labels, idx)
 
 
 def widedeep_batches(placeholders, fields, labels, batch, seed):

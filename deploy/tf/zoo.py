@@ -260,6 +260,21 @@ def shuffled(n, batch, seed):
             yield order[start:start + batch]
 
 
+def multi_hot_feed(placeholders, fields, labels, idx):
+    """A feed dict of examples idx over multi-hot fields (per field an int64
+    array [examples, ids] padded with -1): one SparseTensorValue of ids per
+    field's placeholder, then the labels' (the last placeholder)."""
+    import numpy as np
+
+    *sparse, y = placeholders
+    feed = {y: labels[idx]}
+    for ph, ids in zip(sparse, fields):
+        rows = ids[idx]
+        present = rows >= 0
+        feed[ph] = (np.argwhere(present).astype(np.int64), rows[present], np.array(rows.shape, np.int64))
+    return feed
+
+
 def chunks(n):
     return [range(i, min(i + EVAL_CHUNK, n)) for i in range(0, n, EVAL_CHUNK)]
 
@@ -457,12 +472,7 @@ def build_multihot(tf, args, m, data, num_ps):
     accuracy = tf.reduce_mean(tf.cast(tf.equal(tf.cast(logit > 0, tf.int64), y), tf.float32))
 
     def feed(fields, labels, idx):
-        d = {y: labels[idx]}
-        for ph, ids in zip(sparse, fields):
-            rows = ids[idx]
-            present = rows >= 0
-            d[ph] = (np.argwhere(present).astype(np.int64), rows[present], np.array(rows.shape, np.int64))
-        return d
+        return multi_hot_feed((*sparse, y), fields, labels, idx)
 
     seed = args.seed * 1000 + args.task
     train = (feed(fields_train, y_train, i) for i in shuffled(len(y_train), args.batch, seed))
