@@ -333,11 +333,7 @@ def embedding_data(vocab):
 
 def bag_batch(ids, labels, idx):
     """Flat ids, the example each id belongs to, and the labels."""
-    import numpy as np
-
-    flat = np.concatenate([ids[i] for i in idx])
-    segments = np.repeat(np.arange(len(idx), dtype=np.int32), [len(ids[i]) for i in idx])
-    return flat, segments, labels[idx]
+    return zoo.bag(ids, labels, idx)
 
 
 def bag_batches(ids, labels, batch, seed):

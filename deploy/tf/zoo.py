@@ -409,6 +409,8 @@ def build_resnetbn(tf, args, m, data):
 
 
 def bag(ids, labels, idx):
+    """Bags idx as a batch: their ids flat, the example each id belongs to
+    (segment ids), and their labels."""
     import numpy as np
 
     flat = np.concatenate([ids[i] for i in idx])
