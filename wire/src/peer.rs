@@ -198,11 +198,18 @@ pub struct ClassHint {
     /// Whether the graph collects the gradient in an accumulator
     /// (synchronous training).
     pub accumulated: bool,
+    /// Whether an adaptive optimizer (Adam, Adagrad, RMSProp...) applies
+    /// the gradient on the requester's task.
+    pub adaptive: bool,
 }
 
 /// The class a requester announced, if it is one this build knows.
 pub fn class(headers: &HeaderMap) -> Option<ClassHint> {
     let value = headers.get(CLASS)?.to_str().ok()?;
+    let (value, adaptive) = match value.strip_suffix(";adaptive") {
+        Some(rest) => (rest, true),
+        None => (value, false),
+    };
     let (value, accumulated) = match value.strip_suffix(";accumulated") {
         Some(rest) => (rest, true),
         None => (value, false),
@@ -216,6 +223,7 @@ pub fn class(headers: &HeaderMap) -> Option<ClassHint> {
         class,
         function,
         accumulated,
+        adaptive,
     })
 }
 
@@ -223,8 +231,12 @@ pub fn class(headers: &HeaderMap) -> Option<ClassHint> {
 pub fn class_header(hint: ClassHint) -> HeaderValue {
     let function = if hint.function { ";fn" } else { "" };
     let accumulated = if hint.accumulated { ";accumulated" } else { "" };
-    HeaderValue::try_from(format!("{}{function}{accumulated}", hint.class.name()))
-        .unwrap_or_else(|_| HeaderValue::from_static("unknown"))
+    let adaptive = if hint.adaptive { ";adaptive" } else { "" };
+    HeaderValue::try_from(format!(
+        "{}{function}{accumulated}{adaptive}",
+        hint.class.name()
+    ))
+    .unwrap_or_else(|_| HeaderValue::from_static("unknown"))
 }
 
 /// The largest tensor content the requester decodes, if it said. A
@@ -438,13 +450,12 @@ mod tests {
     #[test]
     fn class_header_round_trips_and_rejects_junk() {
         for class in TensorClass::ALL {
-            for (function, accumulated) in
-                [(false, false), (true, false), (false, true), (true, true)]
-            {
+            for bits in 0..8u8 {
                 let hint = ClassHint {
                     class,
-                    function,
-                    accumulated,
+                    function: bits & 1 != 0,
+                    accumulated: bits & 2 != 0,
+                    adaptive: bits & 4 != 0,
                 };
                 let mut headers = HeaderMap::new();
                 headers.insert(CLASS, class_header(hint));
@@ -459,6 +470,8 @@ mod tests {
             "DENSE_READ",
             "dense_gradient;accumulated;fn",
             "dense_gradient;accumulated;accumulated",
+            "dense_gradient;adaptive;accumulated",
+            "dense_gradient;adaptive;adaptive",
         ] {
             let mut headers = HeaderMap::new();
             headers.insert(CLASS, HeaderValue::from_static(junk));

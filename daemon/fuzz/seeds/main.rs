@@ -435,6 +435,9 @@ push_max_passes = 8
 pull_max_drift = 0.01
 pull_pass_scale = "max"
 push_max_error = inf
+[policy.refine.adaptive]
+push_max_error = 0.25
+push_pass_scale = "toward"
 [[policy.overrides]]
 tensor = "*batch_norm*"
 skip = true

@@ -51,6 +51,16 @@ pub struct Classified {
     /// adds to the staleness (see [`tlc_context::refine`]), and for
     /// everything that is not a dense gradient.
     pub accumulated: bool,
+    /// A dense gradient that an adaptive optimizer applies (Adam, Adagrad,
+    /// RMSProp...: its update divides by a running mean of the squared
+    /// gradient), as far as this body shows: a fused apply op, or a
+    /// `Square` on the gradient's way to an update (Keras's optimizers).
+    /// Error feedback keeps the sum of the gradients such an optimizer
+    /// sees, not their squares: a gradient sent as rare spikes inflates
+    /// the mean it divides by and slows it. Where a gradient only meets an
+    /// accumulator here, the optimizer is in another body (the chief's):
+    /// the index answers for the task ([`TrainingLedger`](super::training::TrainingLedger)).
+    pub adaptive: bool,
     /// For a sparse tensor whose rows are named by row ids that cross
     /// between the same two tasks in the same step: those ids, and what
     /// this tensor is to them (see [`RowKeyed`]). `None` for every other.
@@ -267,6 +277,48 @@ fn is_dense_update(op: &str) -> bool {
         || (op.starts_with("ResourceApply") && !op.contains("Sparse"))
 }
 
+/// Optimizers whose update divides by a running mean (or sum) of squared
+/// gradients, or by one of their maxima, as TensorFlow names their fused
+/// apply ops after `Apply`, `ResourceApply`, `SparseApply` or
+/// `ResourceSparseApply`.
+const ADAPTIVE_OPTIMIZERS: &[&str] = &[
+    "Adam",
+    "AdamWithAmsgrad",
+    "AdaMax",
+    "Adagrad",
+    "AdagradV2",
+    "AdagradDA",
+    "ProximalAdagrad",
+    "Adadelta",
+    "RMSProp",
+    "CenteredRMSProp",
+    "Ftrl",
+    "FtrlV2",
+];
+
+/// Whether an op applies a gradient with an adaptive optimizer
+/// (`ApplyAdam`, `ResourceSparseApplyAdagradV2`, ...).
+pub fn is_adaptive_apply(op: &str) -> bool {
+    let op = op.strip_prefix("Resource").unwrap_or(op);
+    let op = op.strip_prefix("Sparse").unwrap_or(op);
+    op.strip_prefix("Apply")
+        .is_some_and(|optimizer| ADAPTIVE_OPTIMIZERS.contains(&optimizer))
+}
+
+/// The tasks on which a body applies some gradient with an adaptive
+/// optimizer (a fused apply op placed there), each once.
+pub fn adaptive_tasks(nodes: &[NodeDef]) -> Vec<String> {
+    let mut tasks: Vec<String> = Vec::new();
+    for node in nodes.iter().filter(|n| is_adaptive_apply(&n.op)) {
+        if let Some(task) = task_of(Some(&node.device)) {
+            if !tasks.contains(&task) {
+                tasks.push(task);
+            }
+        }
+    }
+    tasks
+}
+
 fn is_send(op: &str) -> bool {
     op == "_Send" || op == "_HostSend"
 }
@@ -440,6 +492,7 @@ impl<'a> Body<'a> {
                     output,
                     function: None,
                     accumulated: false,
+                    adaptive: false,
                     rows: None,
                     read_only: false,
                 };
@@ -451,6 +504,7 @@ impl<'a> Body<'a> {
                     output,
                     function: None,
                     accumulated: false,
+                    adaptive: false,
                     rows: None,
                     read_only: false,
                 };
@@ -471,6 +525,7 @@ impl<'a> Body<'a> {
         let mut dense: Option<&NodeDef> = None;
         let mut applied_on_arrival = false;
         let mut accumulated = false;
+        let mut adaptive = false;
         let mut other: Option<&NodeDef> = None;
         // (node, depth, whether an element-wise op has combined the value
         // with something on the way).
@@ -491,6 +546,7 @@ impl<'a> Body<'a> {
                         output: 0,
                         function: None,
                         accumulated: false,
+                        adaptive: false,
                         rows: None,
                         read_only: false,
                     };
@@ -502,6 +558,7 @@ impl<'a> Body<'a> {
                     other.get_or_insert(node);
                 } else if is_dense_update(op) {
                     dense.get_or_insert(node);
+                    adaptive |= is_adaptive_apply(op);
                     if ACCUMULATORS.contains(&op) {
                         accumulated = true;
                     } else {
@@ -510,6 +567,7 @@ impl<'a> Body<'a> {
                 } else if PASS_THROUGH.contains(&op) && depth + 1 < MAX_DEPTH {
                     frontier.push((consumer, depth + 1, combined));
                 } else if ELEMENTWISE.contains(&op) && depth + 1 < MAX_DEPTH {
+                    adaptive |= op == "Square";
                     frontier.push((consumer, depth + 1, true));
                 } else {
                     other.get_or_insert(node);
@@ -523,6 +581,7 @@ impl<'a> Body<'a> {
                 output: 0,
                 function: None,
                 accumulated: accumulated && !applied_on_arrival,
+                adaptive,
                 rows: None,
                 read_only: false,
             },
@@ -539,6 +598,7 @@ fn unknown(output: u32, reason: impl Into<String>) -> Classified {
         output,
         function: None,
         accumulated: false,
+        adaptive: false,
         rows: None,
         read_only: false,
     }
@@ -768,6 +828,82 @@ mod tests {
         assert_eq!(found[1].1, TensorClass::Unknown, "{found:?}");
         assert!(found[1].2.contains("function argument"));
         assert_eq!(found[2].1, TensorClass::DenseGradient);
+    }
+
+    #[test]
+    fn adaptive_optimizers_are_told_from_linear_ones() {
+        let adaptive = |nodes: &[NodeDef]| -> Vec<(String, bool)> {
+            let mut found: Vec<_> = classify_body(nodes, None)
+                .into_iter()
+                .map(|(t, c)| (t.tensor_name, c.adaptive))
+                .collect();
+            found.sort();
+            found
+        };
+        let nodes = vec![
+            transfer("recv_a", "_Recv", &[], "edge_1_a", W0, PS),
+            node(
+                "adam",
+                "ResourceApplyAdam",
+                &["v", "m", "s", "b1", "b2", "lr", "b1", "b2", "eps", "recv_a"],
+            ),
+            transfer("recv_m", "_Recv", &[], "edge_2_m", W0, PS),
+            node(
+                "momentum",
+                "ApplyMomentum",
+                &["w", "acc", "lr", "recv_m", "mom"],
+            ),
+            // Keras: the second moment from the gradient's square.
+            transfer("recv_k", "_Recv", &[], "edge_3_k", W0, PS),
+            node("sq", "Square", &["recv_k"]),
+            node("v_new", "Mul", &["sq", "one_minus_b2"]),
+            node("v_add", "AssignAddVariableOp", &["v", "v_new"]),
+            node("m_new", "Mul", &["recv_k", "one_minus_b1"]),
+            node("m_add", "AssignAddVariableOp", &["m", "m_new"]),
+            // Accumulated: the optimizer is behind the accumulator.
+            transfer("recv_s", "_Recv", &[], "edge_4_s", W0, PS),
+            node(
+                "acc",
+                "AccumulatorApplyGradient",
+                &["handle", "step", "recv_s"],
+            ),
+        ];
+        assert_eq!(
+            adaptive(&nodes),
+            [
+                ("edge_1_a".to_string(), true),
+                ("edge_2_m".to_string(), false),
+                ("edge_3_k".to_string(), true),
+                ("edge_4_s".to_string(), false),
+            ]
+        );
+        for op in [
+            "ApplyAdam",
+            "ResourceApplyAdagradV2",
+            "ResourceSparseApplyFtrl",
+            "ApplyRMSProp",
+        ] {
+            assert!(is_adaptive_apply(op), "{op}");
+        }
+        for op in [
+            "ApplyMomentum",
+            "ResourceApplyKerasMomentum",
+            "ApplyGradientDescent",
+            "Adam",
+            "ApplyAdamX",
+        ] {
+            assert!(!is_adaptive_apply(op), "{op}");
+        }
+        // The chief's partition: the apply op on the ps, behind the take.
+        let mut apply = node("apply", "ApplyAdam", &["w", "m", "v", "take"]);
+        apply.device = PS.into();
+        let mut take = node("take", "AccumulatorTakeGradient", &["handle", "n"]);
+        take.device = PS.into();
+        assert_eq!(
+            adaptive_tasks(&[take.clone(), apply.clone(), apply]),
+            ["/job:ps/replica:0/task:0"]
+        );
+        assert!(adaptive_tasks(&[take]).is_empty());
     }
 
     #[test]

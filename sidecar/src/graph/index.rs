@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use prost::Message;
 use tracing::{debug, warn};
 
-use super::classify::{classify_body, Classified, RendezvousTensor, TensorClass};
+use super::classify::{adaptive_tasks, classify_body, Classified, RendezvousTensor, TensorClass};
 use super::training::{Training, TrainingLedger};
 use tlc_wire::graph::proto::{
     EnqueueRequest, FunctionDef, FunctionDefLibrary, RegisterGraphRequest,
@@ -92,7 +92,17 @@ impl GraphIndex {
             dst_task: dst_task.to_owned(),
             tensor_name: tensor_name.to_owned(),
         };
-        self.lock().get(&key).cloned()
+        let mut known = self.lock().get(&key).cloned()?;
+        if known.class == TensorClass::DenseGradient
+            && !known.adaptive
+            && self.training.adaptive(dst_task)
+        {
+            known.adaptive = true;
+            known
+                .reason
+                .push_str("; the task applies an adaptive optimizer");
+        }
+        Some(known)
     }
 
     /// How `task`'s variables are updated, from the dense gradients the
@@ -196,6 +206,9 @@ impl GraphIndex {
         learned: &mut Learned,
     ) {
         learned.bodies += 1;
+        for task in adaptive_tasks(nodes) {
+            self.training.saw_adaptive(&task);
+        }
         let found = classify_body(nodes, function);
         if found.is_empty() {
             return;
@@ -230,6 +243,7 @@ impl GraphIndex {
                         output: classified.output,
                         function: None,
                         accumulated: false,
+                        adaptive: false,
                         rows: None,
                         read_only: false,
                     };
@@ -240,6 +254,9 @@ impl GraphIndex {
                 // same ones.
                 Some(existing) => {
                     existing.accumulated &= classified.accumulated;
+                    // Adaptive if any graph says so (the codec it gets is
+                    // the more careful one).
+                    existing.adaptive |= classified.adaptive;
                     // Exact only while every graph that names it reads only.
                     existing.read_only &= classified.read_only;
                     if existing.rows != classified.rows {

@@ -32,6 +32,7 @@ pub const MAX_TASKS: usize = 4096;
 struct Seen {
     applied: bool,
     accumulated: bool,
+    adaptive: bool,
 }
 
 /// What the graphs said of each receiving task's dense gradients.
@@ -56,6 +57,26 @@ impl TrainingLedger {
         }
     }
 
+    /// Records that a graph applies some gradient on `task` with an
+    /// adaptive optimizer (`ApplyAdam`, ...). Under `SyncReplicasOptimizer`
+    /// only the chief's graph shows the apply op, behind the accumulators
+    /// every worker's gradient goes into: which optimizer a task runs is
+    /// known per task, not per gradient.
+    pub fn saw_adaptive(&self, task: &str) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        if !tasks.contains_key(task) && tasks.len() >= MAX_TASKS {
+            return;
+        }
+        tasks.entry(task.to_owned()).or_default().adaptive = true;
+    }
+
+    /// Whether any graph seen applies a gradient on `task` with an
+    /// adaptive optimizer.
+    pub fn adaptive(&self, task: &str) -> bool {
+        let tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        tasks.get(task).is_some_and(|seen| seen.adaptive)
+    }
+
     /// How `task` trains: asynchronous as soon as one gradient is applied
     /// on arrival, synchronous only if every gradient seen is accumulated.
     pub fn training(&self, task: &str) -> Training {
@@ -73,6 +94,18 @@ impl TrainingLedger {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_adaptive_optimizer_is_known_per_task() {
+        let ledger = TrainingLedger::default();
+        assert!(!ledger.adaptive(PS));
+        ledger.saw_gradient(PS, false);
+        assert!(!ledger.adaptive(PS), "a gradient alone says nothing");
+        ledger.saw_adaptive(PS);
+        assert!(ledger.adaptive(PS));
+        assert_eq!(ledger.training(PS), Training::Synchronous);
+        assert!(!ledger.adaptive("/job:ps/replica:0/task:1"));
+    }
 
     const PS: &str = "/job:ps/replica:0/task:0";
 

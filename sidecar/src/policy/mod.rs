@@ -48,7 +48,7 @@ mod refine;
 
 pub use codecs::{CodecChoice, CodecSettings, CodecView};
 pub use link::{Link, LinkMode, LinkSettings};
-pub use refine::{Refine, RefineSettings, SynchronousTargets};
+pub use refine::{AdaptiveTargets, Refine, RefineSettings, SynchronousTargets};
 
 use codecs::{keyframe_codec, row_keyframe_codec, warmup_codec};
 

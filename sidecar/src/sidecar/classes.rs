@@ -62,18 +62,34 @@ impl Sidecar {
     /// read, else from the one the requesting sidecar read (`hint`), else
     /// unknown.
     pub fn classify(&self, call: &TensorCall, hint: Option<peer::ClassHint>) -> Classified {
-        if let Some(known) =
+        if let Some(mut known) =
             self.graph_class(&call.holder_task, &call.requester_task, &call.tensor_name)
         {
+            // The optimizer is on the requester's task: under
+            // SyncReplicasOptimizer only the chief's registration shows it,
+            // and a worker's sidecar sees only its own.
+            if let Some(hint) = hint.filter(|h| h.adaptive && !known.adaptive) {
+                if hint.class == known.class && known.class == TensorClass::DenseGradient {
+                    known.adaptive = true;
+                    known
+                        .reason
+                        .push_str("; the requester applies an adaptive optimizer");
+                }
+            }
             return known;
         }
         match hint {
             Some(hint) => Classified {
                 class: hint.class,
-                reason: "from the requesting sidecar's graph".into(),
+                reason: if hint.adaptive {
+                    "from the requesting sidecar's graph (an adaptive optimizer)".into()
+                } else {
+                    "from the requesting sidecar's graph".into()
+                },
                 output: 0,
                 function: hint.function.then(|| "(the requester's)".into()),
                 accumulated: hint.accumulated,
+                adaptive: hint.adaptive,
                 rows: None,
                 read_only: false,
             },
@@ -83,6 +99,7 @@ impl Sidecar {
                 output: 0,
                 function: None,
                 accumulated: false,
+                adaptive: false,
                 rows: None,
                 read_only: false,
             },
@@ -147,5 +164,66 @@ impl Sidecar {
                 record.wire_bytes += wire as u64;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tlc_core::Direction;
+    use tlc_wire::graph::build::PartitionBuilder;
+
+    const PS: &str = "/job:ps/replica:0/task:0";
+    const W1: &str = "/job:worker/replica:0/task:1";
+
+    fn push_call(tensor_name: &str) -> TensorCall {
+        TensorCall {
+            tensor: "g".into(),
+            tensor_name: tensor_name.into(),
+            holder_task: W1.into(),
+            holder_incarnation: 1,
+            requester_task: PS.into(),
+            direction: Direction::Push,
+            step_id: 1,
+        }
+    }
+
+    fn hint(adaptive: bool) -> peer::ClassHint {
+        peer::ClassHint {
+            class: TensorClass::DenseGradient,
+            function: false,
+            accumulated: true,
+            adaptive,
+        }
+    }
+
+    /// A worker's sidecar reads its own registration of the ps partition
+    /// (the gradient into an accumulator) but not the chief's, where the
+    /// optimizer is: the requester's word that it is adaptive counts.
+    #[test]
+    fn the_requesters_adaptive_optimizer_joins_what_the_holder_knows() {
+        let sidecar = Sidecar::default();
+        let partition = PartitionBuilder::new(PS).accumulated_gradient("w", "edge_7_g", W1);
+        sidecar
+            .learn_graph(&partition.register_graph_request())
+            .unwrap();
+        let call = push_call("edge_7_g");
+        let own = sidecar.classify(&call, None);
+        assert_eq!(own.class, TensorClass::DenseGradient);
+        assert!(own.accumulated && !own.adaptive);
+        assert!(!sidecar.classify(&call, Some(hint(false))).adaptive);
+        let told = sidecar.classify(&call, Some(hint(true)));
+        assert!(told.adaptive && told.accumulated, "{told:?}");
+        assert!(told.reason.contains("adaptive optimizer"));
+        // A hint of another class changes nothing.
+        let other = peer::ClassHint {
+            class: TensorClass::Sparse,
+            ..hint(true)
+        };
+        assert!(!sidecar.classify(&call, Some(other)).adaptive);
+        // Without a graph of its own, the hint is the class.
+        let unknown = push_call("edge_8_h");
+        assert!(sidecar.classify(&unknown, Some(hint(true))).adaptive);
+        assert!(!sidecar.classify(&unknown, None).adaptive);
     }
 }

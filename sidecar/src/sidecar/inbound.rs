@@ -548,7 +548,9 @@ fn memory_for(
     match treatment {
         Treatment::ErrorFeedback => Memory::ErrorFeedback {
             feedback: choice.feedback,
-            refine: policy.refine().push(classified.accumulated),
+            refine: policy
+                .refine()
+                .push(classified.accumulated, classified.adaptive),
         },
         Treatment::Replica => Memory::Replica {
             requester,

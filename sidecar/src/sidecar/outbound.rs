@@ -76,6 +76,7 @@ pub async fn recv_tensor(
             class: known.class,
             function: known.function.is_some(),
             accumulated: known.accumulated,
+            adaptive: known.adaptive,
         };
         parts.headers.insert(peer::CLASS, peer::class_header(hint));
         call.tensor = known.context_name(&call.tensor, &call.tensor_name);

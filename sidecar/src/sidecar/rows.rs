@@ -322,7 +322,7 @@ impl Sidecar {
                     // many steps: bounded as a gradient applied on arrival.
                     errors
                         .0
-                        .set_refinement(policy.refine().rows(policy.refine().push(false)));
+                        .set_refinement(policy.refine().rows(policy.refine().push(false, false)));
                     Some(
                         errors
                             .0
