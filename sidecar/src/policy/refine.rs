@@ -9,10 +9,10 @@
 //! pull_pass_scale = "max"        # later passes: "max" (3LC's M = max|acc| s) or "toward" the target
 //! push_max_error = 0.5           # error buffer at most 0.5x the gradient (L2) after a push
 //! push_max_passes = 8            # frames per gradient at most (1..=8); 1 = off
-//! push_max_lag = 1.0             # and error buffer at most 1x the stream's largest gradient (L2)
+//! push_max_lag = 0.5             # and error buffer at most 0.5x the stream's recent largest gradient (L2)
 //! push_pass_scale = "max"        # later frames: "max" (3LC's M = max|acc| s) or "toward" the target
 //! pull_max_lag = inf             # and replica at most this x the source's largest update (L2) off
-//! peak_half_life = inf           # the largest gradient / update forgets over this many (inf: never)
+//! peak_half_life = 20            # the largest gradient / update forgets over this many (inf: never)
 //! rows_pass_scale = "toward"     # embedding rows' later passes, pulls and pushes: "max" or "toward"
 //!
 //! [policy.refine.synchronous]    # the graph shows every gradient accumulated
@@ -173,9 +173,9 @@ impl Default for RefineSettings {
             push_max_error: 0.5,
             push_max_passes: 8,
             push_pass_scale: PassScale::Max,
-            push_max_lag: 1.0,
+            push_max_lag: 0.5,
             pull_max_lag: f64::INFINITY,
-            peak_half_life: f64::INFINITY,
+            peak_half_life: 20.0,
             rows_pass_scale: PassScale::Toward,
             synchronous: SynchronousTargets::default(),
             adaptive: AdaptiveTargets::default(),
@@ -374,7 +374,7 @@ mod tests {
             max_passes: 8,
             scale,
             peak_lag: f64::INFINITY,
-            peak_half_life: f64::INFINITY,
+            peak_half_life: 20.0,
         };
         assert_eq!(r.pull(false), pull(0.01, PassScale::Max));
         assert_eq!(r.pull(true), pull(0.01, PassScale::Max));
@@ -384,12 +384,12 @@ mod tests {
                 target: 0.5,
                 max_passes: 8,
                 scale: PassScale::Max,
-                peak_lag: 1.0,
-                peak_half_life: f64::INFINITY,
+                peak_lag: 0.5,
+                peak_half_life: 20.0,
             }
         );
         // Both push bounds take the peak lag, synchronous or not.
-        assert_eq!(r.push(true, false).peak_lag, 1.0);
+        assert_eq!(r.push(true, false).peak_lag, 0.5);
         // An unbounded target never asks for a second pass.
         assert!(!r.push(true, false).another_pass(1, 1e30));
         let r = refine(
@@ -403,7 +403,7 @@ mod tests {
                 max_passes: 3,
                 scale: PassScale::Max,
                 peak_lag: f64::INFINITY,
-                peak_half_life: f64::INFINITY,
+                peak_half_life: 20.0,
             }
         );
         assert_eq!(r.push(true, false).target, 1.5);
@@ -442,7 +442,7 @@ mod tests {
         let sync = r.push(true, true);
         assert_eq!(sync.target, 0.25, "synchronous alone would be inf");
         assert_eq!(sync.scale, PassScale::Toward);
-        assert_eq!(sync.peak_lag, 1.0);
+        assert_eq!(sync.peak_lag, 0.5);
         assert_eq!(r.push(false, true).target, 0.25);
         assert!(sync.another_pass(1, 0.3));
         assert!(!r.push(true, false).another_pass(1, 0.3));
