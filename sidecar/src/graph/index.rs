@@ -97,10 +97,7 @@ impl GraphIndex {
             && !known.adaptive
             && self.training.adaptive(dst_task)
         {
-            known.adaptive = true;
-            known
-                .reason
-                .push_str("; the task applies an adaptive optimizer");
+            known.mark_adaptive("the task applies an adaptive optimizer");
         }
         Some(known)
     }
@@ -234,19 +231,14 @@ impl GraphIndex {
                     // answer is "unknown".
                     learned.conflicts += 1;
                     self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
-                    *existing = Classified {
-                        class: TensorClass::Unknown,
-                        reason: format!(
+                    *existing = Classified::plain(
+                        TensorClass::Unknown,
+                        format!(
                             "graphs disagree: {} / {}",
                             existing.reason, classified.reason
                         ),
-                        output: classified.output,
-                        function: None,
-                        accumulated: false,
-                        adaptive: false,
-                        rows: None,
-                        read_only: false,
-                    };
+                        classified.output,
+                    );
                 }
                 // One graph accumulates a gradient, another applies it on
                 // arrival: refine it (more passes are never less safe).

@@ -68,13 +68,8 @@ impl Sidecar {
             // The optimizer is on the requester's task: under
             // SyncReplicasOptimizer only the chief's registration shows it,
             // and a worker's sidecar sees only its own.
-            if let Some(hint) = hint.filter(|h| h.adaptive && !known.adaptive) {
-                if hint.class == known.class && known.class == TensorClass::DenseGradient {
-                    known.adaptive = true;
-                    known
-                        .reason
-                        .push_str("; the requester applies an adaptive optimizer");
-                }
+            if hint.is_some_and(|h| h.adaptive && h.class == known.class) {
+                known.mark_adaptive("the requester applies an adaptive optimizer");
             }
             return known;
         }
@@ -93,16 +88,7 @@ impl Sidecar {
                 rows: None,
                 read_only: false,
             },
-            None => Classified {
-                class: TensorClass::Unknown,
-                reason: "no graph seen for this tensor".into(),
-                output: 0,
-                function: None,
-                accumulated: false,
-                adaptive: false,
-                rows: None,
-                read_only: false,
-            },
+            None => Classified::plain(TensorClass::Unknown, "no graph seen for this tensor", 0),
         }
     }
 

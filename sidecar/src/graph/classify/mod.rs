@@ -114,6 +114,32 @@ pub enum RowRole {
 }
 
 impl Classified {
+    /// A class without any of the flags (not accumulated, not adaptive,
+    /// no rows, not read-only), from a graph rather than a function.
+    pub fn plain(class: TensorClass, reason: impl Into<String>, output: u32) -> Classified {
+        Classified {
+            class,
+            reason: reason.into(),
+            output,
+            function: None,
+            accumulated: false,
+            adaptive: false,
+            rows: None,
+            read_only: false,
+        }
+    }
+
+    /// Marks a dense gradient as applied by an adaptive optimizer, saying
+    /// why after its reason; any other class, or one already marked, is
+    /// left as it is.
+    pub fn mark_adaptive(&mut self, why: &str) {
+        if self.class == TensorClass::DenseGradient && !self.adaptive {
+            self.adaptive = true;
+            self.reason.push_str("; ");
+            self.reason.push_str(why);
+        }
+    }
+
     /// The name a tensor's context is kept under. TF1: the node name
     /// (edge ids differ between workers' graphs, node names do not). TF2:
     /// the whole rendezvous name, whose edge id is the same for every
@@ -318,28 +344,18 @@ impl<'a> Body<'a> {
             let node = &self.nodes[index];
             let op = node.op.as_str();
             if VARIABLE_READS.contains(&op) {
-                return Classified {
-                    class: TensorClass::DenseRead,
-                    reason: format!("reads variable ({op} {})", node.name),
+                return Classified::plain(
+                    TensorClass::DenseRead,
+                    format!("reads variable ({op} {})", node.name),
                     output,
-                    function: None,
-                    accumulated: false,
-                    adaptive: false,
-                    rows: None,
-                    read_only: false,
-                };
+                );
             }
             if is_sparse_op(op) {
-                return Classified {
-                    class: TensorClass::Sparse,
-                    reason: format!("gathered by {op} {}", node.name),
+                return Classified::plain(
+                    TensorClass::Sparse,
+                    format!("gathered by {op} {}", node.name),
                     output,
-                    function: None,
-                    accumulated: false,
-                    adaptive: false,
-                    rows: None,
-                    read_only: false,
-                };
+                );
             }
             if !PASS_THROUGH.contains(&op) {
                 return unknown(output, format!("sent from {op} {}", node.name));
@@ -372,16 +388,11 @@ impl<'a> Body<'a> {
                 let node = &self.nodes[consumer];
                 let op = node.op.as_str();
                 if is_sparse_op(op) {
-                    return Classified {
-                        class: TensorClass::Sparse,
-                        reason: format!("feeds {op} {}", node.name),
-                        output: 0,
-                        function: None,
-                        accumulated: false,
-                        adaptive: false,
-                        rows: None,
-                        read_only: false,
-                    };
+                    return Classified::plain(
+                        TensorClass::Sparse,
+                        format!("feeds {op} {}", node.name),
+                        0,
+                    );
                 }
                 if SETS.contains(&op) && !combined {
                     // A value written as it arrived (a restore from an
@@ -424,16 +435,7 @@ impl<'a> Body<'a> {
 }
 
 fn unknown(output: u32, reason: impl Into<String>) -> Classified {
-    Classified {
-        class: TensorClass::Unknown,
-        reason: reason.into(),
-        output,
-        function: None,
-        accumulated: false,
-        adaptive: false,
-        rows: None,
-        read_only: false,
-    }
+    Classified::plain(TensorClass::Unknown, reason, output)
 }
 
 /// A gather's `batch_dims` attribute, when it is an integer.
