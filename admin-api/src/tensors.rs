@@ -61,6 +61,14 @@ pub struct TensorRow {
     /// buffer's lag is `error_norm / peak_norm`.
     #[serde(default)]
     pub peak_norm: Option<f64>,
+    /// Push contexts under the fidelity controller: `critical` (the next
+    /// gradient is held to the critical lag bound) or `calm`.
+    #[serde(default)]
+    pub regime: Option<String>,
+    /// Push contexts under the fidelity controller: gradients encoded
+    /// while critical.
+    #[serde(default)]
+    pub critical_pushes: Option<u64>,
     /// The replica's version (pull sources and replicas).
     pub replica_version: Option<u64>,
     /// Seconds since the context was last used.
@@ -243,6 +251,8 @@ mod tests {
             last_scale: None,
             error_norm: None,
             peak_norm: None,
+            regime: None,
+            critical_pushes: None,
             replica_version: None,
             idle_seconds: 0.0,
             memory_bytes: 0,

@@ -272,6 +272,8 @@ fn tensors() -> Result {
         last_scale: Some(0.0123),
         error_norm: Some(0.731),
         peak_norm: Some(1.25),
+        regime: Some("calm".into()),
+        critical_pushes: Some(40),
         replica_version: None,
         idle_seconds: 0.4,
         memory_bytes: 2097152,

@@ -84,6 +84,9 @@ pub struct Encoded {
     /// The pull replica was brought to the value bit for bit (an exact
     /// read, or a read again of a value that stopped changing).
     pub settled: bool,
+    /// The push was encoded while its stream was in a critical regime
+    /// (the fidelity controller's tighter lag bound).
+    pub critical: bool,
 }
 
 /// Why a tensor could not be encoded; it then crosses as it is.
@@ -201,6 +204,7 @@ impl Contexts {
             refinements: 0,
             drift_reset: None,
             settled: false,
+            critical: false,
         };
         match memory {
             Memory::ErrorFeedback { feedback, refine } => {
@@ -224,6 +228,7 @@ impl Contexts {
                     .map_err(|_| EncodeRefused::Codec)?;
                 encoded.took = started.elapsed();
                 encoded.refinements = u64::from(pushed.frames - 1);
+                encoded.critical = pushed.critical;
             }
             Memory::Replica { requester, refine } => {
                 let key = SourceKey {

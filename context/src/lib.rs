@@ -11,6 +11,8 @@
 //!   per row id (a mirror per requester for pulls, an error per row for
 //!   pushes);
 //! - [`refine`]: how far a context's memory may lag (further 3LC passes);
+//! - [`regime`]: the fidelity controller, which tightens a push's lag
+//!   bound while its stream is in a critical regime;
 //! - [`table`]: keeps contexts bounded by age and memory.
 //!
 //! Pure logic: no sockets, no async, no global state; time is passed in.
@@ -21,6 +23,7 @@ pub mod contexts;
 pub mod pull;
 pub mod push;
 pub mod refine;
+pub mod regime;
 pub mod rows;
 pub mod table;
 
@@ -33,5 +36,6 @@ pub use pull::{
 };
 pub use push::{decode_push, encode_stateless, PushContext, PushError, PushKey};
 pub use refine::{PassScale, Refinement};
+pub use regime::{RegimeDetector, Regimes};
 pub use rows::{restore_push, RowErrors, RowMirror, RowsApplied, RowsEncoded, RowsError, Uniques};
 pub use table::{ContextMemory, ContextTable, TableLimits};

@@ -12,6 +12,7 @@ use tlc_codec::{
 };
 
 use super::refine::{set_frame_count, sum_of_squares, Refinement};
+use super::regime::RegimeDetector;
 use super::table::ContextMemory;
 use tlc_wire::envelope::{
     Envelope, EnvelopeError, EnvelopeHeader, Kind, HEADER_LEN, MAX_PUSH_FRAMES,
@@ -49,6 +50,11 @@ pub struct PushCounters {
     /// The largest gradient (L2) encoded so far, where a peak-lag bound
     /// asked for it to be measured (0 otherwise).
     pub peak_l2: f64,
+    /// Where the fidelity controller is on: whether the stream's next
+    /// gradient is encoded in a critical regime (its tighter lag bound).
+    pub critical: Option<bool>,
+    /// Gradients encoded in a critical regime.
+    pub critical_pushes: u64,
 }
 
 /// What one [`PushContext::encode`] produced.
@@ -62,6 +68,8 @@ pub struct PushEncoded {
     pub frame: FrameHeader,
     /// Frames in the envelope: 1, plus the refinements.
     pub frames: u32,
+    /// Encoded in a critical regime (under the fidelity controller).
+    pub critical: bool,
 }
 
 /// The error-feedback context of one gradient stream.
@@ -75,6 +83,9 @@ pub struct PushContext {
     /// `‖g‖₂²` of the largest gradient encoded so far, forgotten at the
     /// bound's half-life (kept where a peak-lag bound is set).
     peak_squares: f64,
+    /// The fidelity controller's view of the stream (kept where the
+    /// refinement has one on).
+    regime: RegimeDetector,
 }
 
 impl PushContext {
@@ -85,6 +96,7 @@ impl PushContext {
             counters: PushCounters::default(),
             zeros: Vec::new(),
             peak_squares: 0.0,
+            regime: RegimeDetector::default(),
         }
     }
 
@@ -128,12 +140,13 @@ impl PushContext {
                 return Err(err);
             }
         };
-        let frames = self.refine(values, refine, fallback_token, start, out);
+        let (frames, critical) = self.refine(values, refine, fallback_token, start, out);
         let encoded = PushEncoded {
             raw_bytes: std::mem::size_of_val(values),
             wire_bytes: out.len() - start,
             frame,
             frames,
+            critical,
         };
         let c = &mut self.counters;
         c.frames += 1;
@@ -142,12 +155,15 @@ impl PushContext {
         c.wire_bytes += encoded.wire_bytes as u64;
         c.last_scale = scale_of(&frame.params);
         c.peak_l2 = self.peak_squares.sqrt();
+        c.critical = refine.regimes.is_on().then(|| self.regime.critical());
+        c.critical_pushes = self.regime.critical_pushes();
         Ok(encoded)
     }
 
     /// Appends refinement frames to the envelope that starts at
     /// `out[start]` while `refine` asks for them, and rewrites its header's
-    /// frame count. Returns the envelope's frame count. A refinement the
+    /// frame count. Returns the envelope's frame count and whether the
+    /// stream was critical (the controller's bound). A refinement the
     /// codec refuses ends the refinements; the frames before it stand.
     fn refine(
         &mut self,
@@ -156,21 +172,29 @@ impl PushContext {
         fallback_token: u64,
         start: usize,
         out: &mut Vec<u8>,
-    ) -> u32 {
+    ) -> (u32, bool) {
         let refine = Refinement {
             max_passes: refine.max_passes.min(MAX_PUSH_FRAMES),
             ..refine
         };
         if self.encoder.feedback() == Feedback::Off || refine.max_passes <= 1 {
-            return 1;
+            return (1, false);
         }
         let mut frames = 1;
         let gradient_squares = sum_of_squares(gradient.iter().copied());
+        let mut residual = sum_of_squares(self.encoder.residual().iter().copied());
+        let critical = refine.regimes.is_on()
+            && self
+                .regime
+                .observe(&refine.regimes, gradient_squares, residual);
+        let refine = Refinement {
+            peak_lag: refine.regimes.lag(refine.peak_lag, critical),
+            ..refine
+        };
         if refine.peak_lag.is_finite() {
             self.peak_squares = refine.next_peak(self.peak_squares, gradient_squares);
         }
         loop {
-            let residual = sum_of_squares(self.encoder.residual().iter().copied());
             if !refine.another_pass_with_peak(frames, residual, gradient_squares, self.peak_squares)
             {
                 break;
@@ -178,17 +202,18 @@ impl PushContext {
             self.zeros.resize(gradient.len(), 0.0);
             // The error buffer plus a zero gradient: a frame of the error
             // alone, which the buffer then loses.
-            let goal = refine.pass_goal(gradient_squares);
+            let goal = refine.pass_goal_within_peak(gradient_squares, self.peak_squares);
             if self.encoder.encode_pass(&self.zeros, goal, out).is_err() {
                 break;
             }
             frames += 1;
+            residual = sum_of_squares(self.encoder.residual().iter().copied());
         }
         if frames > 1 {
             let mut header = EnvelopeHeader::push(fallback_token);
             set_frame_count(&mut header, frames, start, out);
         }
-        frames
+        (frames, critical)
     }
 
     /// The codec the last gradient was encoded with (or the initial one).

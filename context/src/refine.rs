@@ -26,6 +26,7 @@
 //! passes at 3LC's scale. The bounds were measured with 3LC-scale passes,
 //! so those stay the default.
 
+use crate::regime::Regimes;
 use tlc_wire::envelope::{EnvelopeHeader, HEADER_LEN};
 
 /// How a refinement pass (the second and later) picks its 3LC scale `M`.
@@ -77,6 +78,9 @@ pub struct Refinement {
     /// the lag a few of today's changes, at the bytes of the passes that
     /// needs.
     pub peak_half_life: f64,
+    /// Pushes only: the fidelity controller, which tightens `peak_lag`
+    /// while a gradient stream is in a critical regime ([`crate::regime`]).
+    pub regimes: Regimes,
 }
 
 impl Refinement {
@@ -87,6 +91,7 @@ impl Refinement {
         scale: PassScale::Max,
         peak_lag: f64::INFINITY,
         peak_half_life: f64::INFINITY,
+        regimes: Regimes::OFF,
     };
 
     /// Whether another pass is due after `passes_done` passes left a
@@ -137,8 +142,26 @@ impl Refinement {
     /// (an infinite target, a zero reference); with [`PassScale::Max`],
     /// none.
     pub fn pass_goal(&self, reference_squares: f64) -> Option<f64> {
+        self.pass_goal_within_peak(reference_squares, f64::INFINITY)
+    }
+
+    /// [`pass_goal`](Self::pass_goal) where the peak bound applies too
+    /// (`peak_squares`, the peak's `Σ v²`): the pass aims at whichever of
+    /// the two bounds is tighter, so that a pass toward a peak bound stops
+    /// near it instead of removing all it can.
+    pub(crate) fn pass_goal_within_peak(
+        &self,
+        reference_squares: f64,
+        peak_squares: f64,
+    ) -> Option<f64> {
         (self.scale == PassScale::Toward).then(|| {
-            let allowed = self.target * self.target * reference_squares;
+            let against_reference = self.target * self.target * reference_squares;
+            let against_peak = if self.peak_lag.is_finite() {
+                self.peak_lag * self.peak_lag * peak_squares
+            } else {
+                f64::INFINITY
+            };
+            let allowed = against_reference.min(against_peak);
             if allowed.is_finite() {
                 allowed
             } else {
@@ -226,6 +249,7 @@ mod tests {
             scale: PassScale::Toward,
             peak_lag: f64::INFINITY,
             peak_half_life: f64::INFINITY,
+            regimes: Regimes::OFF,
         };
         let mut unrefined_drifted = 0;
         for (r, expect_passes) in [(Refinement::OFF, false), (refine, true)] {
@@ -291,6 +315,7 @@ mod tests {
             scale: PassScale::Max,
             peak_lag: f64::INFINITY,
             peak_half_life: f64::INFINITY,
+            regimes: Regimes::OFF,
         };
         let mut off = PushContext::new(THREE_LC, Feedback::On);
         let mut on = PushContext::new(THREE_LC, Feedback::On);
@@ -374,6 +399,7 @@ mod tests {
                 scale,
                 peak_lag: f64::INFINITY,
                 peak_half_life: f64::INFINITY,
+                regimes: Regimes::OFF,
             };
             let mut ctx = PushContext::new(THREE_LC, Feedback::On);
             let mut decoded = Vec::new();
@@ -410,6 +436,7 @@ mod tests {
             scale: PassScale::Max,
             peak_lag: 0.5,
             peak_half_life: 2.0,
+            regimes: Regimes::OFF,
         };
         let mut ctx = PushContext::new(THREE_LC, Feedback::On);
         let mut decoded = Vec::new();
@@ -455,6 +482,7 @@ mod tests {
             scale: PassScale::Max,
             peak_lag: 0.5,
             peak_half_life: f64::INFINITY,
+            regimes: Regimes::OFF,
         };
         let mut ctx = PushContext::new(THREE_LC, Feedback::On);
         let mut frames_by_step = Vec::new();
@@ -488,6 +516,7 @@ mod tests {
         let unbounded_refine = Refinement {
             peak_lag: f64::INFINITY,
             peak_half_life: f64::INFINITY,
+            regimes: Regimes::OFF,
             ..refine
         };
         let encoded = unbounded
@@ -505,6 +534,7 @@ mod tests {
             scale: PassScale::Max,
             peak_lag: 0.5,
             peak_half_life: f64::INFINITY,
+            regimes: Regimes::OFF,
         };
         let mut source = PullSource::new(NonZeroU64::new(3).unwrap(), 8);
         let mut replica = Replica::new();
@@ -558,6 +588,7 @@ mod tests {
             scale: PassScale::Max,
             peak_lag: f64::INFINITY,
             peak_half_life: f64::INFINITY,
+            regimes: Regimes::OFF,
         };
         let encoded = ctx
             .encode(&heavy_tailed(500, 1), THREE_LC, refine, 0, &mut wire)
@@ -579,6 +610,7 @@ mod tests {
             scale: PassScale::Max,
             peak_lag: f64::INFINITY,
             peak_half_life: f64::INFINITY,
+            regimes: Regimes::OFF,
         };
         assert!(r.another_pass(1, 0.5));
         assert!(r.another_pass(2, 0.021));

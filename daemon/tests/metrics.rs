@@ -184,6 +184,15 @@ async fn exposition_matches_the_sidecars_counters() {
         Some(PULL_STEPS as f64)
     );
     assert_eq!(h.samples("tlc_frames_total", &[]).len(), 2);
+    // The fidelity controller: every stream is new, so critical, and each
+    // push counted as such; pulls have no controller.
+    assert_eq!(h.value("tlc_critical_pushes_total", &[]), Some(pushes));
+    assert_eq!(totals.critical_pushes as f64, pushes);
+    let critical = h.samples("tlc_tensor_top_critical", &push);
+    let top_pushes = h.samples("tlc_tensor_top_raw_bytes_total", &push).len();
+    assert_eq!(critical.len(), top_pushes, "one per top push tensor");
+    assert!(critical.iter().all(|s| s.value == 1.0), "{critical:?}");
+    assert!(h.samples("tlc_tensor_top_critical", &pull).is_empty());
     // One encode timed per tensor sent compressed.
     assert_eq!(h.value("tlc_encode_seconds_count", &push_3lc), Some(pushes));
     assert_eq!(

@@ -284,7 +284,7 @@ impl PullSource {
         // ‖V‖² once: every drift and a refinement's goal are against it.
         let value_squares = sum_of_squares(value.iter().copied());
         let mut off = off_squares(value, &self.replica);
-        let goal = refine.pass_goal(value_squares);
+        let goal = refine.pass_goal_within_peak(value_squares, self.peak_squares);
         while result.is_ok()
             && refine.another_pass_with_peak(passes, off, value_squares, self.peak_squares)
         {

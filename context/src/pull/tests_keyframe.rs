@@ -26,6 +26,7 @@ fn bound() -> Refinement {
         scale: PassScale::Max,
         peak_lag: f64::INFINITY,
         peak_half_life: f64::INFINITY,
+        regimes: crate::regime::Regimes::OFF,
     }
 }
 

@@ -585,6 +585,7 @@ fn refinement_passes_keep_the_held_rows_within_the_drift_bound() {
                 scale: crate::refine::PassScale::Max,
                 peak_lag: f64::INFINITY,
                 peak_half_life: f64::INFINITY,
+                regimes: crate::regime::Regimes::OFF,
             });
         }
         let mut requester = None;

@@ -274,6 +274,7 @@ fn refinement_passes_bound_what_a_push_leaves_behind() {
         scale: crate::refine::PassScale::Max,
         peak_lag: f64::INFINITY,
         peak_half_life: f64::INFINITY,
+        regimes: crate::regime::Regimes::OFF,
     };
     let mut carried = [0.0f64; 2];
     for (with, total) in carried.iter_mut().enumerate() {

@@ -115,6 +115,7 @@ pub fn render(answers: &[Read<'_, Tensors>], args: &TensorsArgs, several: bool) 
             "PEER",
             "CODEC",
             "LINK",
+            "REGIME",
         ],
         &[
             "S", "ELEMENTS", "FRAMES", "RAW", "WIRE", "RATIO", "LAST M", "ERR NORM", "PEAK",
@@ -139,6 +140,7 @@ fn row_cells(row: &TensorRow) -> Vec<String> {
         fmt::optional(row.peer.as_deref()),
         row.codec.codec.clone(),
         fmt::optional(row.link.as_deref()),
+        fmt::optional(row.regime.as_deref()),
         row.codec
             .sparsity
             .map_or_else(|| NONE.to_string(), |s| format!("{s:.2}")),

@@ -167,6 +167,7 @@ fn run(u: &mut Unstructured, input_len: usize) -> arbitrary::Result<()> {
         scale: PassScale::Max,
         peak_lag: f64::INFINITY,
         peak_half_life: f64::INFINITY,
+        regimes: tlc_context::Regimes::OFF,
     };
     let mut holder_pull = RowMirror::new(EPOCH, dim, max_rows);
     holder_pull.set_entropy_stage(entropy);

@@ -86,6 +86,7 @@ fn envelope() -> Result<Seeds> {
         scale: PassScale::Max,
         peak_lag: f64::INFINITY,
         peak_half_life: f64::INFINITY,
+        regimes: tlc_context::Regimes::OFF,
     };
 
     // Pulls from the fuzz target's replica state: epoch 1, version 1,

@@ -184,6 +184,8 @@ fn row(row: TensorRow) -> api::TensorRow {
         last_scale: row.last_scale.map(f64::from),
         error_norm: row.error_norm,
         peak_norm: row.peak_norm,
+        regime: row.regime.map(String::from),
+        critical_pushes: row.critical_pushes,
         replica_version: row.replica_version,
         idle_seconds: row.idle_seconds,
         memory_bytes: row.memory_bytes as u64,

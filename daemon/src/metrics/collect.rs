@@ -182,6 +182,14 @@ fn register_totals(registry: &mut Registry, totals: &Totals) {
          (encoding side)",
         settles,
     );
+    let critical = Counter::<u64>::default();
+    critical.inc_by(totals.critical_pushes);
+    registry.register(
+        "critical_pushes",
+        "Gradients encoded while their stream was in a critical regime, held to the fidelity \
+         controller's tighter lag bound (policy.refine.critical; encoding side)",
+        critical,
+    );
     let refinements = Family::<DirectionLabel, Counter>::default();
     for direction in [Direction::Push, Direction::Pull] {
         refinements
@@ -342,10 +350,12 @@ fn register_tensors(registry: &mut Registry, sidecar: &Sidecar) {
             tensor: context.tensor,
             raw: context.raw_bytes,
             wire: context.wire_bytes,
+            critical: context.critical,
         })
         .collect();
     let raw = Family::<TensorLabels, Counter>::default();
     let wire = Family::<TensorLabels, Counter>::default();
+    let critical = Family::<TensorLabels, Gauge>::default();
     for row in top_tensors(rows, TOP_TENSORS) {
         let labels = TensorLabels {
             direction: row.direction,
@@ -353,7 +363,17 @@ fn register_tensors(registry: &mut Registry, sidecar: &Sidecar) {
         };
         raw.get_or_create(&labels).inc_by(row.raw);
         wire.get_or_create(&labels).inc_by(row.wire);
+        if let Some(now) = row.critical {
+            critical.get_or_create(&labels).set(i64::from(now));
+        }
     }
+    registry.register(
+        "tensor_top_critical",
+        "1 while one of the 20 largest tensors' gradient streams is in a critical regime (the \
+         fidelity controller's tighter lag bound, policy.refine.critical), 0 while calm; push \
+         contexts under the controller only",
+        critical,
+    );
     registry.register_with_unit(
         "tensor_top_raw",
         "Size as f32 of what each of the 20 largest tensors sent compressed (encoding side)",
@@ -375,25 +395,34 @@ struct TensorBytes {
     tensor: String,
     raw: u64,
     wire: u64,
+    /// Push contexts under the fidelity controller: any of the tensor's
+    /// streams critical.
+    critical: Option<bool>,
 }
 
 /// The `n` tensors with the most raw bytes, after summing the contexts of
 /// one tensor (a gradient sent to several tasks has one push context per
 /// task). Ties go by name, so a scrape is deterministic.
 fn top_tensors(rows: Vec<TensorBytes>, n: usize) -> Vec<TensorBytes> {
-    let mut by_tensor: HashMap<(&'static str, String), (u64, u64)> = HashMap::new();
+    type Sums = (u64, u64, Option<bool>);
+    let mut by_tensor: HashMap<(&'static str, String), Sums> = HashMap::new();
     for row in rows {
         let sums = by_tensor.entry((row.direction, row.tensor)).or_default();
         sums.0 = sums.0.saturating_add(row.raw);
         sums.1 = sums.1.saturating_add(row.wire);
+        sums.2 = match (sums.2, row.critical) {
+            (Some(a), Some(b)) => Some(a || b),
+            (a, b) => a.or(b),
+        };
     }
     let mut merged: Vec<TensorBytes> = by_tensor
         .into_iter()
-        .map(|((direction, tensor), (raw, wire))| TensorBytes {
+        .map(|((direction, tensor), (raw, wire, critical))| TensorBytes {
             direction,
             tensor,
             raw,
             wire,
+            critical,
         })
         .collect();
     merged.sort_by(|a, b| {
@@ -421,7 +450,27 @@ mod tests {
             tensor: tensor.into(),
             raw,
             wire: raw / 10,
+            critical: None,
         }
+    }
+
+    #[test]
+    fn a_tensor_is_critical_while_any_of_its_streams_is() {
+        let with = |tensor, critical| TensorBytes {
+            critical,
+            ..row("push", tensor, 10)
+        };
+        let rows = vec![
+            with("a", Some(false)),
+            with("a", Some(true)),
+            with("b", Some(false)),
+            with("b", None),
+            with("c", None),
+        ];
+        let mut top = top_tensors(rows, 3);
+        top.sort_by(|x, y| x.tensor.cmp(&y.tensor));
+        let got: Vec<_> = top.iter().map(|r| r.critical).collect();
+        assert_eq!(got, [Some(true), Some(false), None]);
     }
 
     #[test]

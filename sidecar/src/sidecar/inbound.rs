@@ -457,6 +457,9 @@ fn account_refinement(sidecar: &Sidecar, call: &TensorCall, encoded: &Encoded) {
     if encoded.settled {
         sidecar.stats.settled();
     }
+    if encoded.critical {
+        sidecar.stats.critical_push();
+    }
     if let Some(first) = encoded.drift_reset {
         sidecar.stats.drift_reset();
         if first {

@@ -75,6 +75,8 @@ pub struct Stats {
     drift_resets: AtomicU64,
     /// Encoding side: pull replicas brought to the model bit for bit.
     settles: AtomicU64,
+    /// Encoding side: gradients encoded while their stream was critical.
+    critical_pushes: AtomicU64,
     /// Encoding side: ids sent again by reference: responses, their
     /// body bytes, and what went instead.
     ids_again: [AtomicU64; 3],
@@ -131,6 +133,9 @@ pub struct Totals {
     /// Encoding side: pull replicas brought to the model bit for bit (an
     /// exact read, or a read again of a value that stopped changing).
     pub settles: u64,
+    /// Encoding side: gradients encoded while their stream was in a
+    /// critical regime (the fidelity controller's tighter lag bound).
+    pub critical_pushes: u64,
     /// Responses passed through unchanged, by reason.
     pub passed: BTreeMap<&'static str, u64>,
     /// Body bytes of those the sidecar read before passing them, by
@@ -217,6 +222,11 @@ impl Stats {
     /// Counts one pull replica brought to the model bit for bit.
     pub fn settled(&self) {
         self.settles.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one gradient encoded in a critical regime.
+    pub fn critical_push(&self) {
+        self.critical_pushes.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts one fallback request answered.
@@ -313,6 +323,7 @@ impl Stats {
             fallbacks_released: self.fallbacks_released.load(Ordering::Relaxed),
             drift_resets: self.drift_resets.load(Ordering::Relaxed),
             settles: self.settles.load(Ordering::Relaxed),
+            critical_pushes: self.critical_pushes.load(Ordering::Relaxed),
             passed,
             passed_bytes,
             hop: self.hop.totals(),

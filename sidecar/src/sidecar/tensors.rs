@@ -58,6 +58,11 @@ pub struct TensorRow {
     /// L2 norm of the gradient peak a push context's lag bound is against
     /// (push contexts under `push_max_lag`).
     pub peak_norm: Option<f64>,
+    /// `critical` or `calm` (push contexts under the fidelity controller).
+    pub regime: Option<&'static str>,
+    /// Gradients encoded while critical (push contexts under the fidelity
+    /// controller).
+    pub critical_pushes: Option<u64>,
     /// Version of the replica (pull sources and replicas).
     pub replica_version: Option<u64>,
     /// Seconds since the context was last used.
@@ -86,6 +91,9 @@ pub struct ContextBytes {
     pub raw_bytes: u64,
     /// Size of their envelopes.
     pub wire_bytes: u64,
+    /// Push contexts under the fidelity controller: whether the stream is
+    /// in a critical regime now.
+    pub critical: Option<bool>,
 }
 
 /// The highest version among the pull replicas of each side; `None` while
@@ -154,6 +162,10 @@ impl Sidecar {
                 last_scale: counters.last_scale,
                 error_norm: Some(norm),
                 peak_norm: (counters.peak_l2 > 0.0).then_some(counters.peak_l2),
+                regime: counters
+                    .critical
+                    .map(|critical| if critical { "critical" } else { "calm" }),
+                critical_pushes: counters.critical.map(|_| counters.critical_pushes),
                 replica_version: None,
                 idle_seconds: listing.idle.as_secs_f64(),
                 memory_bytes: listing.memory_bytes,
@@ -189,6 +201,8 @@ impl Sidecar {
                 last_scale,
                 error_norm: None,
                 peak_norm: None,
+                regime: None,
+                critical_pushes: None,
                 replica_version: state.map(|s| s.version),
                 idle_seconds: listing.idle.as_secs_f64(),
                 memory_bytes: listing.memory_bytes,
@@ -223,6 +237,8 @@ impl Sidecar {
                 last_scale: params.as_ref().and_then(scale_of),
                 error_norm: None,
                 peak_norm: None,
+                regime: None,
+                critical_pushes: None,
                 replica_version: state.map(|s| s.version),
                 idle_seconds: listing.idle.as_secs_f64(),
                 memory_bytes: listing.memory_bytes,
@@ -312,6 +328,8 @@ impl Sidecar {
                 last_scale: None,
                 error_norm: None,
                 peak_norm: None,
+                regime: None,
+                critical_pushes: None,
                 replica_version: None,
                 idle_seconds: listing.idle.as_secs_f64(),
                 memory_bytes: listing.memory_bytes,
@@ -337,6 +355,7 @@ impl Sidecar {
                 tensor: listing.key.tensor,
                 raw_bytes: listing.summary.raw_bytes,
                 wire_bytes: listing.summary.wire_bytes,
+                critical: listing.summary.critical,
             });
         }
         for listing in self
@@ -349,6 +368,7 @@ impl Sidecar {
                 tensor: listing.key.tensor,
                 raw_bytes: listing.summary.raw_bytes,
                 wire_bytes: listing.summary.wire_bytes,
+                critical: None,
             });
         }
         rows

@@ -1,0 +1,300 @@
+//! The fidelity controller: whether a gradient stream is in a critical
+//! regime, where what 3LC holds back costs accuracy, or a calm one, where
+//! it only costs a few steps of lag.
+//!
+//! Compression is not equally safe over a run. Early on, gradients are
+//! many times what they become (a small conv net's first pushes are
+//! 10–20x its later ones): what 3LC's single pass holds back of them is a
+//! backlog of several of today's gradients, released steps later into a
+//! model that has moved on. On the zoo's conv net a lag bound that never
+//! tightened lost 15 points on average over five seeds, and a bound as
+//! tight as the early steps need, kept all run long, cost the harness MLP
+//! a third of its bytes (52x -> 34x on the hop) in its calm second half.
+//!
+//! As Accordion (Agarwal et al., 2021) detects critical regimes from how
+//! fast the gradient's norm changes, the detector compares the gradient's
+//! RMS norm over one window of pushes with the window before. A stream is
+//! critical during its first window, for the window after one whose RMS
+//! moved by more than `change` either way, and for the window after one
+//! that ended with the error buffer above `backlog` times that RMS (a
+//! backlog that the calm bound let grow). Windows, not single pushes: one
+//! gradient's norm varies 10x from batch to batch on a calm MLP. The state
+//! is four numbers per stream; the decision is made once per window.
+
+/// When a stream counts as critical, and how tight its lag bound is then
+/// (see [`Refinement::regimes`](crate::Refinement::regimes)).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Regimes {
+    /// The peak-lag bound while critical (`Refinement::peak_lag` applies
+    /// when calm; the tighter of the two applies when critical). `inf`
+    /// turns the controller off.
+    pub critical_lag: f64,
+    /// Pushes per window, at least 1.
+    pub window: u32,
+    /// A window's RMS gradient norm at more than `1 + change` times the
+    /// window before, or less than `1 / (1 + change)` of it, makes the
+    /// next window critical.
+    pub change: f64,
+    /// The error buffer's norm above this times the window's RMS gradient
+    /// norm, at the window's end, makes the next window critical (`inf`:
+    /// never).
+    pub backlog: f64,
+}
+
+impl Regimes {
+    /// No controller: the calm bound always.
+    pub const OFF: Regimes = Regimes {
+        critical_lag: f64::INFINITY,
+        window: 1,
+        change: f64::INFINITY,
+        backlog: f64::INFINITY,
+    };
+
+    /// Whether the controller can tighten anything.
+    pub fn is_on(&self) -> bool {
+        self.critical_lag.is_finite()
+    }
+
+    /// The peak-lag bound for a stream whose regime is `critical`, given
+    /// the calm one.
+    pub fn lag(&self, calm_lag: f64, critical: bool) -> f64 {
+        if critical {
+            calm_lag.min(self.critical_lag)
+        } else {
+            calm_lag
+        }
+    }
+}
+
+/// One stream's detector: the window so far and the one before.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RegimeDetector {
+    /// `Σ ‖g‖₂²` over the window so far.
+    window_squares: f64,
+    /// Pushes in the window so far.
+    window_pushes: u32,
+    /// The last complete window's mean `‖g‖₂²`; `None` before the first.
+    previous_mean_squares: Option<f64>,
+    /// The regime of the current window.
+    calm: bool,
+    /// Pushes seen in a critical regime.
+    critical_pushes: u64,
+}
+
+impl RegimeDetector {
+    /// Whether the stream is critical now (the regime the next gradient
+    /// is encoded in).
+    pub fn critical(&self) -> bool {
+        !self.calm
+    }
+
+    /// Gradients encoded while critical, for the operator.
+    pub fn critical_pushes(&self) -> u64 {
+        self.critical_pushes
+    }
+
+    /// Counts one gradient (`gradient_squares` = `‖g‖₂²`) in the current
+    /// regime and returns that regime (`true`: critical). At a window's
+    /// end, decides the next window's regime from this window's RMS norm
+    /// and `error_squares`, the error buffer's `‖e‖₂²` after this push's
+    /// first frame. A gradient that is not finite counts in the regime
+    /// but not in the norms.
+    pub fn observe(
+        &mut self,
+        regimes: &Regimes,
+        gradient_squares: f64,
+        error_squares: f64,
+    ) -> bool {
+        let critical = self.critical();
+        if critical {
+            self.critical_pushes += 1;
+        }
+        if gradient_squares.is_finite() {
+            self.window_squares += gradient_squares;
+        }
+        self.window_pushes += 1;
+        if self.window_pushes >= regimes.window.max(1) {
+            let mean = self.window_squares / f64::from(self.window_pushes);
+            self.calm = self.previous_mean_squares.is_some_and(|previous| {
+                steady(previous, mean, regimes.change)
+                    && !backlogged(error_squares, mean, regimes.backlog)
+            });
+            self.previous_mean_squares = Some(mean);
+            self.window_squares = 0.0;
+            self.window_pushes = 0;
+        }
+        critical
+    }
+}
+
+/// Whether the RMS norm moved by at most `change` either way from the
+/// window whose mean square was `previous` to the one whose is `now`.
+fn steady(previous: f64, now: f64, change: f64) -> bool {
+    if previous == 0.0 || now == 0.0 {
+        return previous == now;
+    }
+    let ratio = (now / previous).sqrt();
+    let limit = 1.0 + change;
+    ratio <= limit && ratio >= 1.0 / limit
+}
+
+/// Whether the error buffer holds more than `backlog` RMS gradients.
+fn backlogged(error_squares: f64, mean_squares: f64, backlog: f64) -> bool {
+    backlog.is_finite() && error_squares > backlog * backlog * mean_squares
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REGIMES: Regimes = Regimes {
+        critical_lag: 0.5,
+        window: 4,
+        change: 0.5,
+        backlog: 4.0,
+    };
+
+    /// Feeds `norms` (L2 of each gradient) with an error buffer of
+    /// `error` each, returning each push's regime.
+    fn run(detector: &mut RegimeDetector, norms: &[f64], error: f64) -> Vec<bool> {
+        norms
+            .iter()
+            .map(|g| detector.observe(&REGIMES, g * g, error * error))
+            .collect()
+    }
+
+    #[test]
+    fn a_new_stream_is_critical_for_its_first_two_windows() {
+        let mut d = RegimeDetector::default();
+        // The first window has nothing to compare with, the second is
+        // decided by the first comparison.
+        let regimes = run(&mut d, &[1.0; 12], 0.5);
+        assert_eq!(regimes[..4], [true; 4]);
+        assert_eq!(regimes[4..8], [true; 4]);
+        assert_eq!(regimes[8..], [false; 4]);
+        assert_eq!(d.critical_pushes(), 8);
+    }
+
+    #[test]
+    fn a_steady_norm_that_varies_within_a_window_stays_calm() {
+        let mut d = RegimeDetector::default();
+        run(&mut d, &[1.0; 8], 0.5);
+        // Batch-to-batch swings of 10x, the same RMS per window.
+        let noisy = [0.1, 1.9, 0.3, 1.4].repeat(5);
+        assert!(run(&mut d, &noisy, 0.5).iter().all(|c| !c));
+    }
+
+    #[test]
+    fn a_fast_change_either_way_makes_the_next_window_critical() {
+        for factor in [0.3, 3.0] {
+            let mut d = RegimeDetector::default();
+            run(&mut d, &[1.0; 8], 0.5);
+            let regimes = run(&mut d, &[factor; 4], 0.5);
+            assert!(regimes.iter().all(|c| !c), "decided at the window's end");
+            assert_eq!(run(&mut d, &[factor; 4], 0.5), [true; 4]);
+            // Steady again: calm from the window after.
+            assert_eq!(run(&mut d, &[factor; 4], 0.5), [false; 4]);
+        }
+    }
+
+    #[test]
+    fn a_slow_decay_stays_calm() {
+        let mut d = RegimeDetector::default();
+        // 10% per window: a learning rate's slow decay, not a regime.
+        let norms: Vec<f64> = (0..40).map(|i| 0.9f64.powi(i / 4)).collect();
+        let regimes = run(&mut d, &norms, 0.5);
+        assert!(regimes[8..].iter().all(|c| !c));
+    }
+
+    #[test]
+    fn a_backlog_makes_the_next_window_critical() {
+        let mut d = RegimeDetector::default();
+        run(&mut d, &[1.0; 8], 0.5);
+        run(&mut d, &[1.0; 4], 5.0);
+        assert_eq!(run(&mut d, &[1.0; 4], 0.5), [true; 4]);
+        assert_eq!(run(&mut d, &[1.0; 4], 0.5), [false; 4]);
+    }
+
+    #[test]
+    fn zero_and_non_finite_gradients_do_not_poison_the_state() {
+        let mut d = RegimeDetector::default();
+        run(&mut d, &[0.0; 8], 0.0);
+        assert!(!d.critical(), "zero after zero is steady");
+        run(&mut d, &[f64::NAN, 0.0, 0.0, 0.0], 0.0);
+        assert!(!d.critical());
+        run(&mut d, &[1.0; 4], 0.0);
+        assert!(d.critical(), "from nothing to something is a change");
+    }
+
+    #[test]
+    fn a_push_context_refines_while_critical_and_not_once_calm() {
+        use crate::push::{l2, PushContext};
+        use crate::refine::{PassScale, Refinement};
+        use tlc_codec::{Codec, Feedback, Sparsity};
+        let three_lc = Codec::ThreeLc {
+            sparsity: Sparsity::ONE,
+        };
+        // Calm: 3LC's single pass. Critical: the buffer within half the
+        // recent peak.
+        let refine = Refinement {
+            target: f64::INFINITY,
+            max_passes: 8,
+            scale: PassScale::Max,
+            peak_lag: f64::INFINITY,
+            peak_half_life: 20.0,
+            // The change rule alone: the calm single pass lets the
+            // buffer grow.
+            regimes: Regimes {
+                backlog: f64::INFINITY,
+                ..REGIMES
+            },
+        };
+        let mut ctx = PushContext::new(three_lc, Feedback::On);
+        let mut frames = Vec::new();
+        for t in 0..16usize {
+            // Steady and heavy-tailed: two values in 2000 set 3LC's M, the
+            // bulk (most of the norm) waits after one pass.
+            let g: Vec<f32> = (0..2000usize)
+                .map(|i| {
+                    let bulk = ((i * 7919 + t * 104_729) % 1000) as f32 / 1000.0 - 0.5;
+                    if i % 1000 == t % 1000 {
+                        bulk.signum()
+                    } else {
+                        bulk * 0.2
+                    }
+                })
+                .collect();
+            let mut wire = Vec::new();
+            let encoded = ctx.encode(&g, three_lc, refine, 1, &mut wire).unwrap();
+            let peak = ctx.counters().peak_l2;
+            if t < 8 && encoded.frames < refine.max_passes {
+                assert!(l2(ctx.residual()) <= 0.5 * peak * (1.0 + 1e-9), "push {t}");
+            }
+            frames.push(encoded.frames);
+        }
+        assert!(frames[..8].iter().all(|&f| f > 1), "{frames:?}");
+        assert!(frames[8..].iter().all(|&f| f == 1), "{frames:?}");
+        let counters = ctx.counters();
+        assert_eq!(counters.critical, Some(false));
+        assert_eq!(counters.critical_pushes, 8);
+        // Without the controller the counters say nothing about regimes.
+        let mut plain = PushContext::new(three_lc, Feedback::On);
+        let off = Refinement {
+            regimes: Regimes::OFF,
+            ..refine
+        };
+        plain
+            .encode(&[1.0; 8], three_lc, off, 1, &mut Vec::new())
+            .unwrap();
+        assert_eq!(plain.counters().critical, None);
+    }
+
+    #[test]
+    fn off_never_tightens() {
+        assert!(!Regimes::OFF.is_on());
+        assert_eq!(Regimes::OFF.lag(1.0, true), 1.0);
+        assert_eq!(REGIMES.lag(1.0, true), 0.5);
+        assert_eq!(REGIMES.lag(1.0, false), 1.0);
+        assert_eq!(REGIMES.lag(0.25, true), 0.25);
+    }
+}
