@@ -99,14 +99,16 @@ async fn exposition_matches_the_sidecars_counters() {
         (vec![n as u64], values(n, step))
     });
     let server = start_tensor_server(tensors).await;
-    // Pulls with int8, so that the codec label has two values.
-    let settings = PolicySettings {
+    // Pulls with int8, so that the codec label has two values; the
+    // fidelity controller on (it is off by default).
+    let mut settings = PolicySettings {
         pull: CodecSettings {
             codec: "int8".into(),
             ..CodecSettings::default()
         },
         ..support::compressing_settings()
     };
+    settings.refine.critical.push_max_lag = 0.25;
     let holder = holder_with(&settings);
     let path = pair(server, holder.clone()).await;
     let mut partition = PartitionBuilder::new(PS_TASK).dense_read(

@@ -439,6 +439,11 @@ push_max_error = inf
 [policy.refine.adaptive]
 push_max_error = 0.25
 push_pass_scale = "toward"
+[policy.refine.critical]
+push_max_lag = inf
+window = 20
+change = 0.5
+backlog = 4
 [[policy.overrides]]
 tensor = "*batch_norm*"
 skip = true

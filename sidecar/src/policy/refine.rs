@@ -9,7 +9,7 @@
 //! pull_pass_scale = "max"        # later passes: "max" (3LC's M = max|acc| s) or "toward" the target
 //! push_max_error = 0.5           # error buffer at most 0.5x the gradient (L2) after a push
 //! push_max_passes = 8            # frames per gradient at most (1..=8); 1 = off
-//! push_max_lag = 1               # and error buffer at most 1x the stream's recent largest gradient (L2)
+//! push_max_lag = 0.5             # and error buffer at most 0.5x the stream's recent largest gradient (L2)
 //! push_pass_scale = "max"        # later frames: "max" (3LC's M = max|acc| s) or "toward" the target
 //! pull_max_lag = inf             # and replica at most this x the source's largest update (L2) off
 //! peak_half_life = 20            # the largest gradient / update forgets over this many (inf: never)
@@ -24,8 +24,8 @@
 //! push_max_error = 0.25          # error buffer at most 0.25x the gradient after every push, sync or not
 //! push_pass_scale = "toward"
 //!
-//! [policy.refine.critical]       # the fidelity controller: a gradient stream in a critical regime
-//! push_max_lag = 0.5             # error buffer at most 0.5x the recent largest gradient while critical (inf: off)
+//! [policy.refine.critical]       # the fidelity controller (off by default): a gradient stream in a critical regime
+//! push_max_lag = inf             # error buffer at most this x the recent largest gradient while critical (inf: off)
 //! window = 20                    # pushes per window; a new stream's first two windows are critical
 //! change = 0.5                   # a window's RMS gradient norm 1.5x or 1/1.5x the last makes the next critical
 //! backlog = 4                    # an error buffer above 4x the window's RMS gradient makes the next critical
@@ -67,15 +67,17 @@
 //! (docs/FIDELITY.md). The graph says which optimizer a task runs
 //! ([`crate::graph`]).
 //!
-//! How far a push may lag depends on where training is
-//! ([`tlc_context::regime`]). While gradient norms change fast (a new
-//! stream's first pushes, a plateau left, a rate changed) or a backlog
-//! builds, what 3LC holds back is released into a model that has moved
-//! on: the zoo's conv net lost 15 points on average with a lag bound that
-//! never tightened. Once they are steady, a buffer of about one recent
-//! gradient is what error feedback holds anyway, and a tight bound there
-//! only costs bytes (the harness MLP 52x -> 34x on the hop with the
-//! critical bound all run long).
+//! `[policy.refine.critical]` is the fidelity controller
+//! ([`tlc_context::regime`]): a stream whose gradient norms change fast
+//! (its first pushes, a plateau left, a rate changed) or whose buffer
+//! holds a backlog is critical, and its lag bound tightens to the
+//! table's `push_max_lag` while it is. It is off by default: on the zoo's
+//! tune half no setting of it beat the fixed bound. A calm bound of 1
+//! with 0.5 while critical gave the harness MLP back its bytes (34x ->
+//! 40-42x on the hop) but lost conv2 5.4 points over five seeds (one
+//! seed 18.9), as the fixed bound of 1 did; 0.25 while critical on top of
+//! the fixed 0.5 cost the MLP more bytes (30x) for no gain on conv2
+//! (docs/FIDELITY.md, "The fidelity controller").
 
 use serde::{Deserialize, Serialize};
 
@@ -132,7 +134,8 @@ pub struct RefineSettings {
     pub critical: CriticalSettings,
 }
 
-/// `[policy.refine.critical]`: the fidelity controller. A dense gradient
+/// `[policy.refine.critical]`: the fidelity controller, off by default
+/// (`push_max_lag = inf`). A dense gradient
 /// stream is critical during its first two windows of pushes, and for the
 /// window after one whose RMS gradient norm changed by more than `change`
 /// either way or that ended with a backlog; while critical, its error
@@ -156,7 +159,7 @@ pub struct CriticalSettings {
 impl Default for CriticalSettings {
     fn default() -> Self {
         CriticalSettings {
-            push_max_lag: 0.5,
+            push_max_lag: f64::INFINITY,
             window: 20,
             change: 0.5,
             backlog: 4.0,
@@ -223,7 +226,7 @@ impl Default for RefineSettings {
             push_max_error: 0.5,
             push_max_passes: 8,
             push_pass_scale: PassScale::Max,
-            push_max_lag: 1.0,
+            push_max_lag: 0.5,
             pull_max_lag: f64::INFINITY,
             peak_half_life: 20.0,
             rows_pass_scale: PassScale::Toward,
