@@ -183,6 +183,9 @@ impl PushContext {
         let mut frames = 1;
         let gradient_squares = sum_of_squares(gradient.iter().copied());
         let mut residual = sum_of_squares(self.encoder.residual().iter().copied());
+        // The peak is kept while either bound may need it, so that a
+        // stream turning critical has its recent peak, not a stale one.
+        let tracks_peak = refine.peak_lag.is_finite() || refine.regimes.is_on();
         let critical = refine.regimes.is_on()
             && self
                 .regime
@@ -191,7 +194,7 @@ impl PushContext {
             peak_lag: refine.regimes.lag(refine.peak_lag, critical),
             ..refine
         };
-        if refine.peak_lag.is_finite() {
+        if tracks_peak {
             self.peak_squares = refine.next_peak(self.peak_squares, gradient_squares);
         }
         loop {

@@ -277,6 +277,12 @@ mod tests {
         let counters = ctx.counters();
         assert_eq!(counters.critical, Some(false));
         assert_eq!(counters.critical_pushes, 8);
+        // Calm pushes still move the peak the critical bound is against.
+        let large = vec![3.0f32; 2000];
+        ctx.encode(&large, three_lc, refine, 1, &mut Vec::new())
+            .unwrap();
+        let peak = ctx.counters().peak_l2;
+        assert!((peak - l2(&large)).abs() <= 1e-6 * peak, "{peak}");
         // Without the controller the counters say nothing about regimes.
         let mut plain = PushContext::new(three_lc, Feedback::On);
         let off = Refinement {
