@@ -17,8 +17,8 @@ use tlc_core::TensorCall;
 use tlc_wire::envelope::{EnvelopeError, EnvelopeHeader, Kind, HEADER_LEN};
 
 use crate::pull::{
-    ApplyError, EpochGenerator, PullSource, ReplicaKey, ReplicaState, ReplicaStore, Requester,
-    Served, SourceKey,
+    replica_hash, ApplyError, EpochGenerator, PullSource, ReplicaKey, ReplicaState, ReplicaStore,
+    Requester, Served, SourceKey,
 };
 use crate::push::{decode_push, encode_stateless, PushContext, PushError, PushKey};
 use crate::refine::Refinement;
@@ -65,6 +65,9 @@ pub struct Encoding {
     /// Whether frames may carry the entropy stage (the requester reads
     /// it; see `codec/FORMAT.md`).
     pub entropy: EntropyStage,
+    /// Whether to say, in [`Encoded::mirror`], what the requester should
+    /// restore (the requester checks it).
+    pub mirror: bool,
 }
 
 /// What one encode did, for the caller's counters.
@@ -87,6 +90,10 @@ pub struct Encoded {
     /// The push was encoded while its stream was in a critical regime
     /// (the fidelity controller's tighter lag bound).
     pub critical: bool,
+    /// With [`Encoding::mirror`]: the [`replica_hash`] of the values the
+    /// requester should hand TensorFlow from the envelope (for a pull, of
+    /// the holder's replica after the call).
+    pub mirror: Option<u64>,
 }
 
 /// Why a tensor could not be encoded; it then crosses as it is.
@@ -196,6 +203,7 @@ impl Contexts {
             memory,
             fallback_token,
             entropy,
+            mirror,
         } = encoding;
         let raw_bytes = 4 * values.len();
         let mut encoded = Encoded {
@@ -205,7 +213,9 @@ impl Contexts {
             drift_reset: None,
             settled: false,
             critical: false,
+            mirror: None,
         };
+        let start = out.len();
         match memory {
             Memory::ErrorFeedback { feedback, refine } => {
                 let key = PushKey {
@@ -229,6 +239,9 @@ impl Contexts {
                 encoded.took = started.elapsed();
                 encoded.refinements = u64::from(pushed.frames - 1);
                 encoded.critical = pushed.critical;
+                if mirror {
+                    encoded.mirror = decoded_hash(&out[start..], values.len());
+                }
             }
             Memory::Replica { requester, refine } => {
                 let key = SourceKey {
@@ -257,12 +270,18 @@ impl Contexts {
                 if after.drift_resets > before.drift_resets {
                     encoded.drift_reset = Some(before.drift_resets == 0);
                 }
+                if mirror {
+                    encoded.mirror = Some(source.restored_hash(served.served, values));
+                }
             }
             Memory::None => {
                 let started = Instant::now();
                 encode_stateless(values, codec, entropy, fallback_token, out)
                     .map_err(|_| EncodeRefused::Codec)?;
                 encoded.took = started.elapsed();
+                if mirror {
+                    encoded.mirror = decoded_hash(&out[start..], values.len());
+                }
             }
         }
         Ok(encoded)
@@ -390,262 +409,17 @@ fn first_frame_codec(envelope: &[u8]) -> CodecId {
         .unwrap_or(CodecId::None)
 }
 
-#[cfg(test)]
-mod tests {
-    use tlc_codec::Sparsity;
-    use tlc_core::Direction;
-
-    use super::*;
-    use crate::pull::Reads;
-
-    const HOUR: Duration = Duration::from_secs(3600);
-
-    fn contexts(max_bytes: usize) -> Contexts {
-        let table = TableLimits {
-            max_bytes,
-            max_age: HOUR,
-        };
-        Contexts::new(
-            ContextLimits {
-                push: table,
-                pull: table,
-                replicas: table,
-                pull_cache_len: 4,
-            },
-            7,
-        )
-    }
-
-    fn call(direction: Direction) -> TensorCall {
-        TensorCall {
-            tensor: "w1/read".into(),
-            tensor_name: "edge_3_w1/read".into(),
-            holder_task: "/job:ps/replica:0/task:0".into(),
-            holder_incarnation: 1,
-            requester_task: "/job:worker/replica:0/task:0".into(),
-            direction,
-            step_id: 1,
-        }
-    }
-
-    fn three_lc() -> Codec {
-        Codec::ThreeLc {
-            sparsity: Sparsity::ONE,
-        }
-    }
-
-    fn encoding(memory: Memory) -> Encoding {
-        Encoding {
-            codec: three_lc(),
-            memory,
-            fallback_token: 9,
-            entropy: EntropyStage::Off,
-        }
-    }
-
-    fn values(step: u32) -> Vec<f32> {
-        (0..1000)
-            .map(|i| (i as f32 * 0.37).sin() + 1e-3 * step as f32 * (i as f32 * 0.11).cos())
-            .collect()
-    }
-
-    fn limits() -> Limits {
-        Limits { max_elements: 1000 }
-    }
-
-    /// The requester's side of a pull envelope, its values copied out.
-    fn restore_pull(
-        requester: &Contexts,
-        pull: &TensorCall,
-        envelope: &[u8],
-        now: Instant,
-    ) -> Restored<Vec<f32>> {
-        requester
-            .restore(
-                pull,
-                envelope,
-                &limits(),
-                now,
-                // An exact read's answer: the values alone, no replica.
-                |values| values,
-                <[f32]>::to_vec,
-            )
-            .unwrap()
-    }
-
-    /// The holder's pull source of `pull`'s tensor.
-    fn pull_source(
-        holder: &Contexts,
-        pull: &TensorCall,
-        now: Instant,
-    ) -> std::sync::Arc<std::sync::Mutex<PullSource>> {
-        let key = SourceKey {
-            holder: pull.holder_task.clone(),
-            tensor: pull.tensor.clone(),
-        };
-        holder.pull().get(&key, now).unwrap()
-    }
-
-    #[test]
-    fn a_pull_is_a_keyframe_then_deltas_and_both_replicas_agree() {
-        let (holder, requester) = (contexts(1 << 30), contexts(1 << 30));
-        let pull = call(Direction::Pull);
-        let now = Instant::now();
-        for step in 0..3 {
-            let memory = Memory::Replica {
-                requester: requester.replica_state(&pull, now).into(),
-                refine: Refinement::OFF,
-            };
-            let mut envelope = Vec::new();
-            let encoded = holder
-                .encode(&pull, &values(step), encoding(memory), now, &mut envelope)
-                .unwrap();
-            assert_eq!(encoded.keyframe, step == 0, "step {step}");
-            let restored = restore_pull(&requester, &pull, &envelope, now);
-            assert_eq!(restored.keyframe, step == 0);
-            let source = pull_source(&holder, &pull, now);
-            assert_eq!(lock(&source).replica(), restored.content.as_slice());
-        }
-        assert_eq!(holder.sizes()[1].contexts, 1);
-        assert_eq!(requester.sizes()[2].contexts, 1);
-    }
-
-    #[test]
-    fn an_exact_read_is_the_model_and_moves_no_replica() {
-        let (holder, requester, other) = (contexts(1 << 30), contexts(1 << 30), contexts(1 << 30));
-        let pull = call(Direction::Pull);
-        let now = Instant::now();
-        // `pull` reads steps 0..3 as training does, `other` only step 0.
-        let read = |from: &Contexts, step, exact| {
-            let memory = Memory::Replica {
-                requester: Requester {
-                    reads: if exact { Reads::Exact } else { Reads::Replica },
-                    ..from.replica_state(&pull, now).into()
-                },
-                refine: Refinement::OFF,
-            };
-            let mut envelope = Vec::new();
-            holder
-                .encode(&pull, &values(step), encoding(memory), now, &mut envelope)
-                .unwrap();
-            let restored = restore_pull(from, &pull, &envelope, now);
-            (restored.content, envelope.len())
-        };
-        read(&other, 0, false);
-        for step in 0..3 {
-            read(&requester, step, false);
-        }
-        let (approximate, _) = read(&requester, 2, false);
-        assert_ne!(approximate, values(2), "3LC leaves the replica off");
-        let state = requester.replica_state(&pull, now);
-        // An evaluation: the model, bit for bit, as large as the model,
-        // and every time.
-        for _ in 0..2 {
-            let (exact, bytes) = read(&requester, 2, true);
-            assert_eq!(exact, values(2));
-            assert!(bytes >= 4 * values(2).len(), "{bytes} bytes");
-        }
-        // No replica moved: the requester's is where training left it, and
-        // a requester behind gets what training would have given it.
-        assert_eq!(requester.replica_state(&pull, now), state);
-        let (again, _) = read(&requester, 2, false);
-        assert_eq!(again, approximate);
-        let (behind, _) = read(&other, 2, false);
-        assert_eq!(behind, approximate);
-        let counters = lock(&pull_source(&holder, &pull, now)).counters();
-        assert_eq!(counters.settles, 2, "two exact reads");
-        assert_eq!(counters.resets, 1, "only the first value");
-    }
-
-    #[test]
-    fn a_push_keeps_its_error_buffer_and_decodes_alone() {
-        let (holder, requester) = (contexts(1 << 30), contexts(1 << 30));
-        let push = call(Direction::Push);
-        let now = Instant::now();
-        let memory = Memory::ErrorFeedback {
-            feedback: Feedback::On,
-            refine: Refinement::OFF,
-        };
-        let mut envelope = Vec::new();
-        holder
-            .encode(&push, &values(0), encoding(memory), now, &mut envelope)
-            .unwrap();
-        let restored = requester
-            .restore(&push, &envelope, &limits(), now, |v| v, |_| unreachable!())
-            .unwrap();
-        assert_eq!(restored.content.len(), 1000);
-        assert_eq!(restored.codec, CodecId::ThreeLc);
-        assert_eq!(holder.sizes()[0].contexts, 1);
-        assert_eq!(requester.sizes()[2].contexts, 0);
-    }
-
-    #[test]
-    fn refusals_name_their_reason() {
-        let tiny = contexts(16);
-        let push = call(Direction::Push);
-        let now = Instant::now();
-        let memory = Memory::ErrorFeedback {
-            feedback: Feedback::On,
-            refine: Refinement::OFF,
-        };
-        let refused = tiny
-            .encode(&push, &values(0), encoding(memory), now, &mut Vec::new())
-            .unwrap_err();
-        assert_eq!(refused.label(), "context_budget");
-
-        let holder = contexts(1 << 30);
-        let pull = call(Direction::Pull);
-        let memory = Memory::Replica {
-            requester: None.into(),
-            refine: Refinement::OFF,
-        };
-        let mut envelope = Vec::new();
-        holder
-            .encode(&pull, &values(0), encoding(memory), now, &mut envelope)
-            .unwrap();
-        let err = holder
-            .restore(&push, &envelope, &limits(), now, |v| v, <[f32]>::to_vec)
-            .unwrap_err();
-        assert!(matches!(err, RestoreError::NotAPull), "{err}");
-    }
-
-    #[test]
-    fn first_frame_codec_reads_the_frame_header() {
-        let codec = Codec::ThreeLc {
-            sparsity: Sparsity::ONE,
-        };
-        let mut source = PullSource::new(NonZeroU64::new(7).unwrap(), 4);
-        let v1: Vec<f32> = (0..1000).map(|i| i as f32 * 0.01).collect();
-        let v2: Vec<f32> = v1.iter().map(|v| v + 0.5).collect();
-        let mut keyframe = Vec::new();
-        let first = source
-            .serve(&v1, None, codec, Refinement::OFF, 1, &mut keyframe)
-            .unwrap();
-        assert_eq!(first_frame_codec(&keyframe), CodecId::None);
-        let mut up_to_date = Vec::new();
-        source
-            .serve(
-                &v1,
-                Some(first.state),
-                codec,
-                Refinement::OFF,
-                2,
-                &mut up_to_date,
-            )
-            .unwrap();
-        assert_eq!(first_frame_codec(&up_to_date), CodecId::None);
-        let mut chain = Vec::new();
-        source
-            .serve(
-                &v2,
-                Some(first.state),
-                codec,
-                Refinement::OFF,
-                3,
-                &mut chain,
-            )
-            .unwrap();
-        assert_eq!(EnvelopeHeader::parse(&chain).unwrap().kind, Kind::Chain);
-        assert_eq!(first_frame_codec(&chain), CodecId::ThreeLc);
-    }
+/// The [`replica_hash`] of what `envelope`, a push envelope of `elements`
+/// values, decodes to: what a requester checking it should get. `None` if
+/// it does not decode.
+fn decoded_hash(envelope: &[u8], elements: usize) -> Option<u64> {
+    let limits = Limits {
+        max_elements: elements as u64,
+    };
+    let mut values = Vec::new();
+    decode_push(envelope, &limits, &mut values).ok()?;
+    Some(replica_hash(&values))
 }
+
+#[cfg(test)]
+mod tests;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{HeaderMap, Request};
 use hyper::body::Incoming;
-use support::tf::{recv, response_body, start_tensor_server};
+use support::tf::{envelope_body, recv, response_body, start_tensor_server};
 use support::Client;
 use tlc_codec::{Codec, EntropyStage, Sparsity};
 use tlc_context::encode_stateless;
@@ -24,8 +24,7 @@ use tlc_proxy::Proxy;
 use tlc_sidecar::sidecar::{Options, Sidecar};
 use tlc_wire::envelope::EnvelopeHeader;
 use tlc_wire::peer;
-use tlc_wire::tf::proto::DataType;
-use tlc_wire::tf::recv_tensor::{self, ResponseMeta};
+use tlc_wire::tf::recv_tensor;
 use tlc_wire::tf::{grpc, RECV_TENSOR_PATH};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -123,27 +122,6 @@ fn peak_rss() -> u64 {
     let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
     let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
     kib << 10
-}
-
-fn meta() -> ResponseMeta {
-    ResponseMeta {
-        is_dead: false,
-        send_start_micros: 1234,
-        transport_options: None,
-        require_ack: false,
-    }
-}
-
-/// A gRPC body whose tensor declares `dims` and carries `envelope`.
-fn envelope_body(dims: &[u64], envelope: Vec<u8>) -> Bytes {
-    let built = recv_tensor::build_response_with_content(
-        &meta(),
-        dims,
-        DataType::DtFloat as i32,
-        envelope.into(),
-    )
-    .unwrap();
-    built.into_grpc_chunks().unwrap().concat().into()
 }
 
 /// A holder sidecar stand-in: every RecvTensor gets `body` as an envelope;

@@ -21,6 +21,8 @@
 //! | `tlc-ids-again: TOKEN-HASH-NAME` | response | the response's `tensor_content` is left out: it is the ids of tensor `NAME` of the same step and requester, whose xxh3-64 is `HASH` (hex); `TOKEN` (hex) fetches the original |
 //! | `tlc-hop-paths: 1` | response | the answering sidecar restores short method paths ([`crate::short_path`]): the requester may send them |
 //! | `tlc-link: RATE-DECODE` | request | what the requester measured: the rate the holder's answers arrive at (bytes per second) and its decode cost (picoseconds per raw byte), decimal; `0` for either where not known yet |
+//! | `tlc-mirror: 1` | request | the requester checks what it restores against the holder's hash (`[policy.check] mirror`) |
+//! | `tlc-mirror: HASH` | response | xxh3-64 (hex) of the f32 content the requester should hand TensorFlow from this envelope |
 //! | `tlc-ack: TOKEN,...` | request | envelopes the requester restored since its last call to this holder (fallback tokens in hex, at most [`MAX_ACKS`]): their originals are no longer needed |
 
 use http::{HeaderMap, HeaderValue};
@@ -64,6 +66,9 @@ pub const HOP_PATHS: &str = "tlc-hop-paths";
 pub const LINK: &str = "tlc-link";
 /// Request header: fallback tokens of envelopes the requester restored.
 pub const ACK: &str = "tlc-ack";
+/// Request header: the requester checks what it restores; response
+/// header: the hash to check it against.
+pub const MIRROR: &str = "tlc-mirror";
 /// Most tokens one `tlc-ack` carries (the rest wait for the next call, or
 /// for the cache's own bound).
 pub const MAX_ACKS: usize = 64;
@@ -279,6 +284,22 @@ pub fn reads_entropy(headers: &HeaderMap) -> bool {
     headers.get(ENTROPY).is_some_and(|v| v == "zstd")
 }
 
+/// The `tlc-mirror` response value for `hash`: hex digits.
+pub fn mirror_header(hash: u64) -> HeaderValue {
+    reference_header(hash)
+}
+
+/// The hash a `tlc-mirror` response value names, if it is 1 to 16 hex
+/// digits.
+pub fn parse_mirror(value: &HeaderValue) -> Option<u64> {
+    parse_reference(value)
+}
+
+/// Whether the requester checks what it restores (`tlc-mirror: 1`).
+pub fn checks_mirror(headers: &HeaderMap) -> bool {
+    headers.get(MIRROR).is_some_and(|v| v == "1")
+}
+
 /// Whether the requester reads a tensor's first keyframe as int8.
 pub fn reads_int8_keyframes(headers: &HeaderMap) -> bool {
     headers.get(KEYFRAME).is_some_and(|v| v == "int8")
@@ -392,9 +413,9 @@ pub fn parse_acks(value: &HeaderValue) -> Option<Vec<u64>> {
 }
 
 /// Every header of the table above: what [`strip`] removes.
-pub const ALL: [&str; 17] = [
+pub const ALL: [&str; 18] = [
     PEER, REPLICA, CLASS, MAX_TENSOR, ENVELOPE, FALLBACK, HOP, ROWS, ENTROPY, KEYFRAME, HOP_REF,
-    HOP_MISS, HOP_PATHS, IDS, IDS_AGAIN, LINK, ACK,
+    HOP_MISS, HOP_PATHS, IDS, IDS_AGAIN, LINK, ACK, MIRROR,
 ];
 
 /// Removes every `tlc-*` header, so TensorFlow sees exactly what it sent.
@@ -405,199 +426,4 @@ pub fn strip(headers: &mut HeaderMap) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn link_and_ack_headers_round_trip_and_reject_junk() {
-        let link = LinkHeader {
-            rate: 1_250_000,
-            decode_ps_per_byte: 850,
-        };
-        assert_eq!(link.to_header(), "1250000-850");
-        assert_eq!(LinkHeader::parse(&link.to_header()), Some(link));
-        for junk in [
-            "",
-            "-",
-            "1-",
-            "-1",
-            "1-2-3",
-            "a-1",
-            "+1-2",
-            "12345678901234567890-1",
-        ] {
-            assert_eq!(
-                LinkHeader::parse(&HeaderValue::from_static(junk)),
-                None,
-                "{junk}"
-            );
-        }
-        let tokens = [0x1, 0xdead_beef, u64::MAX];
-        let value = ack_header(&tokens).unwrap();
-        assert_eq!(value, "1,deadbeef,ffffffffffffffff");
-        assert_eq!(parse_acks(&value), Some(tokens.to_vec()));
-        assert_eq!(ack_header(&[]), None);
-        let many: Vec<u64> = (0..100).collect();
-        let capped = parse_acks(&ack_header(&many).unwrap()).unwrap();
-        assert_eq!(capped, (0..MAX_ACKS as u64).collect::<Vec<_>>());
-        for junk in ["", ",", "1,", "g", "1,,2", "11111111111111111", "+1"] {
-            assert_eq!(parse_acks(&HeaderValue::from_static(junk)), None, "{junk}");
-        }
-        let too_many = vec!["1"; MAX_ACKS + 1].join(",");
-        assert_eq!(parse_acks(&HeaderValue::try_from(too_many).unwrap()), None);
-    }
-
-    #[test]
-    fn class_header_round_trips_and_rejects_junk() {
-        for class in TensorClass::ALL {
-            for bits in 0..8u8 {
-                let hint = ClassHint {
-                    class,
-                    function: bits & 1 != 0,
-                    accumulated: bits & 2 != 0,
-                    adaptive: bits & 4 != 0,
-                };
-                let mut headers = HeaderMap::new();
-                headers.insert(CLASS, class_header(hint));
-                assert_eq!(super::class(&headers), Some(hint));
-            }
-        }
-        for junk in [
-            "",
-            "dense",
-            "sparse;",
-            "sparse;fn;fn",
-            "DENSE_READ",
-            "dense_gradient;accumulated;fn",
-            "dense_gradient;accumulated;accumulated",
-            "dense_gradient;adaptive;accumulated",
-            "dense_gradient;adaptive;adaptive",
-        ] {
-            let mut headers = HeaderMap::new();
-            headers.insert(CLASS, HeaderValue::from_static(junk));
-            assert_eq!(super::class(&headers), None, "{junk}");
-        }
-    }
-
-    #[test]
-    fn replica_header_round_trips_and_rejects_junk() {
-        let header = ReplicaHeader {
-            epoch: 0xdead_beef_0123_4567,
-            version: 42,
-        };
-        let value = header.to_header();
-        assert_eq!(value, "deadbeef01234567-42");
-        assert_eq!(ReplicaHeader::parse(&value), Some(header));
-        for junk in ["", "12", "x-1", "1-y", "1-2-3", "-5"] {
-            assert_eq!(
-                ReplicaHeader::parse(&HeaderValue::from_static(junk)),
-                None,
-                "{junk}"
-            );
-        }
-    }
-
-    #[test]
-    fn reference_header_round_trips_and_rejects_junk() {
-        for id in [0, 1, 0xdead_beef, u64::MAX] {
-            assert_eq!(parse_reference(&reference_header(id)), Some(id));
-        }
-        for junk in ["", "x", "-1", "+1", "11112222333344445", " 1"] {
-            assert_eq!(
-                parse_reference(&HeaderValue::from_static(junk)),
-                None,
-                "{junk}"
-            );
-        }
-    }
-
-    #[test]
-    fn rows_header_round_trips_and_rejects_junk() {
-        let header = RowsHeader {
-            epoch: 0xabc,
-            version: 7,
-            max_bytes: 1 << 30,
-        };
-        assert_eq!(header.to_header(), "abc-7-1073741824");
-        assert_eq!(RowsHeader::parse(&header.to_header()), Some(header));
-        for junk in ["", "1-2", "1-2-3-4", "x-1-2", "1--2", "1-2-"] {
-            assert_eq!(
-                RowsHeader::parse(&HeaderValue::from_static(junk)),
-                None,
-                "{junk}"
-            );
-        }
-    }
-
-    #[test]
-    fn max_tensor_header_round_trips_and_junk_means_nothing() {
-        let mut headers = HeaderMap::new();
-        assert_eq!(max_tensor(&headers), None);
-        headers.insert(MAX_TENSOR, max_tensor_header(2 << 30));
-        assert_eq!(max_tensor(&headers), Some(2 << 30));
-        for junk in ["", "-1", "1e9", "0x10", " 5", "99999999999999999999999"] {
-            headers.insert(MAX_TENSOR, HeaderValue::from_static(junk));
-            assert_eq!(max_tensor(&headers), Some(0), "{junk}");
-        }
-    }
-
-    #[test]
-    fn ids_again_header_round_trips_and_rejects_junk() {
-        let header = IdsAgainHeader {
-            token: 0xabc,
-            hash: u64::MAX,
-            tensor: "edge_118__recv_ids-0".into(),
-        };
-        let value = header.to_header().unwrap();
-        assert_eq!(value, "abc-ffffffffffffffff-edge_118__recv_ids-0");
-        assert_eq!(IdsAgainHeader::parse(&value), Some(header.clone()));
-        let long = IdsAgainHeader {
-            tensor: "x".repeat(1025),
-            ..header
-        };
-        assert_eq!(long.to_header(), None);
-        for junk in [
-            "",
-            "1-2",
-            "1-2-",
-            "-2-x",
-            "1--x",
-            "+1-2-x",
-            "g-2-x",
-            "11112222333344445-2-x",
-            "1-11112222333344445-x",
-        ] {
-            assert_eq!(
-                IdsAgainHeader::parse(&HeaderValue::from_static(junk)),
-                None,
-                "{junk}"
-            );
-        }
-    }
-
-    #[test]
-    fn strip_removes_only_tlc_headers() {
-        let mut headers = HeaderMap::new();
-        for name in ALL {
-            headers.insert(name, HeaderValue::from_static("1"));
-        }
-        headers.insert("grpc-timeout", HeaderValue::from_static("5S"));
-        assert!(is_peer(&headers));
-        strip(&mut headers);
-        assert!(!is_peer(&headers));
-        assert_eq!(headers.len(), 1);
-    }
-
-    /// A header added to the table at the top of this module and not to
-    /// [`ALL`] would reach TensorFlow.
-    #[test]
-    fn every_documented_header_is_stripped() {
-        let documented: std::collections::BTreeSet<&str> = include_str!("peer.rs")
-            .lines()
-            .filter_map(|line| line.strip_prefix("//! | `"))
-            .filter_map(|rest| rest.split([':', '`']).next())
-            .collect();
-        let stripped: std::collections::BTreeSet<&str> = ALL.into_iter().collect();
-        assert_eq!(documented, stripped);
-    }
-}
+mod tests;

@@ -475,6 +475,16 @@ impl PullSource {
         &self.replica
     }
 
+    /// The [`replica_hash`] of what a requester holds after being served
+    /// `served` for `value`: `value` itself after an exact answer, else
+    /// the replica.
+    pub fn restored_hash(&self, served: Served, value: &[f32]) -> u64 {
+        match served {
+            Served::Exact => replica_hash(value),
+            Served::UpToDate | Served::Chain(_) | Served::Keyframe(_) => self.replica_hash(),
+        }
+    }
+
     /// [`replica_hash`] of `R`.
     pub fn replica_hash(&self) -> u64 {
         replica_hash(&self.replica)

@@ -20,10 +20,11 @@
 //! same bytes when its numbers are canonical (lowercase hex, no leading
 //! zeros), and to bytes that parse the same otherwise.
 //!
-//! The whole input is also a `tlc-link` value (`LinkHeader::parse`) and a
-//! `tlc-ack` value (`parse_acks`): what parses is written back to a value
-//! that parses the same, at most `MAX_ACKS` tokens are ever read, and a
-//! garbled list releases nothing.
+//! The whole input is also a `tlc-link` value (`LinkHeader::parse`), a
+//! `tlc-ack` value (`parse_acks`) and a `tlc-mirror` response value
+//! (`parse_mirror`): what parses is written back to a value that parses
+//! the same, at most `MAX_ACKS` tokens are ever read, and a garbled list
+//! releases nothing.
 //!
 //! The whole input, as text, is also the `:path` of a call a peer's
 //! sidecar marked (`short_path::expand`): a short path expands only to a
@@ -152,6 +153,9 @@ fuzz_target!(|input: &[u8]| {
             assert!(!tokens.is_empty() && tokens.len() <= peer::MAX_ACKS);
             let written = peer::ack_header(&tokens).expect("parsed tokens write");
             assert_eq!(peer::parse_acks(&written), Some(tokens));
+        }
+        if let Some(hash) = peer::parse_mirror(&value) {
+            assert_eq!(peer::parse_mirror(&peer::mirror_header(hash)), Some(hash));
         }
     }
 

@@ -190,6 +190,7 @@ fn register_totals(registry: &mut Registry, totals: &Totals) {
          controller's tighter lag bound (policy.refine.critical; encoding side)",
         critical,
     );
+    super::checks::register(registry, totals);
     let refinements = Family::<DirectionLabel, Counter>::default();
     for direction in [Direction::Push, Direction::Pull] {
         refinements

@@ -13,6 +13,7 @@
 //! - [`training`]: training progress and models that went back;
 //! - [`links`]: each link's measured rate, and the tensors that switched
 //!   between raw and compressed on it;
+//! - [`checks`]: what the operator's checks (`[policy.check]`) found;
 //! - [`process`]: the process' CPU, memory, threads and descriptors;
 //! - [`http`]: the endpoint.
 //!
@@ -40,6 +41,8 @@
 //! | `tlc_fallback_kept_bytes` | gauge | | encoding side: original responses kept for fallbacks now |
 //! | `tlc_passthrough_total` | counter | `reason` | responses left uncompressed (`small`, `policy_skip`, `request_unreadable`, `not_float`, `codec_refused`, `link_fast`: the link is faster than compressing, `link_explore`: sent raw so the requester can time its link, ...) |
 //! | `tlc_link_rate_bytes_per_second` | gauge | `peer` | decoding side: the rate each holder task's answers arrive at, where measured |
+//! | `tlc_mirror_checks_total` | counter | `result` = `match`, `mismatch` | decoding side, with `[policy.check] mirror`: restored tensors checked against the holder's hash; a mismatch handed TensorFlow the original |
+//! | `tlc_forced_exact_calls_total` | counter | | encoding side: calls sent exactly because `[policy.check] exact_at_call` named them |
 //! | `tlc_link_switches_total` | counter | `to` = `raw`, `compressed` | encoding side: times a tensor switched to crossing raw (its link faster than compressing it) or back |
 //! | `tlc_keyframes_total` | counter | `side` = `holder`, `requester` | pull keyframes (whole replicas) served / applied |
 //! | `tlc_recv_tensor_seconds` | histogram | `role` = `inbound`, `outbound`; `outcome` = `compressed`, `restored`, `passed`, `fallback`, `error` | latency of a `RecvTensor` call through the sidecar |
@@ -92,6 +95,7 @@
 //! gradient goes to): they restart from 0 when a context is evicted and
 //! made again, which Prometheus reads as a counter reset.
 
+pub mod checks;
 pub mod collect;
 pub mod held;
 pub mod http;

@@ -19,14 +19,32 @@ use super::Client;
 /// What the stand-in answers: the tensor (dims, values) for a rendezvous key and step.
 pub type Tensors = Arc<dyn Fn(&str, i64) -> (Vec<u64>, Vec<f32>) + Send + Sync>;
 
-/// The gRPC body of a standard response holding `values`.
-pub fn response_body(dims: &[u64], values: &[f32]) -> Bytes {
-    let meta = ResponseMeta {
+/// What the stand-ins put around a tensor.
+fn meta() -> ResponseMeta {
+    ResponseMeta {
         is_dead: false,
         send_start_micros: 1234,
         transport_options: None,
         require_ack: false,
-    };
+    }
+}
+
+/// The gRPC body of a response whose float tensor declares `dims` and
+/// carries `envelope` as its content (what a holder's sidecar sends).
+pub fn envelope_body(dims: &[u64], envelope: Vec<u8>) -> Bytes {
+    let built = recv_tensor::build_response_with_content(
+        &meta(),
+        dims,
+        tlc_wire::tf::proto::DataType::DtFloat as i32,
+        envelope.into(),
+    )
+    .unwrap();
+    built.into_grpc_chunks().unwrap().concat().into()
+}
+
+/// The gRPC body of a standard response holding `values`.
+pub fn response_body(dims: &[u64], values: &[f32]) -> Bytes {
+    let meta = meta();
     let content: Bytes = values
         .iter()
         .flat_map(|v| v.to_le_bytes())

@@ -30,6 +30,9 @@
 //! [policy.link]             # or only where it pays: mode = "auto", see `link`
 //! mode = "always"
 //!
+//! [policy.check]            # checks for an operator, off: see `check`
+//! mirror = false
+//!
 //! [[policy.overrides]]      # first match wins
 //! tensor = "*batch_norm*"   # glob over the tensor's node name
 //! direction = "both"        # push, pull or both
@@ -42,10 +45,12 @@
 //! gets `[policy.push]` and error feedback. Everything else is encoded
 //! without memory, each tensor on its own.
 
+mod check;
 mod codecs;
 mod link;
 mod refine;
 
+pub use check::CheckSettings;
 pub use codecs::{CodecChoice, CodecSettings, CodecView};
 pub use link::{Link, LinkMode, LinkSettings};
 pub use refine::{AdaptiveTargets, Refine, RefineSettings, SynchronousTargets};
@@ -161,6 +166,8 @@ pub struct PolicySettings {
     pub refine: RefineSettings,
     /// Whether a tensor is compressed only where that pays on its link.
     pub link: LinkSettings,
+    /// Checks an operator turns on (off by default).
+    pub check: CheckSettings,
     /// Per-tensor exceptions, first match wins.
     pub overrides: Vec<OverrideSettings>,
 }
@@ -205,6 +212,7 @@ impl Default for PolicySettings {
             warmup_codec: "none".into(),
             refine: RefineSettings::default(),
             link: LinkSettings::default(),
+            check: CheckSettings::default(),
             overrides: Vec::new(),
         }
     }
@@ -460,6 +468,11 @@ impl Policy {
     /// Whether tensors are compressed only where that pays on their link.
     pub fn link(&self) -> &Link {
         &self.link
+    }
+
+    /// The operator's checks (`[policy.check]`).
+    pub fn check(&self) -> CheckSettings {
+        self.settings.check
     }
 
     /// Number of per-tensor overrides.

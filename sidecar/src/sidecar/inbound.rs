@@ -61,6 +61,7 @@ pub async fn recv_tensor(
     let entropy = peer::reads_entropy(request.headers());
     let int8_keyframes = peer::reads_int8_keyframes(request.headers());
     let ids_again = request.headers().get(peer::IDS).is_some_and(|v| v == "1");
+    let mirror = peer::checks_mirror(request.headers());
     let Some(connection) = ConnectionId::of(&request) else {
         // Every listener stamps its calls; without a connection there is
         // no way to keep a fallback for this one, so it is not compressed.
@@ -186,7 +187,8 @@ pub async fn recv_tensor(
     // What compressing costs this tensor, for the link decision: parsing
     // the answer, encoding, rebuilding it (not the wait for its bytes).
     let started = Instant::now();
-    let exact = verdict == Verdict::Settle;
+    let forced = sidecar.forced_exact(&call, policy.check().exact_at_call);
+    let exact = verdict == Verdict::Settle || forced;
     let compressed = tokio::task::block_in_place(|| {
         compress(
             sidecar,
@@ -202,6 +204,7 @@ pub async fn recv_tensor(
                 max_tensor,
                 connection,
                 exact,
+                mirror,
             },
             &collected,
             span,
@@ -210,13 +213,19 @@ pub async fn recv_tensor(
     match compressed {
         Ok((chunks, mark)) => {
             match (exact, &mark) {
+                (true, _) if forced => sidecar.stats.forced_exact(),
                 (true, _) => sidecar.payoffs.settled(&payoff_key),
                 // A pull's replica made anew: current, but what it cost and
                 // saved says nothing of the deltas that follow.
-                (false, Mark::Envelope { keyframe: true }) => {
+                (false, Mark::Envelope { keyframe: true, .. }) => {
                     sidecar.payoffs.made_current(&payoff_key)
                 }
-                (false, Mark::Envelope { keyframe: false }) => {
+                (
+                    false,
+                    Mark::Envelope {
+                        keyframe: false, ..
+                    },
+                ) => {
                     let wire = chunks.iter().map(Bytes::len).sum();
                     let took = started.elapsed();
                     sidecar
@@ -226,11 +235,20 @@ pub async fn recv_tensor(
                 (false, Mark::IdsAgain(_)) => {}
             }
             match mark {
-                Mark::Envelope { .. } => parts
-                    .headers
-                    .insert(peer::ENVELOPE, HeaderValue::from_static(peer::PROTOCOL)),
-                Mark::IdsAgain(header) => parts.headers.insert(peer::IDS_AGAIN, header),
-            };
+                Mark::Envelope { mirror, .. } => {
+                    parts
+                        .headers
+                        .insert(peer::ENVELOPE, HeaderValue::from_static(peer::PROTOCOL));
+                    if let Some(hash) = mirror {
+                        parts
+                            .headers
+                            .insert(peer::MIRROR, peer::mirror_header(hash));
+                    }
+                }
+                Mark::IdsAgain(header) => {
+                    parts.headers.insert(peer::IDS_AGAIN, header);
+                }
+            }
             let body = body::holding(body::chunks(chunks, collected.trailers), charge);
             parts.extensions.insert(AlreadyCharged);
             (Response::from_parts(parts, body), Outcome::Compressed)
@@ -278,6 +296,8 @@ struct Asked {
     /// [`Verdict::Settle`]): a push with its pending error, a pull with
     /// its replica made the model.
     exact: bool,
+    /// Whether the requester checks what it restores (`tlc-mirror`).
+    mirror: bool,
 }
 
 /// What gRPC and protobuf framing add to a tensor's content in a response.
@@ -290,6 +310,9 @@ enum Mark {
     Envelope {
         /// Whether it is a keyframe.
         keyframe: bool,
+        /// The hash of what the requester should restore, for a requester
+        /// that checks (`tlc-mirror`).
+        mirror: Option<u64>,
     },
     /// The values are left out: ids sent again (`tlc-ids-again`).
     IdsAgain(HeaderValue),
@@ -315,6 +338,7 @@ fn compress(
         max_tensor,
         connection,
         exact,
+        mirror,
     } = asked;
     let message =
         grpc::parse_single(collected.to_bytes(), MAX_RESPONSE).map_err(|_| "grpc_framing")?;
@@ -372,14 +396,15 @@ fn compress(
         }
         _ => None,
     };
-    let (envelope, took, keyframe) = match by_rows {
+    let (envelope, took, keyframe, restores) = match by_rows {
         Some(Ok(rows)) => {
             choice.codec = rows.codec;
             treatment = Treatment::RowMemory;
             sidecar
                 .stats
                 .refined(call.direction, u64::from(rows.refinements));
-            (rows.bytes, rows.took, false)
+            // Rows are not checked: no hash for them.
+            (rows.bytes, rows.took, false, None)
         }
         not_rows => {
             if let Some(Err(reason)) = not_rows {
@@ -403,13 +428,14 @@ fn compress(
                 memory,
                 fallback_token: token,
                 entropy,
+                mirror,
             };
             let encoded = sidecar
                 .contexts
                 .encode(call, values, encoding, Instant::now(), &mut envelope)
                 .map_err(|refused| refused.label())?;
             account_refinement(sidecar, call, &encoded);
-            (envelope, encoded.took, encoded.keyframe)
+            (envelope, encoded.took, encoded.keyframe, encoded.mirror)
         }
     };
     let wire_bytes = envelope.len();
@@ -447,7 +473,13 @@ fn compress(
         collected.chunks.clone(),
         collected.trailers.clone(),
     );
-    Ok((chunks.to_vec(), Mark::Envelope { keyframe }))
+    Ok((
+        chunks.to_vec(),
+        Mark::Envelope {
+            keyframe,
+            mirror: restores,
+        },
+    ))
 }
 
 /// Counts the further passes an encode sent, and says so loudly the first

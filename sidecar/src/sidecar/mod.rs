@@ -15,9 +15,11 @@
 //!   per-tensor metrics, single contexts and replicas;
 //! - [`classes`]: each tensor's class, from the graphs seen (and a graph
 //!   taught by hand);
-//! - [`warmup`]: the steps a tensor crosses uncompressed.
+//! - [`warmup`]: the steps a tensor crosses uncompressed;
+//! - `check`: `[policy.check]`, the call forced exact and the mirror check.
 
 pub mod calls;
+mod check;
 pub mod classes;
 pub mod fallback;
 mod ids_again;
@@ -170,6 +172,9 @@ pub struct Sidecar {
     classes: ContextTable<ClassKey, ClassRecord>,
     /// Holder side: steps each dense tensor has crossed in warm-up.
     warmup: ContextTable<WarmupKey, Steps>,
+    /// Holder side: calls of each tensor, while `[policy.check]
+    /// exact_at_call` is set.
+    calls: ContextTable<WarmupKey, check::Calls>,
     /// What happened so far.
     stats: Stats,
     /// Every read of the step counter seen: training progress, and a
@@ -230,6 +235,7 @@ impl Sidecar {
             graphs: Arc::new(GraphIndex::default()),
             classes: ContextTable::new(small_table(options.push_limits)),
             warmup: ContextTable::new(small_table(options.push_limits)),
+            calls: ContextTable::new(small_table(options.push_limits)),
             stats: Stats::default(),
             steps: crate::training::StepWatch::default(),
             stuck: tokio::sync::watch::Sender::new(None),
@@ -264,6 +270,7 @@ impl Sidecar {
         self.contexts.set_limits(limits);
         self.classes.set_limits(small_table(limits));
         self.warmup.set_limits(small_table(limits));
+        self.calls.set_limits(small_table(limits));
     }
 
     /// How long idle contexts live and how much memory each context table
@@ -458,15 +465,18 @@ impl Sidecar {
         self.rows.evict(now);
         let classes = self.classes.evict(now);
         let warmup = self.warmup.evict(now);
+        let calls = self.calls.evict(now);
         debug!(
             ?push,
             ?pull,
             ?replicas,
             ?classes,
             ?warmup,
+            ?calls,
             "evicted contexts"
         );
-        let freed = push.bytes + pull.bytes + replicas.bytes + classes.bytes + warmup.bytes;
+        let freed =
+            push.bytes + pull.bytes + replicas.bytes + classes.bytes + warmup.bytes + calls.bytes;
         if freed >= RELEASE_AFTER {
             tlc_proxy::limits::memory::release_freed_memory();
         }

@@ -66,6 +66,11 @@ pub async fn recv_tensor(
     parts
         .headers
         .insert(peer::KEYFRAME, http::HeaderValue::from_static("int8"));
+    if sidecar.policy().check().mirror {
+        parts
+            .headers
+            .insert(peer::MIRROR, http::HeaderValue::from_static("1"));
+    }
     // What this side's graphs say the tensor is: the holder's sidecar may
     // not have seen the graph (TF2's coordinator routes registrations past it).
     let known = sidecar
@@ -151,6 +156,7 @@ pub async fn recv_tensor(
         return calls::unchanged(response);
     }
     let (mut parts, response_body) = response.into_parts();
+    let mirror = parts.headers.get(peer::MIRROR).and_then(peer::parse_mirror);
     peer::strip(&mut parts.headers);
     // Every byte of the envelope and of the tensor decoded from it is
     // charged to the in-flight budget, and stays charged until the restored
@@ -197,7 +203,7 @@ pub async fn recv_tensor(
             let decoding = prepared.content_len.saturating_mul(2);
             match charge.grow(decoding, sidecar.options().memory_wait).await {
                 Ok(()) => tokio::task::block_in_place(|| {
-                    restore(sidecar, &call, known.as_ref(), prepared, span)
+                    restore(sidecar, &call, known.as_ref(), (prepared, mirror), span)
                 }),
                 Err(err) => Err(fail(prepared.token, err)),
             }
@@ -403,12 +409,13 @@ fn prepare(collected: &Collected, max_tensor: u64) -> Result<Prepared, Failure> 
     })
 }
 
-/// The standard response TensorFlow gets for a prepared envelope.
+/// The standard response TensorFlow gets for a prepared envelope, checked
+/// against the holder's `mirror` hash if it sent one.
 fn restore(
     sidecar: &Sidecar,
     call: &TensorCall,
     known: Option<&crate::graph::Classified>,
-    prepared: Prepared,
+    (prepared, mirror): (Prepared, Option<u64>),
     span: &Span,
 ) -> Result<Restored, Failure> {
     let Prepared {
@@ -459,6 +466,9 @@ fn restore(
     if content.len() as u64 != content_len {
         return Err(fail(token, "decoded tensor has the wrong size"));
     }
+    sidecar
+        .check_mirror(call, mirror, &content)
+        .map_err(|e| fail(token, e))?;
     calls::record_sizes(span, codec.name(), content.len(), envelope.len());
     let meta = recv_tensor::ResponseMeta::of(&response);
     let built =

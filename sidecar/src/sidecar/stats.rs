@@ -77,6 +77,10 @@ pub struct Stats {
     settles: AtomicU64,
     /// Encoding side: gradients encoded while their stream was critical.
     critical_pushes: AtomicU64,
+    /// Encoding side: calls sent exactly by `[policy.check] exact_at_call`.
+    forced_exact: AtomicU64,
+    /// Decoding side: mirror checks that matched and that did not.
+    mirror_checks: [AtomicU64; 2],
     /// Encoding side: ids sent again by reference: responses, their
     /// body bytes, and what went instead.
     ids_again: [AtomicU64; 3],
@@ -136,6 +140,14 @@ pub struct Totals {
     /// Encoding side: gradients encoded while their stream was in a
     /// critical regime (the fidelity controller's tighter lag bound).
     pub critical_pushes: u64,
+    /// Encoding side: calls sent exactly by `[policy.check] exact_at_call`.
+    pub forced_exact: u64,
+    /// Decoding side: restored tensors whose hash matched the holder's
+    /// (`[policy.check] mirror`).
+    pub mirror_matches: u64,
+    /// Decoding side: restored tensors whose hash did not (the original
+    /// went to TensorFlow instead).
+    pub mirror_mismatches: u64,
     /// Responses passed through unchanged, by reason.
     pub passed: BTreeMap<&'static str, u64>,
     /// Body bytes of those the sidecar read before passing them, by
@@ -227,6 +239,16 @@ impl Stats {
     /// Counts one gradient encoded in a critical regime.
     pub fn critical_push(&self) {
         self.critical_pushes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one call sent exactly by `[policy.check] exact_at_call`.
+    pub fn forced_exact(&self) {
+        self.forced_exact.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one mirror check, matched or not.
+    pub fn mirror_checked(&self, matched: bool) {
+        self.mirror_checks[usize::from(!matched)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts one fallback request answered.
@@ -324,6 +346,9 @@ impl Stats {
             drift_resets: self.drift_resets.load(Ordering::Relaxed),
             settles: self.settles.load(Ordering::Relaxed),
             critical_pushes: self.critical_pushes.load(Ordering::Relaxed),
+            forced_exact: self.forced_exact.load(Ordering::Relaxed),
+            mirror_matches: self.mirror_checks[0].load(Ordering::Relaxed),
+            mirror_mismatches: self.mirror_checks[1].load(Ordering::Relaxed),
             passed,
             passed_bytes,
             hop: self.hop.totals(),
