@@ -371,6 +371,10 @@ if mode == "tlcd":
             t[d] = {"tensors": int(m.group(1)), "raw_bytes": int(m.group(2)), "wire_bytes": int(m.group(3))}
         for k in ("restored", "decode_failures", "fallbacks", "fallbacks_served"):
             t[k] = int(re.search(k + r"=(\d+)", line).group(1))
+        for k in ("mirror_matches", "mirror_mismatches", "forced_exact"):
+            m = re.search(k + r"=(\d+)", line)
+            if m:
+                t[k] = int(m.group(1))
         m = re.search(r"passed=(\{.*\})", line)
         t["passed"] = m.group(1) if m else ""
         # Connections the nat rules redirected (the nat table sees only the

@@ -146,9 +146,10 @@ pub mod process;
 
 /// Policy settings that compress wherever the policy says, whatever the
 /// link (`[policy.link] mode = "always"`): these tests check what
-/// compression does, and their links are loopback, where the default
-/// (`auto`) would rightly send tensors raw once it has timed them. The
-/// link decision itself is tested in `link.rs`.
+/// compression does, and their links are loopback, where `auto` would
+/// rightly send tensors raw once it has timed them; so they stay right
+/// whichever mode is the default. The link decision itself is tested in
+/// `link.rs`.
 pub fn compressing_settings() -> tlc_sidecar::policy::PolicySettings {
     tlc_sidecar::policy::PolicySettings {
         link: tlc_sidecar::policy::LinkSettings {

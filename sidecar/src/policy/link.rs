@@ -18,12 +18,13 @@
 //! sidecar's link module decides them together, so a job's calls are all
 //! compressed or all raw).
 //!
-//! `always` is the default: in network-namespace pods at 1 Gbit/s, runs
-//! of the MLP whose calls switched between raw and compressed on the
-//! measured rate ended 2–3 points less accurate than compressing every
-//! call, for a reason not found (README, "Known limits"). The same job
-//! with the rate assumed, all compressed or all raw with probes and
-//! settling calls, matched `always` and no sidecar.
+//! `always` is the default. At the current refinement bounds, runs of the
+//! MLP in network-namespace pods at 1 Gbit/s that switched between raw
+//! and compressed calls end as accurate as runs that compress every call
+//! (docs/LIMITS.md); what keeps `auto` from being the default is its
+//! speed on fast links, where forwarding raw bytes through two sidecars
+//! costs CPU its break-even rate does not count (docs/COMPRESSION.md,
+//! "Fast links").
 
 use serde::{Deserialize, Serialize};
 

@@ -375,7 +375,7 @@ impl Stats {
         };
         format!(
             "{}; {}; restored={} decode_failures={} fallbacks={} fallbacks_served={} drift_resets={} \
-             hop_sent_raw={} hop_sent_wire={} hop_received_wire={} hop_received_raw={} hop_failures={} \
+             mirror_matches={} mirror_mismatches={} forced_exact={} hop_sent_raw={} hop_sent_wire={} hop_received_wire={} hop_received_raw={} hop_failures={} \
              passed_bytes={} passed={:?}",
             direction("push", &totals.push),
             direction("pull", &totals.pull),
@@ -384,6 +384,9 @@ impl Stats {
             totals.fallbacks,
             totals.fallbacks_served,
             totals.drift_resets,
+            totals.mirror_matches,
+            totals.mirror_mismatches,
+            totals.forced_exact,
             totals.hop.compressed.raw_bytes,
             totals.hop.compressed.wire_bytes,
             totals.hop.restored.wire_bytes,
