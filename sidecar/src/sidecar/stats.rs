@@ -431,12 +431,13 @@ mod tests {
         stats.passed("small");
         stats.passed_read("small", 300);
         stats.passed("policy_skip");
+        stats.mirror_checked(true);
         assert_eq!(
             stats.summary(),
             "push: tensors=1 raw_bytes=4000 wire_bytes=100 ratio=40.0 refinements=0; \
              pull: tensors=1 raw_bytes=800 wire_bytes=200 ratio=4.0 refinements=3; \
              restored=1 decode_failures=1 fallbacks=1 fallbacks_served=2 drift_resets=0 \
-             hop_sent_raw=0 hop_sent_wire=0 hop_received_wire=0 hop_received_raw=0 hop_failures=0 \
+             mirror_matches=1 mirror_mismatches=0 forced_exact=0 hop_sent_raw=0 hop_sent_wire=0 hop_received_wire=0 hop_received_raw=0 hop_failures=0 \
              passed_bytes=300 passed={\"policy_skip\": 1, \"small\": 2}"
         );
     }
