@@ -34,8 +34,9 @@ pub struct CheckSettings {
     /// Compare, call by call, the hash of what the requester restores
     /// with the holder's.
     pub mirror: bool,
-    /// The call (counted from 1, per tensor and requesting task) that
-    /// crosses exactly; 0 for none.
+    /// The call (counted from 1, per tensor and requesting task, among
+    /// the calls the policy compresses and the link decision does not
+    /// send raw) that crosses exactly; 0 for none.
     pub exact_at_call: u64,
 }
 
