@@ -8,7 +8,9 @@
 #      mode 0755;
 #   3. `tlcd --version`, `tlcctl --version` and `tlc-iptables --help` from that
 #      tree, as UID 1337 when run as root (the image's USER), and the
-#      Containerfile's COPY/USER/ENTRYPOINT lines checked against the tree.
+#      Containerfile's COPY/USER/ENTRYPOINT lines checked against the tree;
+#      its build stage must copy the whole context, of which .dockerignore
+#      may leave out no file git tracks (ignored.py).
 # The Debian base (iptables, ca-certificates) is not assembled: the host's
 # libraries and iptables stand in for it.
 set -euo pipefail
@@ -40,6 +42,14 @@ for b in tlcd tlcctl; do
   grep -q "target/release/$b .*/out/usr/local/bin/$b" "$cf" || fail "Containerfile: $b not installed to /usr/local/bin"
 done
 grep -q -- '--locked' "$cf" || fail "Containerfile: cargo build without --locked"
+# The build stage builds from the whole context, and the context leaves out
+# no file git tracks: what a fresh clone builds, the image builds.
+grep -q '^COPY \. \.$' "$cf" || fail "Containerfile: the build stage does not copy the whole context (COPY . .)"
+if git -C "$root" rev-parse --git-dir >/dev/null 2>&1; then
+  left_out=$(git -C "$root" ls-files | python3 "$here/ignored.py" "$root/.dockerignore") ||
+    fail ".dockerignore cannot be read"
+  [ -z "$left_out" ] || fail ".dockerignore leaves out tracked files the build needs: $(head -n 5 <<<"$left_out" | tr '\n' ' ')"
+fi
 
 # As the image's user where we can be it (root can drop to 1337; others run as themselves).
 as_user=()
