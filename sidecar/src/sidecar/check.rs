@@ -6,24 +6,11 @@
 //! `exact_at_call` is set. A count evicted for being idle starts again,
 //! which at worst forces a second exact call: exact is always correct.
 
-use std::time::Instant;
-
 use tracing::error;
 
-use super::warmup::WarmupKey;
+use super::warmup::count_call;
 use super::Sidecar;
-use tlc_context::ContextMemory;
 use tlc_core::TensorCall;
-
-/// Calls of one tensor for one requesting task, so far.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Calls(pub u64);
-
-impl ContextMemory for Calls {
-    fn memory_bytes(&self) -> usize {
-        std::mem::size_of::<WarmupKey>() + 64
-    }
-}
 
 impl Sidecar {
     /// Counts one call of `call`'s tensor; true if it is call number `at`
@@ -32,17 +19,7 @@ impl Sidecar {
         if at == 0 {
             return false;
         }
-        let key = WarmupKey {
-            requester: call.requester_task.clone(),
-            holder: call.holder_task.clone(),
-            tensor: call.tensor.clone(),
-        };
-        let count = self
-            .calls
-            .get_or_insert_with(&key, Instant::now(), Calls::default);
-        let mut count = tlc_context::table::lock(&count);
-        count.0 = count.0.saturating_add(1);
-        count.0 == at
+        count_call(&self.calls, call, u64::MAX) + 1 == at
     }
 
     /// Checks `content`, the f32 bytes restored for `call`, against the

@@ -63,7 +63,7 @@ use tlc_proxy::tls::TlsContext;
 use tlc_proxy::upstream::Upstream;
 use tlc_proxy::{Handler, Unauthenticated};
 use tlc_wire::peer;
-use warmup::{Steps, WarmupKey};
+use warmup::{CallKey, Count};
 
 /// The gRPC method TensorFlow moves tensors with.
 pub use tlc_wire::tf::RECV_TENSOR_PATH as RECV_TENSOR;
@@ -171,10 +171,10 @@ pub struct Sidecar {
     /// Holder side: each tensor's class and treatment.
     classes: ContextTable<ClassKey, ClassRecord>,
     /// Holder side: steps each dense tensor has crossed in warm-up.
-    warmup: ContextTable<WarmupKey, Steps>,
+    warmup: ContextTable<CallKey, Count>,
     /// Holder side: calls of each tensor, while `[policy.check]
     /// exact_at_call` is set.
-    calls: ContextTable<WarmupKey, check::Calls>,
+    calls: ContextTable<CallKey, Count>,
     /// What happened so far.
     stats: Stats,
     /// Every read of the step counter seen: training progress, and a

@@ -13,12 +13,13 @@
 use std::time::Instant;
 
 use super::Sidecar;
-use tlc_context::ContextMemory;
+use tlc_context::{ContextMemory, ContextTable};
 use tlc_core::TensorCall;
 
-/// One tensor for one requesting task.
+/// One tensor for one requesting task: what warm-up steps and
+/// `[policy.check] exact_at_call` count calls of.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct WarmupKey {
+pub struct CallKey {
     /// The task asking.
     pub requester: String,
     /// The holder's task.
@@ -27,36 +28,43 @@ pub struct WarmupKey {
     pub tensor: String,
 }
 
-/// Steps seen so far.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Steps(pub u32);
-
-impl ContextMemory for Steps {
-    fn memory_bytes(&self) -> usize {
-        std::mem::size_of::<WarmupKey>() + 64
+impl CallKey {
+    /// The key of `call`'s tensor and requester.
+    pub fn of(call: &TensorCall) -> CallKey {
+        CallKey {
+            requester: call.requester_task.clone(),
+            holder: call.holder_task.clone(),
+            tensor: call.tensor.clone(),
+        }
     }
+}
+
+/// Calls counted so far.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Count(pub u64);
+
+impl ContextMemory for Count {
+    fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<CallKey>() + 64
+    }
+}
+
+/// Counts one call of `call`'s tensor in `table`, unless its count has
+/// reached `cap`; returns the count before this call.
+pub(crate) fn count_call(table: &ContextTable<CallKey, Count>, call: &TensorCall, cap: u64) -> u64 {
+    let count = table.get_or_insert_with(&CallKey::of(call), Instant::now(), Count::default);
+    let mut count = tlc_context::table::lock(&count);
+    let before = count.0;
+    if before < cap {
+        count.0 += 1;
+    }
+    before
 }
 
 impl Sidecar {
     /// Counts one step of `call`'s tensor; true while it is still within
     /// the first `steps` (and should pass uncompressed).
     pub(crate) fn warming_up(&self, call: &TensorCall, steps: u32) -> bool {
-        if steps == 0 {
-            return false;
-        }
-        let key = WarmupKey {
-            requester: call.requester_task.clone(),
-            holder: call.holder_task.clone(),
-            tensor: call.tensor.clone(),
-        };
-        let count = self
-            .warmup
-            .get_or_insert_with(&key, Instant::now(), Steps::default);
-        let mut count = tlc_context::table::lock(&count);
-        if count.0 >= steps {
-            return false;
-        }
-        count.0 += 1;
-        true
+        steps > 0 && count_call(&self.warmup, call, u64::from(steps)) < u64::from(steps)
     }
 }
