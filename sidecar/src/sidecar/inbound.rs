@@ -212,20 +212,19 @@ pub async fn recv_tensor(
     });
     match compressed {
         Ok((chunks, mark)) => {
+            if forced {
+                sidecar.stats.forced_exact();
+            }
             match (exact, &mark) {
-                (true, _) if forced => sidecar.stats.forced_exact(),
-                (true, _) => sidecar.payoffs.settled(&payoff_key),
+                (true, _) if verdict == Verdict::Settle => sidecar.payoffs.settled(&payoff_key),
+                // Forced exact (`[policy.check]`): nothing owed either.
+                (true, _) => sidecar.payoffs.made_current(&payoff_key),
                 // A pull's replica made anew: current, but what it cost and
                 // saved says nothing of the deltas that follow.
                 (false, Mark::Envelope { keyframe: true, .. }) => {
                     sidecar.payoffs.made_current(&payoff_key)
                 }
-                (
-                    false,
-                    Mark::Envelope {
-                        keyframe: false, ..
-                    },
-                ) => {
+                (false, Mark::Envelope { .. }) => {
                     let wire = chunks.iter().map(Bytes::len).sum();
                     let took = started.elapsed();
                     sidecar
