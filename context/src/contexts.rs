@@ -239,9 +239,6 @@ impl Contexts {
                 encoded.took = started.elapsed();
                 encoded.refinements = u64::from(pushed.frames - 1);
                 encoded.critical = pushed.critical;
-                if mirror {
-                    encoded.mirror = decoded_hash(&out[start..], values.len());
-                }
             }
             Memory::Replica { requester, refine } => {
                 let key = SourceKey {
@@ -279,10 +276,12 @@ impl Contexts {
                 encode_stateless(values, codec, entropy, fallback_token, out)
                     .map_err(|_| EncodeRefused::Codec)?;
                 encoded.took = started.elapsed();
-                if mirror {
-                    encoded.mirror = decoded_hash(&out[start..], values.len());
-                }
             }
+        }
+        // A push envelope (a gradient, or a tensor without memory) is
+        // checked by its own decode; a pull above, by the replica it leaves.
+        if mirror && encoded.mirror.is_none() {
+            encoded.mirror = decoded_hash(&out[start..], values.len());
         }
         Ok(encoded)
     }

@@ -43,7 +43,8 @@ pub async fn recv_tensor(
     span: &Span,
 ) -> (Response<ProxyBody>, Outcome) {
     let (mut parts, request_body) = request.into_parts();
-    let (peeked, call) = match request_key::peek_call(request_body, &sidecar.policy()).await {
+    let policy = sidecar.policy();
+    let (peeked, call) = match request_key::peek_call(request_body, &policy).await {
         Ok(read) => read,
         Err(response) => return (response, Outcome::Error),
     };
@@ -66,7 +67,7 @@ pub async fn recv_tensor(
     parts
         .headers
         .insert(peer::KEYFRAME, http::HeaderValue::from_static("int8"));
-    if sidecar.policy().check().mirror {
+    if policy.check().mirror {
         parts
             .headers
             .insert(peer::MIRROR, http::HeaderValue::from_static("1"));
