@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 /// The answer of `GET` and `PUT /v1/log-level`: the filter in force.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogLevel {
-    /// A `RUST_LOG`-style filter: `info`, `info,tlc_daemon::sidecar=debug`.
+    /// A `RUST_LOG`-style filter: `info`, `info,tlc_sidecar::sidecar=debug`.
     pub filter: String,
 }
 

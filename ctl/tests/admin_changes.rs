@@ -180,7 +180,7 @@ fn log_level_puts_the_filter() {
             .unwrap_or(Value::Null);
         Reply::json(200, json!({ "filter": filter }))
     });
-    let filter = "info,tlc_daemon::sidecar=debug";
+    let filter = "info,tlc_sidecar::sidecar=debug";
     let (code, stdout, stderr) = server.run(&["log-level", filter]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stdout, format!("{}: ok (filter {filter})\n", server.addr()));

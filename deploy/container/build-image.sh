@@ -190,7 +190,7 @@ buildah bud --isolation "$BUILDAH_ISOLATION" --network host --pull=never \
 done_step
 
 # --- 4. checks -----------------------------------------------------------------
-# podman run, as it can run here (README.md, "What it takes on these machines"):
+# podman run, as it can run here (README.md, "Built here"):
 # - runc, not crun: crun 1.8 refuses this kernel's hybrid cgroup layout
 #   ("cgroups in hybrid mode not supported, drop all controllers from
 #   cgroupv2"), and --cgroups=disabled does not avoid that check (nor is it

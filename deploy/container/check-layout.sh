@@ -2,7 +2,8 @@
 # Builds the file layout deploy/container/Containerfile produces, without a
 # container engine (none runs on the project's machines, and no image registry
 # is reachable: README.md here), and runs the binaries from it:
-#   1. cargo build --release --locked of tlcd and tlcctl (as the build stage);
+#   1. the build stage's `cargo build --release --locked ...` (read from the
+#      Containerfile) of tlcd and tlcctl, on the host;
 #   2. a rootfs tree in deploy/container/rootfs (or $1) with the runtime
 #      stage's own files: /usr/local/bin/{tlcd,tlcctl,tlc-iptables}, stripped,
 #      mode 0755;
@@ -21,8 +22,18 @@ rootfs=${1:-$here/rootfs}
 bin=$rootfs/usr/local/bin
 fail() { echo "check-layout.sh: FAIL: $*" >&2; exit 1; }
 
-echo "== cargo build --release --locked -p tlc-daemon -p tlc-ctl --bins"
-(cd "$root" && cargo build --release --locked -p tlc-daemon -p tlc-ctl --bins) || fail "cargo build failed"
+# The build stage's own command, read from the Containerfile, so that what
+# the host builds here and what the image builds cannot drift apart.
+cf=$here/Containerfile
+build=$(sed -n 's/^RUN \(cargo build [^&\\]*\).*/\1/p' "$cf" | head -n 1 | sed 's/ *$//')
+[ -n "$build" ] || fail "Containerfile: no 'RUN cargo build ...' in the build stage"
+case "$build" in
+  *--locked*) ;;
+  *) fail "Containerfile: cargo build without --locked" ;;
+esac
+echo "== $build (the Containerfile's build stage)"
+read -r -a build_args <<<"$build"
+(cd "$root" && "${build_args[@]}") || fail "cargo build failed"
 target=$(cd "$root" && cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 
 echo "== assemble $rootfs"
@@ -34,14 +45,12 @@ if command -v strip >/dev/null; then strip "$bin/tlcd" "$bin/tlcctl"; fi
 (cd "$rootfs" && find . -type f -printf '%m %10s %p\n' | sort -k3)
 
 # The Containerfile must make exactly these files, and run tlcd as 1337.
-cf=$here/Containerfile
 grep -q '^USER 1337:1337$' "$cf" || fail "Containerfile: USER 1337:1337 missing"
 grep -q '^ENTRYPOINT \["/usr/local/bin/tlcd"\]$' "$cf" || fail "Containerfile: ENTRYPOINT [\"/usr/local/bin/tlcd\"] missing"
 grep -q 'deploy/iptables.sh /out/usr/local/bin/tlc-iptables' "$cf" || fail "Containerfile: tlc-iptables not copied from deploy/iptables.sh"
 for b in tlcd tlcctl; do
   grep -q "target/release/$b .*/out/usr/local/bin/$b" "$cf" || fail "Containerfile: $b not installed to /usr/local/bin"
 done
-grep -q -- '--locked' "$cf" || fail "Containerfile: cargo build without --locked"
 # The build stage builds from the whole context, and the context leaves out
 # no file git tracks: what a fresh clone builds, the image builds.
 grep -q '^COPY \. \.$' "$cf" || fail "Containerfile: the build stage does not copy the whole context (COPY . .)"

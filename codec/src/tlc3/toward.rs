@@ -19,7 +19,7 @@
 //! error). A pass that cannot reach the goal may go lower, down ten
 //! octaves, to remove the most: the largest elements it clamps are then
 //! the largest of what is left, which the next pass takes first. Measured
-//! on real jobs (README, "Refinement").
+//! on real jobs (docs/COMPRESSION.md, "Refinement").
 //!
 //! The frame is an ordinary 3LC frame: `M` travels in it and decoding uses
 //! `M` alone, so a receiver needs nothing new.

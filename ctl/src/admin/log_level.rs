@@ -14,7 +14,7 @@ use crate::table;
 #[derive(Debug, Args)]
 pub struct LogLevelArgs {
     /// The new filter, RUST_LOG style: `debug`,
-    /// `info,tlc_daemon::sidecar=debug`. Without it, print the current one.
+    /// `info,tlc_sidecar::sidecar=debug`. Without it, print the current one.
     #[arg(value_name = "FILTER")]
     filter: Option<String>,
 }

@@ -27,54 +27,9 @@
 //! `tlc_link_rate_bytes_per_second`: the job's tasks this sidecar asked
 //! tensors of (4096 at most).
 //!
-//! | metric | type | labels | meaning |
-//! |---|---|---|---|
-//! | `tlc_tensor_raw_bytes_total` | counter | `direction`, `codec` | encoding side: size as f32 of the tensors sent compressed |
-//! | `tlc_tensor_wire_bytes_total` | counter | `direction`, `codec` | encoding side: size of the envelopes sent in their place |
-//! | `tlc_frames_total` | counter | `direction`, `codec` | encoding side: tensors sent compressed (one envelope each) |
-//! | `tlc_encode_seconds` | histogram | `direction`, `codec` | encoding side: codec work per tensor, under the context's lock (push: error feedback and codec; pull: replica update, delta encode and the envelope) |
-//! | `tlc_decode_seconds` | histogram | `direction`, `codec` | decoding side: envelope to tensor content (push: decode; pull: apply to the replica and copy out) |
-//! | `tlc_restored_total` | counter | `direction` | decoding side: compressed responses restored for TensorFlow |
-//! | `tlc_decode_failures_total` | counter | `direction` | decoding side: envelopes that could not be used |
-//! | `tlc_ids_again_bytes_total` | counter | `stage` = `raw`, `wire` | encoding side: id tensors equal to ids of the same step the requester holds, sent as a reference to them (raw: their bytes; wire: the reference's) |
-//! | `tlc_fallbacks_total` | counter | `side` = `fetched`, `served`, `released` | original responses fetched after a decode failure / sent to a peer that asked / dropped once the peer acknowledged their envelope |
-//! | `tlc_fallback_kept_bytes` | gauge | | encoding side: original responses kept for fallbacks now |
-//! | `tlc_passthrough_total` | counter | `reason` | responses left uncompressed (`small`, `policy_skip`, `request_unreadable`, `not_float`, `codec_refused`, `link_fast`: the link is faster than compressing, `link_explore`: sent raw so the requester can time its link, ...) |
-//! | `tlc_link_rate_bytes_per_second` | gauge | `peer` | decoding side: the rate each holder task's answers arrive at, where measured |
-//! | `tlc_mirror_checks_total` | counter | `result` = `match`, `mismatch` | decoding side, with `[policy.check] mirror`: restored tensors checked against the holder's hash; a mismatch handed TensorFlow the original |
-//! | `tlc_forced_exact_calls_total` | counter | | encoding side: calls sent exactly because `[policy.check] exact_at_call` named them |
-//! | `tlc_link_switches_total` | counter | `to` = `raw`, `compressed` | encoding side: times a tensor switched to crossing raw (its link faster than compressing it) or back |
-//! | `tlc_keyframes_total` | counter | `side` = `holder`, `requester` | pull keyframes (whole replicas) served / applied |
-//! | `tlc_recv_tensor_seconds` | histogram | `role` = `inbound`, `outbound`; `outcome` = `compressed`, `restored`, `passed`, `fallback`, `error` | latency of a `RecvTensor` call through the sidecar |
-//! | `tlc_config_reloads_total` | counter | `result` = `ok`, `error` | configuration reloads applied / refused |
-//! | `tlc_sparsity` | gauge | `direction` | 3LC's `s` of the direction's codec (before overrides); absent when that codec is not `3lc` |
-//! | `tlc_policy_codec_info` | info | `direction`, `codec` | the direction's codec before overrides |
-//! | `tlc_contexts` | gauge | `table` = `push`, `pull`, `replica` | contexts held |
-//! | `tlc_context_memory_bytes` | gauge | `table` | their memory, as last measured |
-//! | `tlc_replica_version_max` | gauge | `side` = `holder`, `requester` | highest replica version among pull sources / replicas; absent while there is none |
-//! | `tlc_tensor_top_raw_bytes_total` | counter | `direction`, `tensor` | encoding side, per tensor, for the 20 tensors with the most raw bytes |
-//! | `tlc_tensor_top_wire_bytes_total` | counter | `direction`, `tensor` | the same tensors' envelope bytes |
-//! | `tlc_connections_open` | gauge | | connections being served, every listener |
-//! | `tlc_connections_refused_total` | counter | `reason` = `limit`, `handshake`, `tls`, `upstream_unreachable` | connections closed before being served |
-//! | `tlc_connections_opaque_total` | counter | | connections that did not speak HTTP/2, forwarded untouched |
-//! | `tlc_connections_idle_closed_total` | counter | | peer connections closed after `limits.idle_seconds` without a call |
-//! | `tlc_in_flight_bytes` | gauge | | memory calls in flight hold now (the in-flight budget's use) |
-//! | `tlc_in_flight_budget_bytes` | gauge | | what they may hold at most |
-//! | `tlc_memory_limit_bytes` | gauge | `source` = `config`, `cgroup`, `fallback` | the memory tlcd may use in all, which its default bounds are shares of: `limits.memory_mib`, else the container's cgroup limit, else 4 GiB; one series |
-//! | `tlc_tls_cert_not_after_seconds` | gauge | | with `[tls]` on: when this sidecar's certificate expires (Unix time) |
-//! | `tlc_tls_reloads_total` | counter | `result` = `ok`, `error` | with `[tls]` on: changed certificate files taken / refused |
-//! | `tlc_training_global_step` | gauge | | the global step as last read through this sidecar (the highest since it last went back); absent before any read |
-//! | `tlc_training_global_step_advanced_timestamp_seconds` | gauge | | when it last advanced (Unix time); absent until it does |
-//! | `tlc_training_resets_total` | counter | `action` = `failed`, `warned` | the global step went back to the model's start mid-run (TensorFlow re-initialised the variables); `failed`: the job was failed (`recovery.on_model_reset`) |
-//! | `tlc_training_rewinds_total` | counter | | the global step went back to a point after the start (a checkpoint restore) |
-//! | `tlc_build_info` | info | `version` | 1 |
-//! | `process_cpu_seconds_total` | counter | | user and system CPU time of tlcd |
-//! | `process_resident_memory_bytes` | gauge | | its resident memory |
-//! | `process_virtual_memory_bytes` | gauge | | its virtual memory |
-//! | `process_open_fds` | gauge | | file descriptors open |
-//! | `process_max_fds` | gauge | | the soft limit on them (`RLIMIT_NOFILE`); absent when unlimited |
-//! | `process_start_time_seconds` | gauge | | when tlcd started (Unix time) |
-//! | `process_threads` | gauge | | its OS threads |
+//! Every family, its labels and what it means: the table in
+//! `docs/OPERATING.md`, "Metrics" (the one copy; `tests/metrics.rs`
+//! fails on a family rendered here that it lacks).
 //!
 //! `codec` on the encoding side is the codec the policy chose for the
 //! tensor; pull keyframes (sent losslessly) count under it too, so the

@@ -37,7 +37,7 @@
 //! directions: the passes their bounds need cost 14–17% fewer bytes on
 //! the embedding model that way (sync 2 ps 18.8 -> 16.2 MB over 300
 //! steps, async 1 ps 11.5 -> 10.1 MB) with the same accuracy over three
-//! seeds (README, "Embedding models"). Dense passes toward the target
+//! seeds (docs/COMPRESSION.md, "Embedding rows"). Dense passes toward the target
 //! (`pull_pass_scale = "toward"`) stop close to the bound instead of below
 //! it: fewer bytes, but the bound then means more, and the bounds here
 //! were measured with passes at 3LC's scale. At 1% toward the target CI's
@@ -51,7 +51,7 @@
 //! (its own norm is small, so one pass leaves it 10–100% off). With a 5%
 //! bound it still lost 5.0 points on one seed of three (ResNet-20 1.6);
 //! with 2% CI's small MLP lost 1.1 (its 2560-value logits layer); at 1%
-//! none of them lost more than half a point (README, "Refinement"). The
+//! none of them lost more than half a point (docs/COMPRESSION.md, "Refinement"). The
 //! table stays separate so an operator can trade accuracy for bytes on
 //! synchronous jobs alone.
 //!
@@ -217,7 +217,7 @@ impl Default for SynchronousTargets {
 }
 
 impl Default for RefineSettings {
-    /// Measured on TensorFlow 2.21 jobs (README, "Refinement").
+    /// Measured on TensorFlow 2.21 jobs (docs/COMPRESSION.md, "Refinement").
     fn default() -> Self {
         RefineSettings {
             pull_max_drift: 0.01,

@@ -162,7 +162,9 @@ pub async fn recv_tensor(
             } else {
                 "memory_budget"
             };
-            sidecar.stats.passed(reason);
+            if sidecar.stats.passed(reason) && reason == "too_large" {
+                warn_too_large(sidecar, &call.tensor, read);
+            }
             let body = body::holding(partial.into_body(), charge);
             parts.extensions.insert(AlreadyCharged);
             return (Response::from_parts(parts, body), Outcome::Passed);
@@ -254,12 +256,30 @@ pub async fn recv_tensor(
         }
         Err(reason) => {
             debug!(tensor = %call.tensor, reason, "passing through");
-            sidecar.stats.passed_read(reason, collected.len() as u64);
+            let first = sidecar.stats.passed_read(reason, collected.len() as u64);
+            if first && reason == "too_large" {
+                warn_too_large(sidecar, &call.tensor, collected.len());
+            }
             let body = body::holding(body::chunks(collected.chunks, collected.trailers), charge);
             parts.extensions.insert(AlreadyCharged);
             (Response::from_parts(parts, body), Outcome::Passed)
         }
     }
+}
+
+/// Says, once per sidecar, that a tensor crossed uncompressed because it
+/// is larger than the sidecars compress: such a tensor is usually the one
+/// that matters most (an embedding table), and a counter alone goes unread.
+fn warn_too_large(sidecar: &Sidecar, tensor: &str, bytes: usize) {
+    warn!(
+        tensor,
+        mib = bytes >> 20,
+        max_tensor_mib = sidecar.options().max_tensor_bytes >> 20,
+        "a tensor larger than this sidecar or its peer compresses crosses uncompressed \
+         (limits.max_tensor_mib, at most a third of the in-flight budget, itself a quarter \
+         of the memory limit): raise the container's memory limit or limits.memory_mib; \
+         tlc_passthrough_total{{reason=\"too_large\"}} counts the rest"
+    );
 }
 
 /// What is known of the link to `requester`: what it measured (its

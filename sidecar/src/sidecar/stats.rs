@@ -273,24 +273,27 @@ impl Stats {
     }
 
     /// Counts one response passed through for `reason`, streamed on
-    /// unread (its size is not known).
-    pub fn passed(&self, reason: &'static str) {
-        self.count_passed(reason, None);
+    /// unread (its size is not known); true for the first of its reason.
+    pub fn passed(&self, reason: &'static str) -> bool {
+        self.count_passed(reason, None) == 1
     }
 
     /// Counts one response of `bytes` body bytes that the sidecar read and
-    /// then passed through for `reason`.
-    pub fn passed_read(&self, reason: &'static str, bytes: u64) {
-        self.count_passed(reason, Some(bytes));
+    /// then passed through for `reason`; true for the first of its reason,
+    /// which a reason the operator must hear of logs.
+    pub fn passed_read(&self, reason: &'static str, bytes: u64) -> bool {
+        self.count_passed(reason, Some(bytes)) == 1
     }
 
-    fn count_passed(&self, reason: &'static str, bytes: Option<u64>) {
+    /// Counts one response passed for `reason`; the count so far.
+    fn count_passed(&self, reason: &'static str, bytes: Option<u64>) -> u64 {
         let mut passed = self.passed.lock().unwrap_or_else(|e| e.into_inner());
         let entry = passed.entry(reason).or_default();
         entry.responses += 1;
         if let Some(bytes) = bytes {
             *entry.bytes.get_or_insert(0) += bytes;
         }
+        entry.responses
     }
 
     /// The labelled series, for the metrics endpoint to register.
@@ -428,9 +431,10 @@ mod tests {
         stats.fallback_fetched();
         stats.fallback_served();
         stats.fallback_served();
-        stats.passed("small");
-        stats.passed_read("small", 300);
-        stats.passed("policy_skip");
+        // The first of a reason is told apart: the daemon logs it.
+        assert!(stats.passed("small"));
+        assert!(!stats.passed_read("small", 300));
+        assert!(stats.passed("policy_skip"));
         stats.mirror_checked(true);
         assert_eq!(
             stats.summary(),
