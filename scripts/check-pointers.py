@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks that every pointer to a section of the project's Markdown still
-lands, Markdown links with an anchor (`[x](docs/SAFETY.md#restarts)`) and
-pointers in words: `README "Restarts"`, `docs/SAFETY.md, "Restarts"`, `../README.md,
-"What each pod gets"` in any tracked text file (code comments, alerts,
+lands, Markdown links with an anchor (`[x](docs/LIMITS.md#known-limits)`)
+and pointers in words (`docs/SAFETY.md, "Restarts, upgrades and crashes"`,
+`README "Five minutes"`) in any tracked text file (code comments, alerts,
 manifests, docs). Sections move between README and docs/; an alert that
 sends on-call to a heading that is gone is found here, not at 3 a.m.
 

@@ -11,6 +11,8 @@
 //! - [`health`], [`status`], [`config`], [`policy`], [`tensors`],
 //!   [`log_level`], [`error`]: the bodies, one module per section of
 //!   ADMIN-API.md.
+//! - [`env`]: the environment variables that are tlcctl's, which tlcd
+//!   leaves alone.
 //! - [`runtime_dir`] and [`default_token`]: the per-user directory tlcd
 //!   keeps its runtime files in, and the token file it writes there when
 //!   `admin.token_file` is not set, which tlcctl reads.
@@ -25,6 +27,7 @@
 
 pub mod config;
 pub mod default_token;
+pub mod env;
 pub mod error;
 pub mod health;
 pub mod log_level;

@@ -6,7 +6,18 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{fails, tf_ports, tlcctl, POD};
+use common::{fails, tf_ports, POD};
+
+/// The image these tests give (`TLC_IMAGE`), which the golden files hold:
+/// not the sidecar spec's placeholder, which inject refuses.
+const IMAGE: &str = "registry.example.com/tlc/tlcd:0.1.0";
+
+/// A `tlcctl` command with [`IMAGE`] as `TLC_IMAGE`.
+fn tlcctl() -> assert_cmd::Command {
+    let mut command = common::tlcctl();
+    command.env("TLC_IMAGE", IMAGE);
+    command
+}
 use serde_json::Value;
 
 /// A fixture under `tests/fixtures/inject/`.
@@ -108,7 +119,13 @@ fn sidecar_spec() -> Value {
 
 #[test]
 fn what_inject_adds_is_the_sidecar_spec_with_the_pods_settings_on_top() {
-    let spec = sidecar_spec();
+    let mut spec = sidecar_spec();
+    for container in spec["template"]["spec"]["initContainers"]
+        .as_array_mut()
+        .expect("init containers")
+    {
+        container["image"] = IMAGE.into();
+    }
     let template = &spec["template"];
     let out = json_of(POD);
     let pod = &out["spec"];
@@ -125,10 +142,19 @@ fn what_inject_adds_is_the_sidecar_spec_with_the_pods_settings_on_top() {
     let list = volumes.as_array_mut().expect("volumes");
     list.retain(|v| v["name"] != "tlc-tls");
     assert_eq!(pod["volumes"], volumes);
-    assert_eq!(
-        out["metadata"]["annotations"],
-        template["metadata"]["annotations"]
-    );
+    // The spec's annotations, and the record of what inject changed.
+    let mut annotations = out["metadata"]["annotations"].clone();
+    let record = annotations
+        .as_object_mut()
+        .expect("annotations")
+        .remove("tlc.io/injected-changes")
+        .expect("the record");
+    assert!(record
+        .as_str()
+        .expect("a string")
+        .starts_with("{\"annotations\":"));
+    assert_eq!(annotations, template["metadata"]["annotations"]);
+    assert_eq!(out["metadata"]["labels"], template["metadata"]["labels"]);
     assert_eq!(
         pod["terminationGracePeriodSeconds"],
         template["spec"]["terminationGracePeriodSeconds"]
@@ -223,22 +249,29 @@ fn inject_false_skips_the_pod_or_the_whole_object() {
     let out = inject(&["-"], &off);
     assert!(!out.contains("tlc-"), "{out}");
     assert!(out.contains("terminationGracePeriodSeconds: 10\n"), "{out}");
-    // "false" on the object wins over the "true" inject wrote on the template.
+    // "false" on the object wins over the "true" inject wrote on the
+    // template, and takes tlc out of a manifest injected before: what comes
+    // out is the user's Deployment with the annotation, as if never injected.
     let injected = std::fs::read_to_string(fixture("deployment.out.yaml")).expect("golden");
-    let off = injected.replace(
+    let off_again = injected.replace(
         "  namespace: training\n",
         "  namespace: training\n  annotations:\n    tlc.io/inject: 'false'\n",
     );
-    assert_eq!(inject(&["--tf-ports", "9999", "-"], &off), off);
-    // One role of a TFJob off, the other injected.
-    let tfjob = std::fs::read_to_string(fixture("tfjob.yaml")).expect("fixture");
-    let worker_off = tfjob.replace("tlc.io/codec: int8", "tlc.io/inject: \"false\"");
-    let out = json_of(&worker_off);
-    let roles = &out["spec"]["tfReplicaSpecs"];
-    assert_eq!(tf_ports(&roles["PS"]["template"]["spec"]), "2222");
-    assert!(roles["Worker"]["template"]["spec"]
-        .get("initContainers")
-        .is_none());
+    let output = tlcctl()
+        .args(["inject", "--tf-ports", "9999", "-"])
+        .write_stdin(off_again)
+        .output()
+        .expect("run tlcctl");
+    assert!(output.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        inject(&["-"], &off)
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("spec.template.spec: tlc taken out (injected before, and now left without it: tlc.io/inject: \"false\")"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -254,7 +287,10 @@ fn host_network_pods_are_left_alone_with_a_warning() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stdout.contains("tlc-"), "{stdout}");
     assert!(
-        stderr.starts_with("tlcctl: warning: stdin: document 1 (Pod p): spec.hostNetwork: "),
+        stderr.starts_with(
+            "tlcctl: warning: stdin: document 1 (Pod p): spec: not injected: a pod on the \
+             host's network (hostNetwork: true) cannot have a sidecar"
+        ),
         "{stderr}"
     );
 }

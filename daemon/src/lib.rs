@@ -1,6 +1,7 @@
 //! tlcd, the tlc sidecar, as a program: its configuration ([`config`]),
 //! the operator's admin API ([`admin`]) and what it changes at run time
-//! ([`control`]), and the Prometheus endpoint ([`metrics`]). The binary
+//! ([`control`]), the Prometheus endpoint ([`metrics`]), and what start-up
+//! checks beyond the configuration ([`preflight`]). The binary
 //! (`main.rs`) wires these to the proxy (`tlc_proxy`) and the sidecar
 //! (`tlc_sidecar`); the data path lives in those crates, not here.
 //!
@@ -15,3 +16,4 @@ pub mod admin;
 pub mod config;
 pub mod control;
 pub mod metrics;
+pub mod preflight;

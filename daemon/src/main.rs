@@ -23,6 +23,7 @@ use tlc_daemon::config::layers::{FlagValue, Layers, Resolved};
 use tlc_daemon::config::{env_names, log_filter, LogFormat, Route};
 use tlc_daemon::control::log::LogControl;
 use tlc_daemon::control::{watch, Control};
+use tlc_daemon::preflight::{self, StartOptions};
 use tlc_proxy::handover::{self, HandoverError, Offer, Offered, Purpose};
 use tlc_proxy::http_server;
 use tlc_proxy::{self as proxy, Proxy};
@@ -116,9 +117,10 @@ struct Args {
     threads: Option<usize>,
 
     /// Check the configuration (FILE, or --config, with the TLC_*
-    /// variables and flags over it) as tlcd would start with it, TLS files
-    /// included, print it, and exit: 0 if tlcd would start, 1 with the
-    /// reason if not. Listens on nothing.
+    /// variables and flags over it) with every check tlcd makes before it
+    /// listens (the admin token file and TLS files included), print it, and
+    /// exit: 0 if those pass, 1 with the reason if not. Listens on nothing,
+    /// so an address that cannot be bound shows only at start.
     #[arg(long, value_name = "FILE", num_args = 0..=1)]
     check_config: Option<Option<PathBuf>>,
 }
@@ -166,15 +168,10 @@ fn fatal_json(message: &str) {
     error!(error = message, "tlcd: cannot run");
 }
 
-/// `--check-config`: what starting would check short of listening, then
-/// the configuration in force, with where each value came from.
-fn check_config(args: &Args, resolved: &Resolved) -> Result<()> {
-    // Resolving validated the policy and the bounds already.
+/// `--check-config`, once the checks start-up makes have passed: the
+/// configuration in force, with where each value came from.
+fn check_config(resolved: &Resolved) -> Result<()> {
     let config = &resolved.config;
-    checked_threads(args.threads)?;
-    if config.tls.enabled() {
-        tlc_proxy::tls::TlsContext::load(&config.tls)?;
-    }
     let shown = toml::to_string(config).context("cannot print the configuration")?;
     println!("{shown}");
     let from: Vec<String> = resolved
@@ -187,7 +184,10 @@ fn check_config(args: &Args, resolved: &Resolved) -> Result<()> {
         println!("# set outside the defaults:\n{}", from.join("\n"));
     }
     let listeners = config.listeners().len();
-    println!("# configuration OK: tlcd would start with {listeners} listener(s)");
+    println!(
+        "# configuration OK: tlcd would start with {listeners} listener(s) \
+         (binding the addresses is not tried)"
+    );
     Ok(())
 }
 
@@ -257,7 +257,7 @@ fn flag_layer(args: &Args) -> Vec<FlagValue> {
 /// Every layer of the configuration, resolved; `--route` flags are added
 /// to the routes of the layers below.
 fn configuration(args: &Args) -> Result<(Layers, Resolved)> {
-    let vars: Vec<(String, String)> = std::env::vars().collect();
+    let vars = env_names::utf8(std::env::vars_os())?;
     // The variables tlcd's own flags read (TLC_ADMIN_TOKEN_FILE, ...).
     let command = Args::command();
     let flags: Vec<&str> = command
@@ -293,11 +293,17 @@ fn run(mut args: Args, arenas_limited: bool) -> Result<()> {
     }
     let (layers, resolved) = configuration(&args)?;
     let config = resolved.config.clone();
-    if config.listeners().is_empty() {
-        bail!("nothing to listen on: give --route LISTEN=UPSTREAM,ROLE, or a config file with [[routes]] or [transparent]");
-    }
+    // The same checks for --check-config as for start-up: it cannot say
+    // "would start" for a reason start-up knows it would not.
+    let threads = preflight::check(
+        &config,
+        &StartOptions {
+            threads: args.threads,
+            take_over: args.take_over,
+        },
+    )?;
     if args.check_config.is_some() {
-        return check_config(&args, &resolved);
+        return check_config(&resolved);
     }
     let log = init_logging(&config.log.level, config.log.format)?;
     let recorder = match &args.record {
@@ -330,7 +336,7 @@ fn run(mut args: Args, arenas_limited: bool) -> Result<()> {
     sidecar.set_recovery(config.recovery);
     let control = Arc::new(Control::new(layers, resolved, sidecar.clone(), log));
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(threads) = checked_threads(args.threads)? {
+    if let Some(threads) = threads {
         runtime.worker_threads(threads);
     }
     let runtime = runtime
@@ -522,17 +528,6 @@ async fn offer_listeners(
 /// How long a successor waits for its predecessor's hand-over socket to go.
 const OFFER_BIND_PATIENCE: Duration = Duration::from_secs(30);
 const OFFER_BIND_RETRY: Duration = Duration::from_millis(200);
-
-/// `--threads`, if given, within 1 to [`MAX_THREADS`].
-fn checked_threads(threads: Option<usize>) -> Result<Option<usize>> {
-    match threads {
-        Some(n) if !(1..=MAX_THREADS).contains(&n) => bail!("--threads {n}: 1 to {MAX_THREADS}"),
-        other => Ok(other),
-    }
-}
-
-/// Most `--threads`: far above any pod's CPUs.
-const MAX_THREADS: usize = 1024;
 
 /// A token file tlcd wrote, and the token in it: removed at shutdown.
 type MadeToken = (PathBuf, Vec<u8>);

@@ -395,6 +395,71 @@ async fn exposition_matches_the_sidecars_counters() {
     }
     let h = render(&holder);
     assert_eq!(h.value("tlc_replica_settles_total", &[]), Some(2.0));
+
+    // Every family either side renders is in the operator's table.
+    let documented = documented_families();
+    for family in h.families.iter().chain(&r.families) {
+        // OpenMetrics names a counter or info family without the `_total`
+        // or `_info` its samples (and the table) carry.
+        let named = |suffix: &str| documented.contains(&format!("{}{suffix}", family.name));
+        assert!(
+            named("") || named("_total") || named("_info"),
+            "{} is rendered but missing from docs/OPERATING.md's Metrics table",
+            family.name
+        );
+    }
+}
+
+/// The families of the "Metrics" table in docs/OPERATING.md: the one
+/// list operators, dashboards and alerts read.
+fn documented_families() -> BTreeSet<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/OPERATING.md");
+    let text = std::fs::read_to_string(path).unwrap();
+    text.lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split_once('`'))
+        .map(|(name, _)| name.to_string())
+        .filter(|name| name.starts_with("tlc_") || name.starts_with("process_"))
+        .collect()
+}
+
+/// Every metric an alert or its tests use is in the table too: on-call
+/// reads the table to know what a firing alert measures.
+#[test]
+fn alerts_use_documented_families() {
+    let documented = documented_families();
+    for file in ["alerts.yml", "alerts_test.yml"] {
+        let path = format!(
+            "{}/../grafana/prometheus/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut used = 0;
+        for (at, _) in text.match_indices("tlc_") {
+            let before = text[..at].chars().next_back();
+            if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+                continue;
+            }
+            let name: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if name == "tlc_" {
+                continue; // `tlc_*`, the prefix in a comment
+            }
+            let family = ["_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix))
+                .filter(|base| documented.contains(*base))
+                .unwrap_or(&name);
+            assert!(
+                documented.contains(family),
+                "{file} uses {name}, which docs/OPERATING.md's Metrics table lacks"
+            );
+            used += 1;
+        }
+        assert!(used > 5, "{file}: found only {used} tlc_ metrics");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,9 @@
 #      NET_RAW only, tlc-sidecar a native non-root sidecar whose UID tlc-init
 #      exempts, probes and mounts on its own ports and volumes), found as it is
 #      in every rendered pod template, tlc-init's --tf-ports covering the pod's
-#      TensorFlow ports, and tlcd.toml checked against the spec's ports and mounts.
+#      TensorFlow ports, and tlcd.toml checked against the spec's ports and mounts;
+#   5. the overlays' workloads with annotations and labels of a user's added
+#      (rendered/keeps): those that are not the spec's must survive the Component.
 # Exits non-zero on any failure. Needs python3 with venv and pip, and the
 # network (PyPI) for the first run only.
 #
@@ -65,8 +67,52 @@ for dir in "$here"/overlays/*/; do
 done
 [ ${#overlays[@]} -gt 0 ] || fail "no overlays under $here/overlays"
 
+# 2b. the Component must keep a workload's own template annotations and labels:
+#     the overlays' workloads with some of a user's (and Istio and ambient mode
+#     asked for, which the spec must turn off), rendered with the Component.
+keeps=$rendered/keeps
+mkdir -p "$keeps"
+"$tools/kv/bin/python" - "$here" "$keeps/workloads.yaml" <<'PY' || fail "cannot write $keeps/workloads.yaml"
+import sys, yaml
+here, out = sys.argv[1:]
+docs = []
+for name in ("overlays/statefulset/statefulset.yaml", "overlays/tfjob/tfjob.yaml"):
+    with open(f"{here}/{name}") as f:
+        for doc in yaml.safe_load_all(f):
+            if not doc:
+                continue
+            if doc["kind"] == "StatefulSet":
+                templates = [doc["spec"]["template"]]
+            elif doc["kind"] == "TFJob":
+                templates = [r["template"] for r in doc["spec"]["tfReplicaSpecs"].values()]
+            else:
+                templates = []
+            for t in templates:
+                meta = t.setdefault("metadata", {})
+                meta.setdefault("annotations", {}).update(
+                    {"example.com/owner": "ml-team", "sidecar.istio.io/inject": "true"})
+                meta.setdefault("labels", {}).update(
+                    {"example.com/team": "vision", "istio.io/dataplane-mode": "ambient"})
+            docs.append(doc)
+with open(out, "w") as f:
+    yaml.safe_dump_all(docs, f, sort_keys=False, default_flow_style=False)
+PY
+cat >"$keeps/kustomization.yaml" <<'KUSTOMIZATION'
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: training
+resources:
+  - ../../base
+  - workloads.yaml
+components:
+  - ../../components/sidecar
+KUSTOMIZATION
+echo "== render a user's workloads with their own annotations and labels (rendered/keeps)"
+"$kubectl" kustomize "$keeps" > "$rendered/keeps.yaml" || fail "kubectl kustomize rendered/keeps failed"
+overlays+=("$rendered/keeps.yaml")
+
 # 3 + 4. validate and assert
 "$tools/kv/bin/python" "$here/check_rendered.py" --kubernetes-version "$K8S_VERSION" \
-  --spec "$here/components/sidecar/sidecar.yaml" "${overlays[@]}" \
+  --spec "$here/components/sidecar/sidecar.yaml" --keeps "$rendered/keeps.yaml" "${overlays[@]}" \
   || fail "validation of the rendered overlays failed (above)"
 echo "== check.sh: all overlays rendered and valid (Kubernetes $K8S_VERSION); rendered in deploy/k8s/rendered/"

@@ -29,6 +29,10 @@ import kubernetes_validate
 import yaml
 
 IMAGE_RE = re.compile(r"^ghcr\.io/tlc-project/tlcd:")
+# What check.sh adds to the workloads it renders into rendered/keeps.yaml, and
+# the Component must leave there (keys the spec does not set).
+USER_ANNOTATIONS = {"example.com/owner": "ml-team"}
+USER_LABELS = {"example.com/team": "vision"}
 SPIFFE_RE = re.compile(r"^spiffe://[^/]+/ns/[^/]+/sa/[^/]+$")
 
 
@@ -38,6 +42,8 @@ class Checker:
         self.errors = []
         self.counts = {"schema": 0, "pod templates": 0}
         self.spec = None  # the sidecar spec, once sidecar_spec() accepted it
+        self.keeps = set()  # rendered files whose pod templates carry the user's keys
+        self.keeping = False  # the overlay being read is one of them
 
     def error(self, where, msg):
         self.errors.append(f"{where}: {msg}")
@@ -118,6 +124,19 @@ class Checker:
         ex(annotations.get("prometheus.io/port") == str(ports.get("tlc-metrics")),
            "annotation prometheus.io/port must be tlc-metrics' port")
         ex(annotations.get("tlc.io/inject") == "true", 'annotation tlc.io/inject: "true" missing')
+        # No mesh beside tlc: Istio (its label wins over its annotation), Istio
+        # ambient, Linkerd, each turned off for the pod.
+        labels = tpl["metadata"].get("labels") or {}
+        ex(annotations.get("sidecar.istio.io/inject") == "false" and labels.get("sidecar.istio.io/inject") == "false",
+           'sidecar.istio.io/inject: "false" missing as an annotation or a label')
+        ex(labels.get("istio.io/dataplane-mode") == "none", "label istio.io/dataplane-mode: none missing")
+        ex(annotations.get("linkerd.io/inject") == "disabled", "annotation linkerd.io/inject: disabled missing")
+        for c in inits:
+            limits = (c.get("resources") or {}).get("limits") or {}
+            ex(limits.get("cpu"), f"{c['name']}: cpu limit missing (a namespace quota on limits.cpu refuses the pod)")
+            csc = c.get("securityContext") or {}
+            ex(csc.get("allowPrivilegeEscalation") is False and csc.get("readOnlyRootFilesystem") is True,
+               f"{c['name']}: allowPrivilegeEscalation: false and readOnlyRootFilesystem: true expected")
         vols = {v.get("name"): v for v in volumes}
         for m in side.get("volumeMounts") or []:
             ex(m.get("name") in vols and m.get("readOnly") is True, f"tlc-sidecar: mount {m.get('name')} must be of a volume of the spec, readOnly")
@@ -141,7 +160,17 @@ class Checker:
         meta = template.get("metadata") or {}
         ann = meta.get("annotations") or {}
         for k, v in want["metadata"]["annotations"].items():
-            ex(ann.get(k) == v, f"annotation {k}: {v!r} of the sidecar spec missing")
+            ex(ann.get(k) == v, f"annotation {k}: {v!r} of the sidecar spec missing (got {ann.get(k)!r})")
+        labels = meta.get("labels") or {}
+        for k, v in (want["metadata"].get("labels") or {}).items():
+            ex(labels.get(k) == v, f"label {k}: {v!r} of the sidecar spec missing (got {labels.get(k)!r})")
+        for what, got in (("annotation", ann), ("label", labels)):
+            for k, v in got.items():
+                ex(isinstance(v, str), f"{what} {k}: {v!r} is not a string (kustomize unquoted it)")
+        if self.keeping:
+            for what, got, mine in (("annotation", ann, USER_ANNOTATIONS), ("label", labels, USER_LABELS)):
+                for k, v in mine.items():
+                    ex(got.get(k) == v, f"the workload's own {what} {k}: {v!r} lost by the Component (got {got.get(k)!r})")
         spec = template.get("spec") or {}
         ex(spec.get("terminationGracePeriodSeconds") == want["spec"]["terminationGracePeriodSeconds"],
            "terminationGracePeriodSeconds is not the sidecar spec's")
@@ -229,6 +258,7 @@ class Checker:
     # -- one rendered overlay ---------------------------------------------------
     def overlay(self, path):
         name = os.path.basename(path)
+        self.keeping = os.path.abspath(path) in self.keeps
         try:
             with open(path) as f:
                 docs = [d for d in yaml.safe_load_all(f) if d]
@@ -301,6 +331,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kubernetes-version", default="1.29.0")
     ap.add_argument("--spec", required=True, help="components/sidecar/sidecar.yaml")
+    ap.add_argument("--keeps", action="append", default=[],
+                    help="a rendered file whose pod templates must keep the user's annotations and labels")
     ap.add_argument("files", nargs="+")
     args = ap.parse_args()
     try:
@@ -317,6 +349,11 @@ def main():
     print(f"== validate (kubernetes-validate {kubernetes_validate.version.__version__}, "
           f"Kubernetes {args.kubernetes_version}, strict) and assert the sidecar spec")
     ch = Checker(args.kubernetes_version)
+    ch.keeps = {os.path.abspath(p) for p in args.keeps}
+    missing = ch.keeps - {os.path.abspath(p) for p in args.files}
+    if missing:
+        print(f"FAIL: --keeps {sorted(missing)} not among the files checked", file=sys.stderr)
+        return 1
     if ch.sidecar_spec(args.spec):
         for path in args.files:
             ch.overlay(path)

@@ -216,3 +216,46 @@ pub fn parse_seconds(text: &str) -> Result<Duration, String> {
     }
     Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+    use tlc_admin_api::env::CLIENT_VARIABLES;
+
+    /// Every variable of tlcctl's command line (`env = "..."`), in every
+    /// subcommand.
+    fn env_names(command: &clap::Command, out: &mut Vec<String>) {
+        for arg in command.get_arguments() {
+            if let Some(name) = arg.get_env().and_then(|n| n.to_str()) {
+                out.push(name.to_string());
+            }
+        }
+        for sub in command.get_subcommands() {
+            env_names(sub, out);
+        }
+    }
+
+    #[test]
+    fn every_variable_tlcctl_reads_is_in_the_shared_list() {
+        // tlcd refuses `TLC_` variables it does not know, except these:
+        // a variable missing from the list would make a sidecar that has
+        // it in its environment refuse to start.
+        let mut names = Vec::new();
+        env_names(&crate::Cli::command(), &mut names);
+        assert!(names.iter().any(|n| n == "TLC_ADMIN"), "{names:?}");
+        for name in &names {
+            assert!(
+                CLIENT_VARIABLES.contains(&name.as_str()),
+                "{name} is read by tlcctl but missing from tlc_admin_api::env::CLIENT_VARIABLES"
+            );
+        }
+        // And nothing there that tlcctl no longer reads: tlcd would leave a
+        // misspelt setting of that name alone.
+        for name in CLIENT_VARIABLES {
+            assert!(
+                names.iter().any(|n| n == name),
+                "{name} is in CLIENT_VARIABLES but tlcctl reads no such variable"
+            );
+        }
+    }
+}

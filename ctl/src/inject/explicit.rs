@@ -66,6 +66,23 @@ pub fn namespace_env() -> Value {
 /// The interpreter the wrapper runs with.
 const PYTHON: &str = "python3";
 
+/// How many arguments the wrapper puts in front of a command.
+pub const WRAPPER_ARGS: usize = 3;
+
+/// The line that marks the wrapper, in this and earlier versions of it.
+const WRAPPER_MARK: &str = "# tlc explicit mode:";
+
+/// Whether `command` starts with explicit mode's wrapper (of this version
+/// of tlcctl or an earlier one).
+pub fn is_wrapped(command: &[Value]) -> bool {
+    command.len() > WRAPPER_ARGS
+        && command[0].as_str() == Some(PYTHON)
+        && command[1].as_str() == Some("-c")
+        && command[2]
+            .as_str()
+            .is_some_and(|w| w.contains(WRAPPER_MARK))
+}
+
 /// The sidecar's routes for a replica of `job` whose TensorFlow listens on
 /// `tf_port`: `--route` arguments.
 pub fn routes(job: &TfJob, tf_port: u16) -> Result<Vec<String>, String> {
@@ -98,6 +115,9 @@ pub fn routes(job: &TfJob, tf_port: u16) -> Result<Vec<String>, String> {
     Ok(routes)
 }
 
+/// The container whose command [`wrap_tensorflow`] wraps.
+pub const WRAPPED_CONTAINER: &str = "tensorflow";
+
 /// Wraps the command of the container named `tensorflow` in the pod spec
 /// at `spec_path` (once: a wrapped command stays as it is).
 pub fn wrap_tensorflow(spec: &mut Mapping, spec_path: &str) -> Result<(), ManifestError> {
@@ -108,7 +128,7 @@ pub fn wrap_tensorflow(spec: &mut Mapping, spec_path: &str) -> Result<(), Manife
     let Some(container) = containers
         .iter_mut()
         .filter_map(Value::as_mapping_mut)
-        .find(|c| c.get("name").and_then(Value::as_str) == Some("tensorflow"))
+        .find(|c| c.get("name").and_then(Value::as_str) == Some(WRAPPED_CONTAINER))
     else {
         return Err(ManifestError::new(
             path,
@@ -125,11 +145,7 @@ pub fn wrap_tensorflow(spec: &mut Mapping, spec_path: &str) -> Result<(), Manife
             ))
         }
     };
-    let wrapped = command.len() >= 3
-        && command[0].as_str() == Some(PYTHON)
-        && command[1].as_str() == Some("-c")
-        && command[2].as_str() == Some(WRAPPER);
-    if !wrapped {
+    if !is_wrapped(&command) {
         let mut new: Sequence = vec![PYTHON.into(), "-c".into(), WRAPPER.into()];
         new.extend(command);
         container.insert("command".into(), Value::Sequence(new));

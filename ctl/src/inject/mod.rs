@@ -23,17 +23,23 @@ mod config;
 mod documents;
 mod error;
 mod explicit;
+mod image;
 mod mapping;
+mod mesh;
 mod objects;
 mod pod;
+mod pods;
+mod record;
+mod remove;
 mod settings;
 mod sidecar;
 mod spec;
 mod tensorflow;
+mod uninject;
 
 pub use config::CONFIG_MAP;
-use error::ManifestError;
-use settings::{Annotations, Decision, Flags};
+use settings::Flags;
+pub use uninject::{run as run_uninject, UninjectArgs};
 
 /// Arguments of `inject`.
 #[derive(Debug, Args)]
@@ -44,8 +50,18 @@ ports), --ps_hosts/--worker_hosts flags (their ports), a container named
 tensorflow (its ports, else 2222). Anything else is left as it is, with a
 warning (--force, --tf-ports or tlc.io/tf-ports inject it anyway); so is a
 TFJob without parameter servers (nothing for tlc to do; --force), a pod
-running as the sidecar's UID or using one of its ports. Volcano Jobs
-(spec.tasks) and Katib Experiments (spec.trialTemplate.trialSpec) are read.
+running as the sidecar's UID or using one of its ports. A TFJob gets tlc on
+every replica or on none: one left out for any of these reasons is an error
+naming it (--force writes it anyway, except in explicit mode, where the
+others would dial a sidecar that is not there). Volcano Jobs (spec.tasks)
+and Katib Experiments (spec.trialTemplate.trialSpec) are read; other kinds
+(a PyTorchJob) are searched for pod templates and judged the same way.
+Injected pods get Istio's and Linkerd's opt-outs (sidecar.istio.io/inject:
+\"false\" as label and annotation, istio.io/dataplane-mode: none,
+linkerd.io/inject: disabled); a value of the pod's that turned a mesh on is
+overwritten, with a warning. What inject changed is recorded on each pod
+(tlc.io/injected-changes): `tlcctl uninject` takes tlc out and puts it back,
+and so does inject on a pod injected before and now opted out.
 Annotations on a pod template (or its object) override the flags for it:
   tlc.io/inject: \"false\"     leave this pod as it is
   tlc.io/tf-ports: \"2222\"    tlc.io/skip-ports: \"2223\"
@@ -66,8 +82,9 @@ pub struct InjectArgs {
 
     /// The image of the tlc-init and tlc-sidecar containers: yours, built
     /// from deploy/container and pushed where your cluster pulls from (no
-    /// registry serves one). Required: the sidecar spec's name is a
-    /// placeholder, and a pod with it would never start.
+    /// registry serves one). Required, and checked as an image reference
+    /// (REGISTRY/PATH[:TAG][@sha256:DIGEST]): the sidecar spec's name is a
+    /// placeholder, refused, and a pod with it would never start.
     #[arg(long, value_name = "IMAGE", env = "TLC_IMAGE")]
     image: Option<String>,
 
@@ -150,8 +167,12 @@ impl InjectArgs {
             None => None,
         };
         let image = match self.image.as_deref().map(str::trim) {
-            Some("") => bail!("--image: empty"),
-            Some(image) => image.to_string(),
+            Some(image) => {
+                image::check(image, spec::default_image())
+                    .map_err(anyhow::Error::msg)
+                    .context("--image")?;
+                image.to_string()
+            }
             None => bail!(
                 "no image: give --image REGISTRY/tlcd:TAG (or TLC_IMAGE), an image built from \
                  deploy/container (deploy/container/build-image.sh) and pushed where the cluster \
@@ -172,25 +193,35 @@ impl InjectArgs {
     }
 }
 
+/// Whether `-o` asks for JSON; YAML when not given, table refused.
+fn wants_json(format: Option<Format>, command: &str) -> Result<bool> {
+    match format {
+        None | Some(Format::Yaml) => Ok(false),
+        Some(Format::Json) => Ok(true),
+        Some(Format::Table) => {
+            bail!("{command} prints -o yaml (the default) or -o json, not table")
+        }
+    }
+}
+
+/// Writes the documents to stdout, as YAML or one JSON value.
+fn write_documents(documents: &[Value], json: bool) -> Result<()> {
+    let text = if json {
+        documents::to_json(documents)?
+    } else {
+        documents::to_yaml(documents)?
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .context("cannot write to stdout")
+}
+
 /// Runs `inject`. `format` is the global `-o` (YAML when not given).
 pub fn run(args: &InjectArgs, format: Option<Format>, verbose: bool) -> Result<()> {
-    let json = match format {
-        None | Some(Format::Yaml) => false,
-        Some(Format::Json) => true,
-        Some(Format::Table) => bail!("inject prints -o yaml (the default) or -o json, not table"),
-    };
-    let write = |documents: &[Value]| -> Result<()> {
-        let text = if json {
-            documents::to_json(documents)?
-        } else {
-            documents::to_yaml(documents)?
-        };
-        let mut stdout = std::io::stdout().lock();
-        stdout
-            .write_all(text.as_bytes())
-            .and_then(|()| stdout.flush())
-            .context("cannot write to stdout")
-    };
+    let json = wants_json(format, "inject")?;
+    let write = |documents: &[Value]| write_documents(documents, json);
     if args.print_config {
         return write(&[config::config_map()]);
     }
@@ -203,8 +234,8 @@ pub fn run(args: &InjectArgs, format: Option<Format>, verbose: bool) -> Result<(
     for (i, document) in documents.iter_mut().enumerate() {
         let label = format!("{name}: document {}{}", i + 1, describe(document));
         let mut found = Vec::new();
-        injected +=
-            inject_document(document, sidecar_spec, &flags, &mut found).context(label.clone())?;
+        injected += pods::inject_document(document, sidecar_spec, &flags, &mut found)
+            .context(label.clone())?;
         warnings.extend(found.into_iter().map(|w| format!("{label}: {w}")));
     }
     write(&documents)?;
@@ -248,166 +279,5 @@ fn describe(document: &Value) -> String {
         (Some(kind), Some(name)) => format!(" ({kind} {name})"),
         (Some(kind), None) => format!(" ({kind})"),
         _ => String::new(),
-    }
-}
-
-/// Injects every pod template of one document with `sidecar_spec` and the
-/// flags; returns how many. Pods left alone for a reason the user may not
-/// expect get a line in `warnings`.
-fn inject_document(
-    document: &mut Value,
-    sidecar_spec: &spec::Spec,
-    flags: &Flags,
-    warnings: &mut Vec<String>,
-) -> Result<usize> {
-    let object = match document {
-        Value::Null => return Ok(0),
-        Value::Mapping(object) => object,
-        other => {
-            return Err(
-                ManifestError::expected("", "a Kubernetes object (a mapping)", other).into(),
-            )
-        }
-    };
-    let mut injected = 0;
-    let sidecar_uid = user_of(&sidecar_spec.sidecar);
-    let mut sidecar_ports: Vec<u16> = tensorflow::container_ports(&sidecar_spec.sidecar, "")?
-        .into_iter()
-        .map(|(port, _)| port)
-        .collect();
-    sidecar_ports.push(crate::admin::DEFAULT_PORT);
-    for found in objects::pod_templates(object, "")? {
-        let object_annotations = found
-            .object_annotations
-            .as_ref()
-            .map(|(path, map)| (path.as_str(), map));
-        let spec_path = error::join(&found.path, "spec");
-        let decided = {
-            let annotations = Annotations::new(found.template, &found.path, object_annotations)?;
-            let spec = match found.template.get("spec") {
-                Some(Value::Mapping(spec)) => spec,
-                Some(other) => {
-                    return Err(ManifestError::expected(spec_path, "a mapping", other).into())
-                }
-                None => {
-                    return Err(ManifestError::new(spec_path, "missing: no pod spec here").into())
-                }
-            };
-            if spec.get("hostNetwork") == Some(&Value::Bool(true)) {
-                // tlc-init would rewrite the node's own iptables rules.
-                warnings.push(format!(
-                    "{}: not injected: a pod on the host's network cannot have a sidecar",
-                    error::join(&spec_path, "hostNetwork")
-                ));
-                continue;
-            }
-            if let Some(uid) = sidecar_uid.filter(|uid| runs_as(spec, *uid)) {
-                warnings.push(format!(
-                    "{spec_path}: not injected: it runs as UID {uid}, the sidecar's, whose \
-                     connections the redirect lets through: nothing would be compressed"
-                ));
-                continue;
-            }
-            // Every port the pod's own containers declare (tlc's left out).
-            let used = tensorflow::declared_ports(
-                spec,
-                &spec_path,
-                &["containers", "initContainers"],
-                is_tlc,
-            )?;
-            let clash = used.into_iter().find(|port| sidecar_ports.contains(port));
-            if let Some(port) = clash {
-                warnings.push(format!(
-                    "{spec_path}: not injected: a container uses port {port}, which the \
-                     sidecar listens on"
-                ));
-                continue;
-            }
-            if found.tf_job.as_ref().is_some_and(|job| !job.has_ps) && !flags.force {
-                warnings.push(format!(
-                    "{spec_path}: not injected: the TFJob has no PS replica, and tlc compresses \
-                     what parameter servers exchange (--force injects it anyway)"
-                ));
-                continue;
-            }
-            let tf = tensorflow::inspect(spec, &spec_path, found.tf_job.is_some())?;
-            settings::resolve(flags, &annotations, spec, &spec_path, tf.as_ref())?
-        };
-        let mut settings = match decided {
-            Decision::Inject(settings) => settings,
-            Decision::OptedOut => continue,
-            Decision::NotTensorflow => {
-                warnings.push(format!(
-                    "{spec_path}: not injected: nothing says it runs TensorFlow (a TFJob, a \
-                     container named tensorflow, TF_CONFIG, --ps_hosts/--worker_hosts, a port \
-                     named tfjob-port); --tf-ports, tlc.io/tf-ports or --force injects it"
-                ));
-                continue;
-            }
-        };
-        if let Some(mesh) = mesh_injection(found.template) {
-            warnings.push(format!(
-                "{}: {mesh}'s injection turned off for this pod: tlc beside another proxy is \
-                 untested (the mesh's policies and mTLS no longer apply to it)",
-                error::join(&found.path, "metadata.annotations")
-            ));
-        }
-        if flags.explicit {
-            let Some(job) = &found.tf_job else {
-                warnings.push(format!(
-                    "{spec_path}: not injected: explicit mode (--explicit) takes TFJob replicas \
-                     only, whose cluster the manifest names"
-                ));
-                continue;
-            };
-            let routes = explicit::routes(job, settings.tf_ports[0])
-                .map_err(|e| ManifestError::new(spec_path.clone(), e))?;
-            settings.routes = Some(routes);
-        }
-        let additions = sidecar::additions(sidecar_spec, &settings)?;
-        pod::inject(found.template, &found.path, &additions)?;
-        if flags.explicit {
-            if let Some(Value::Mapping(spec)) = found.template.get_mut("spec") {
-                explicit::wrap_tensorflow(spec, &spec_path)?;
-            }
-        }
-        injected += 1;
-    }
-    Ok(injected)
-}
-
-/// The `runAsUser` of a container's or pod's `securityContext`.
-fn user_of(object: &yaml_serde::Mapping) -> Option<u64> {
-    object.get("securityContext")?.get("runAsUser")?.as_u64()
-}
-
-/// Whether a container is one of tlc's own (on a pod injected before).
-fn is_tlc(container: &yaml_serde::Mapping) -> bool {
-    let name = container.get("name").and_then(Value::as_str);
-    name == Some(spec::INIT_NAME) || name == Some(spec::SIDECAR_NAME)
-}
-
-/// Whether the pod, or any of its own containers, runs as `uid`.
-fn runs_as(spec: &yaml_serde::Mapping, uid: u64) -> bool {
-    let containers = ["containers", "initContainers"]
-        .iter()
-        .filter_map(|key| spec.get(*key)?.as_sequence())
-        .flatten()
-        .filter_map(Value::as_mapping)
-        .filter(|c| !is_tlc(c));
-    user_of(spec) == Some(uid) || containers.filter_map(user_of).any(|u| u == uid)
-}
-
-/// The service mesh a pod template asks to be injected by, if any: its
-/// own annotation, which the sidecar spec's turns off.
-fn mesh_injection(template: &yaml_serde::Mapping) -> Option<&'static str> {
-    let annotations = template.get("metadata")?.get("annotations")?;
-    let is = |key: &str, on: &str| annotations.get(key).and_then(Value::as_str) == Some(on);
-    if is("sidecar.istio.io/inject", "true") {
-        Some("Istio")
-    } else if is("linkerd.io/inject", "enabled") {
-        Some("Linkerd")
-    } else {
-        None
     }
 }

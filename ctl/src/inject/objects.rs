@@ -1,5 +1,8 @@
 //! Finding the pod templates in a Kubernetes object, by its kind. Objects
-//! of other kinds have none and pass through unchanged.
+//! of a kind not known here (a PyTorchJob, an MPIJob) are searched for
+//! anything shaped like a pod template, so that they are judged (and
+//! warned about) as a Deployment would be rather than passed over in
+//! silence; objects without one pass through unchanged.
 
 use yaml_serde::{Mapping, Value};
 
@@ -79,7 +82,7 @@ pub fn pod_templates<'a>(
         k if TEMPLATE_IN_SPEC.contains(&k) => &["spec", "template"],
         "CronJob" => &["spec", "jobTemplate", "spec", "template"],
         "TFJob" => return tf_job(object, path),
-        _ => return Ok(Vec::new()),
+        _ => return any_kind(object, path),
     };
     let annotations = object_annotations(object, path)?;
     let (template, template_path) = descend(object, path, at)?;
@@ -89,6 +92,72 @@ pub fn pod_templates<'a>(
         object_annotations: annotations,
         tf_job: None,
     }])
+}
+
+/// How deep below an object of an unknown kind pod templates are looked
+/// for (a PyTorchJob's are at `spec.pytorchReplicaSpecs.Master.template`).
+const SEARCH_DEPTH: usize = 8;
+
+/// An object of a kind not known here: every `template` below its `spec`
+/// that holds a pod spec (`spec.containers`).
+fn any_kind<'a>(
+    object: &'a mut Mapping,
+    path: &str,
+) -> Result<Vec<PodTemplate<'a>>, ManifestError> {
+    let annotations = object_annotations(object, path)?;
+    let mut templates = Vec::new();
+    if let Some(Value::Mapping(spec)) = object.get_mut("spec") {
+        search(spec, &join(path, "spec"), 0, &mut templates);
+    }
+    Ok(templates
+        .into_iter()
+        .map(|(path, template)| PodTemplate {
+            path,
+            template,
+            object_annotations: annotations.clone(),
+            tf_job: None,
+        })
+        .collect())
+}
+
+/// Collects the pod templates below `map` (at `path`), `depth` levels down.
+fn search<'a>(
+    map: &'a mut Mapping,
+    path: &str,
+    depth: usize,
+    found: &mut Vec<(String, &'a mut Mapping)>,
+) {
+    if depth > SEARCH_DEPTH {
+        return;
+    }
+    for (key, value) in map.iter_mut() {
+        let Some(key) = key.as_str() else {
+            continue;
+        };
+        let child = join(path, key);
+        match value {
+            Value::Mapping(inner) => {
+                let pod_template = key == "template"
+                    && inner
+                        .get("spec")
+                        .and_then(|s| s.get("containers"))
+                        .is_some_and(Value::is_sequence);
+                if pod_template {
+                    found.push((child, inner));
+                } else {
+                    search(inner, &child, depth + 1, found);
+                }
+            }
+            Value::Sequence(items) => {
+                for (i, item) in items.iter_mut().enumerate() {
+                    if let Value::Mapping(inner) = item {
+                        search(inner, &index(&child, i), depth + 1, found);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// A Volcano `batch.volcano.sh` Job: one template per task under

@@ -23,6 +23,8 @@ pub struct Additions {
     pub volumes: Vec<Value>,
     /// The annotations set on the pod template, in order.
     pub annotations: Mapping,
+    /// The labels set on the pod template, in order.
+    pub labels: Mapping,
     /// The pod's `terminationGracePeriodSeconds` is raised to at least this.
     pub grace_seconds: u64,
 }
@@ -134,6 +136,7 @@ pub fn additions(spec: &Spec, settings: &PodSettings) -> Result<Additions> {
         sidecar: sidecar_container(spec, settings)?,
         volumes: volumes(spec, settings),
         annotations: spec.annotations.clone(),
+        labels: spec.labels.clone(),
         grace_seconds: spec.grace_seconds,
     })
 }

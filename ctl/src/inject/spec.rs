@@ -35,6 +35,8 @@ pub const TF_PORTS_FLAG: &str = "--tf-ports";
 pub struct Spec {
     /// The pod template's annotations, in the spec's order.
     pub annotations: Mapping,
+    /// The pod template's labels (Istio's opt-outs), in the spec's order.
+    pub labels: Mapping,
     /// The least `terminationGracePeriodSeconds` of an injected pod.
     pub grace_seconds: u64,
     /// `tlc-init`, as the spec has it.
@@ -81,10 +83,16 @@ pub fn parse(text: &str) -> Result<Spec, ManifestError> {
     let template = mapping(&top, "", "template")?;
     let metadata = mapping(template, "template", "metadata")?;
     let annotations = mapping(metadata, "template.metadata", "annotations")?.clone();
-    for (key, value) in &annotations {
-        if !(key.is_string() && value.is_string()) {
-            let path = join("template.metadata.annotations", key.as_str().unwrap_or("?"));
-            return Err(ManifestError::new(path, "annotations are strings"));
+    let labels = mapping(metadata, "template.metadata", "labels")?.clone();
+    for (which, map) in [("annotations", &annotations), ("labels", &labels)] {
+        for (key, value) in map {
+            if !(key.is_string() && value.is_string()) {
+                let path = join(
+                    &join("template.metadata", which),
+                    key.as_str().unwrap_or("?"),
+                );
+                return Err(ManifestError::new(path, format!("{which} are strings")));
+            }
         }
     }
     let spec = mapping(template, "template", "spec")?;
@@ -134,6 +142,7 @@ pub fn parse(text: &str) -> Result<Spec, ManifestError> {
     }
     Ok(Spec {
         annotations,
+        labels,
         grace_seconds,
         image: image.to_string(),
         init: init.clone(),
@@ -209,6 +218,11 @@ mod tests {
         assert_eq!(spec.init["command"][spec.tf_ports_at], Value::from("2222"));
         assert!(spec.grace_seconds >= 30, "below tlcd's drain_seconds");
         assert_eq!(spec.annotations["tlc.io/inject"], Value::from("true"));
+        assert_eq!(
+            spec.annotations["linkerd.io/inject"],
+            Value::from("disabled")
+        );
+        assert_eq!(spec.labels["istio.io/dataplane-mode"], Value::from("none"));
         assert!(spec.volumes.iter().any(|v| name_of(v) == Some(TLS_VOLUME)));
     }
 

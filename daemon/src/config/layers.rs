@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 
 use config::{Environment, File, FileFormat, Map, Source, Value, ValueKind};
 
-use super::{enum_error, Config, ConfigError};
+use tlc_admin_api::env::CLIENT_VARIABLES;
+
+use super::{enum_error, strict, Config, ConfigError};
 
 /// The layer a value came from, lowest precedence first.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +75,15 @@ pub(super) const TOP_LEVEL: &[&str] = &[
     "log",
     "tls",
     "recovery",
+    "allow_destructive",
+];
+
+/// Keys whose environment variable is a comma-separated list.
+pub(super) const LIST_KEYS: &[&str] = &[
+    "policy.parameter_jobs",
+    "admin.allowed_hosts",
+    "tls.peer_identities",
+    "allow_destructive",
 ];
 
 /// Everything a configuration is made from, short of reading the file.
@@ -104,11 +115,16 @@ impl Layers {
     /// Takes from `vars` the ones that set config keys: `TLC_` followed by
     /// a key with `__` between tables (`TLC_DRAIN_SECONDS`,
     /// `TLC_POLICY__PUSH__CODEC`), and `RUST_LOG` for `log.level`.
+    /// tlcctl's variables are not tlcd's configuration, `TLC_ADMIN` (which
+    /// would name the `[admin]` table) included: see `env_names::check`.
     pub fn env_from(vars: impl IntoIterator<Item = (String, String)>) -> BTreeMap<String, String> {
         vars.into_iter()
             .filter(|(name, _)| {
                 if name == "RUST_LOG" {
                     return true;
+                }
+                if CLIENT_VARIABLES.contains(&name.as_str()) {
+                    return false;
                 }
                 let Some(key) = name.strip_prefix("TLC_") else {
                     return false;
@@ -170,6 +186,24 @@ impl Layers {
             // config names the key and, for a file, the file.
             enum_error::rewrite(&message).unwrap_or(ConfigError::Merge { message })
         })?;
+        // What each layer gave, as it gave it: the merge above converted
+        // what it could.
+        let mut given = Vec::new();
+        if let Some(file) = &file {
+            given.push(strict::file_layer(&collect(file)?));
+        }
+        given.push(strict::env_layer(&self.env, env_key));
+        let typed = |(key, value): (&String, &serde_json::Value)| {
+            (key.clone(), strict::Given::Typed(value.clone()))
+        };
+        given.push(
+            self.flags
+                .iter()
+                .map(|f| typed((&f.key, &f.value)))
+                .collect(),
+        );
+        given.push(self.api.iter().map(typed).collect());
+        strict::check(&config, &given)?;
         config.validate()?;
 
         // Provenance: the highest layer that names each leaf.
@@ -214,11 +248,7 @@ impl Layers {
         let mut map = Map::new();
         let mut names = BTreeMap::new();
         for (name, value) in &self.env {
-            let key = if name == "RUST_LOG" {
-                "log.level".to_string()
-            } else {
-                name["TLC_".len()..].to_lowercase().replace("__", ".")
-            };
+            let key = env_key(name);
             names.insert(key.clone(), name.clone());
             // Handed to config under the normalised name, so that RUST_LOG
             // and TLC_LOG__LEVEL are the same key.
@@ -227,17 +257,29 @@ impl Layers {
                 value.clone(),
             );
         }
-        let env = Environment::with_prefix("TLC")
+        // The `config` crate splits lists only with parsing on; [`strict`]
+        // checks each variable's own text against its key's type.
+        let mut env = Environment::with_prefix("TLC")
             .prefix_separator("_")
             .separator("__")
             .try_parsing(true)
-            .list_separator(",")
-            .with_list_parse_key("policy.parameter_jobs")
-            .with_list_parse_key("admin.allowed_hosts")
-            .with_list_parse_key("tls.peer_identities")
-            .source(Some(map));
-        (env, names)
+            .list_separator(",");
+        for key in LIST_KEYS {
+            env = env.with_list_parse_key(key);
+        }
+        (env.source(Some(map)), names)
     }
+}
+
+/// The dotted key an environment variable of [`Layers::env_from`] sets.
+fn env_key(name: &str) -> String {
+    if name == "RUST_LOG" {
+        return "log.level".to_string();
+    }
+    name.strip_prefix("TLC_")
+        .unwrap_or(name)
+        .to_lowercase()
+        .replace("__", ".")
 }
 
 /// Reads the config file.

@@ -4,10 +4,12 @@
 //! variables, flags and run-time changes combine.
 
 pub mod admin;
+pub mod destructive;
 mod enum_error;
 pub mod env_names;
 pub mod layers;
 pub mod log_filter;
+mod strict;
 
 #[cfg(test)]
 mod bounds_tests;
@@ -81,6 +83,11 @@ pub struct Config {
     pub tls: tlc_proxy::tls::TlsSettings,
     /// What to do when TensorFlow's recovery harms the training run.
     pub recovery: recovery::RecoverySettings,
+    /// Settings known to destroy a model that are to be used all the same,
+    /// by key: `["policy.sparse.codec"]` lets `[policy.sparse] codec =
+    /// "3lc"` through (see [`destructive`]). Empty: every such setting is
+    /// refused, with the reason.
+    pub allow_destructive: Vec<String>,
 }
 
 impl Default for Config {
@@ -100,6 +107,7 @@ impl Default for Config {
             log: Default::default(),
             tls: Default::default(),
             recovery: Default::default(),
+            allow_destructive: Vec::new(),
         }
     }
 }
@@ -298,6 +306,7 @@ impl Config {
         bounds::DRAIN_SECONDS.check("drain_seconds", self.drain_seconds)?;
         self.handover_path()?;
         tlc_sidecar::policy::Policy::new(&self.policy)?;
+        destructive::check(self)?;
         self.sidecar_options()?;
         self.admin.validate()?;
         self.metrics.address("metrics")?;
@@ -338,8 +347,51 @@ impl Config {
                 });
             }
         }
+        self.addresses_apart()
+    }
+
+    /// Refuses two listeners of tlcd's on one address (`admin.listen` =
+    /// `metrics.listen`, or a route on the admin port): the second could
+    /// not be bound, and tlcd would exit at start.
+    fn addresses_apart(&self) -> Result<(), ConfigError> {
+        let mut bound: Vec<(String, SocketAddr)> = Vec::new();
+        if let Some(addr) = self.admin.address()? {
+            bound.push(("admin.listen".into(), addr));
+        }
+        if let Some(addr) = self.metrics.address("metrics")? {
+            bound.push(("metrics.listen".into(), addr));
+        }
+        for (i, route) in self.routes.iter().enumerate() {
+            bound.push((format!("routes[{i}].listen"), route.listen));
+        }
+        if let Some(t) = &self.transparent {
+            bound.push(("transparent.outbound".into(), t.outbound));
+            bound.push(("transparent.inbound".into(), t.inbound));
+        }
+        for (i, (key, addr)) in bound.iter().enumerate() {
+            if let Some((other, at)) = bound[..i].iter().find(|(_, at)| overlap(*at, *addr)) {
+                return Err(ConfigError::Invalid {
+                    key: key.clone(),
+                    value: addr.to_string(),
+                    allowed: format!("must differ from {other} = {at}: tlcd cannot listen on both"),
+                });
+            }
+        }
         Ok(())
     }
+}
+
+/// Whether two addresses cannot both be listened on: one port (not 0, which
+/// picks a free one) on the same IP, or on an IP and the wildcard covering it.
+fn overlap(a: SocketAddr, b: SocketAddr) -> bool {
+    if a.port() != b.port() || a.port() == 0 {
+        return false;
+    }
+    let (x, y) = (a.ip(), b.ip());
+    // `[::]` takes IPv4 too where the system maps it (Linux's default).
+    x == y
+        || (x.is_unspecified() && (x.is_ipv6() || y.is_ipv4()))
+        || (y.is_unspecified() && (y.is_ipv6() || x.is_ipv4()))
 }
 
 #[cfg(test)]
@@ -377,6 +429,46 @@ mod tests {
             err.to_string(),
             "contexts.pull_cache = 0: 1 to 4096 (deltas)"
         );
+    }
+
+    #[test]
+    fn two_listeners_on_one_address_are_refused() {
+        let err = Config::from_toml(
+            "[admin]\nlisten = \"127.0.0.1:17090\"\n[metrics]\nlisten = \"0.0.0.0:17090\"\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "metrics.listen = 0.0.0.0:17090: must differ from admin.listen = 127.0.0.1:17090: \
+             tlcd cannot listen on both"
+        );
+        let err = Config::from_toml(
+            "[[routes]]\nlisten = \"127.0.0.1:17000\"\nupstream = \"127.0.0.1:2\"\nrole = \"inbound\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("routes[0].listen = 127.0.0.1:17000: must differ from admin.listen"),
+            "{err}"
+        );
+        // Other IPs, port 0, and an endpoint turned off do not collide.
+        Config::from_toml(
+            "[admin]\nlisten = \"127.0.0.2:17090\"\n[metrics]\nlisten = \"127.0.0.1:17090\"\n",
+        )
+        .unwrap();
+        Config::from_toml(
+            "[admin]\nlisten = \"127.0.0.1:0\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
+        )
+        .unwrap();
+        Config::from_toml("[admin]\nlisten = \"off\"\n[metrics]\nlisten = \"off\"\n").unwrap();
+        assert!(overlap(
+            "[::]:5".parse().unwrap(),
+            "127.0.0.1:5".parse().unwrap()
+        ));
+        assert!(!overlap(
+            "0.0.0.0:5".parse().unwrap(),
+            "[::1]:5".parse().unwrap()
+        ));
     }
 
     #[test]

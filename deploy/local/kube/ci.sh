@@ -49,9 +49,10 @@ tlcctl=$root/target/release/tlcctl
 python=python3
 "$python" -c 'import yaml' 2>/dev/null || python=/usr/bin/python3
 
-# The runner takes the image from deploy/container/rootfs, whatever the
-# manifests name: the sidecar spec's placeholder name does here.
-export TLC_IMAGE=ghcr.io/tlc-project/tlcd:0.1.0
+# The runner takes the image from deploy/container/rootfs for any image
+# whose name has "tlcd" in its last part; inject refuses the sidecar spec's
+# placeholder (no registry serves it), so a user's name stands in.
+export TLC_IMAGE=registry.example.com/tlc/tlcd:0.1.0
 
 # As README.md says to create it: `kubectl create secret generic tlc-admin-token --from-literal=token=...`.
 token=$(openssl rand -hex 32)
