@@ -36,37 +36,30 @@ def slug(heading):
     return text.replace(" ", "-")
 
 
-def anchors(path):
-    """The anchors of a Markdown file's headings."""
-    found = set()
+def prose(path):
+    """The lines of a Markdown file outside fenced code."""
     in_code = False
     with open(path, encoding="utf-8") as f:
         for line in f:
             if line.lstrip().startswith("```"):
                 in_code = not in_code
-                continue
-            m = None if in_code else HEADING.match(line)
-            if m:
-                found.add(slug(m.group("text")))
-    return found
+            elif not in_code:
+                yield line
+
+
+def anchors(path):
+    """The anchors of a Markdown file's headings."""
+    return {slug(m.group("text")) for m in map(HEADING.match, prose(path)) if m}
 
 
 def sections(path):
     """The headings and bold leads of a Markdown file, lower-cased."""
     found = []
-    in_code = False
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.lstrip().startswith("```"):
-                in_code = not in_code
-                continue
-            if in_code:
-                continue
-            for pattern in (HEADING, BOLD_LEAD):
-                m = pattern.match(line)
-                if m:
-                    text = m.group("text").replace("`", "").strip().lower()
-                    found.append(text)
+    for line in prose(path):
+        for pattern in (HEADING, BOLD_LEAD):
+            m = pattern.match(line)
+            if m:
+                found.append(m.group("text").replace("`", "").strip().lower())
     return found
 
 

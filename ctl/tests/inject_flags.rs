@@ -60,6 +60,7 @@ fn the_image_must_be_an_image_reference_and_not_the_placeholder() {
     }
     // TLC_IMAGE is checked the same way.
     let output = common::tlcctl()
+        .env("TLC_IMAGE", "ghcr.io/tlc-project/tlcd:0.1.0")
         .args(["inject", "-"])
         .write_stdin(POD)
         .output()

@@ -10,9 +10,6 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-/// The image these tests give: not the sidecar spec's placeholder.
-const IMAGE: &str = "registry.example.com/tlc/tlcd:0.1.0";
-
 /// A fixture under `tests/fixtures/inject/`, as text.
 fn fixture(name: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -23,19 +20,7 @@ fn fixture(name: &str) -> String {
 
 /// Runs `tlcctl inject ARGS -` on `stdin`: exit code, stdout, stderr.
 fn inject(args: &[&str], stdin: &str) -> (Option<i32>, String, String) {
-    let output = common::tlcctl()
-        .env("TLC_IMAGE", IMAGE)
-        .arg("inject")
-        .args(args)
-        .arg("-")
-        .write_stdin(stdin)
-        .output()
-        .expect("run tlcctl");
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    common::on_stdin(&[&["inject"], args].concat(), stdin)
 }
 
 /// The fixture TFJob with its PS replica opted out.

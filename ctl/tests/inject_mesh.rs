@@ -10,9 +10,6 @@ use std::path::PathBuf;
 use common::POD;
 use serde_json::Value;
 
-/// The image these tests give: not the sidecar spec's placeholder.
-const IMAGE: &str = "registry.example.com/tlc/tlcd:0.1.0";
-
 /// A fixture under `tests/fixtures/inject/`.
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -24,7 +21,6 @@ fn fixture(name: &str) -> PathBuf {
 /// the output as JSON, and stderr.
 fn run(command: &str, args: &[&str], stdin: &str) -> (Value, String) {
     let output = common::tlcctl()
-        .env("TLC_IMAGE", IMAGE)
         .args([command, "-o", "json"])
         .args(args)
         .arg("-")
@@ -123,7 +119,6 @@ fn a_pods_own_annotations_and_labels_are_merged_not_replaced() {
     assert_eq!(metadata["annotations"]["tlc.io/inject"], "true");
     // The user's keys first, where they were; the spec's after them.
     let output = common::tlcctl()
-        .env("TLC_IMAGE", IMAGE)
         .args(["inject", "-"])
         .write_stdin(pod)
         .output()

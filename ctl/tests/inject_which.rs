@@ -6,16 +6,7 @@ mod common;
 
 use common::{tf_ports, POD};
 
-/// The image these tests give (`TLC_IMAGE`), which the golden files hold:
-/// not the sidecar spec's placeholder, which inject refuses.
-const IMAGE: &str = "registry.example.com/tlc/tlcd:0.1.0";
-
-/// A `tlcctl` command with [`IMAGE`] as `TLC_IMAGE`.
-fn tlcctl() -> assert_cmd::Command {
-    let mut command = common::tlcctl();
-    command.env("TLC_IMAGE", IMAGE);
-    command
-}
+use common::tlcctl;
 use serde_json::{json, Value};
 
 /// One YAML document injected with no flags, as JSON.

@@ -8,9 +8,6 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-/// The image these tests give: not the sidecar spec's placeholder.
-const IMAGE: &str = "registry.example.com/tlc/tlcd:0.1.0";
-
 /// The fixtures' folder.
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/inject")
@@ -18,18 +15,7 @@ fn fixtures() -> PathBuf {
 
 /// Runs `tlcctl ARGS -` on `stdin`: exit code, stdout, stderr.
 fn tlcctl(args: &[&str], stdin: &str) -> (Option<i32>, String, String) {
-    let output = common::tlcctl()
-        .env("TLC_IMAGE", IMAGE)
-        .args(args)
-        .arg("-")
-        .write_stdin(stdin)
-        .output()
-        .expect("run tlcctl");
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    common::on_stdin(args, stdin)
 }
 
 /// The documents of a YAML stream, empty ones left out, as JSON values.

@@ -46,6 +46,20 @@ pub struct TfJob {
     pub cluster: Vec<(String, u64)>,
 }
 
+/// One document as a Kubernetes object: `None` for an empty document,
+/// an error for anything that is not a mapping.
+pub fn object_of(document: &mut Value) -> Result<Option<&mut Mapping>, ManifestError> {
+    match document {
+        Value::Null => Ok(None),
+        Value::Mapping(object) => Ok(Some(object)),
+        other => Err(ManifestError::expected(
+            "",
+            "a Kubernetes object (a mapping)",
+            other,
+        )),
+    }
+}
+
 /// Every pod template in `object` (a document, or an item of a `List`),
 /// which is at `path`.
 pub fn pod_templates<'a>(

@@ -46,14 +46,8 @@ pub fn inject_document(
     flags: &Flags,
     warnings: &mut Vec<String>,
 ) -> Result<usize> {
-    let object = match document {
-        Value::Null => return Ok(0),
-        Value::Mapping(object) => object,
-        other => {
-            return Err(
-                ManifestError::expected("", "a Kubernetes object (a mapping)", other).into(),
-            )
-        }
+    let Some(object) = objects::object_of(document)? else {
+        return Ok(0);
     };
     let mut injected = 0;
     // The replicas of each TFJob (by the path of the job), with what

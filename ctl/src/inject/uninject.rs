@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use yaml_serde::Value;
 
-use super::error::{self, ManifestError};
+use super::error;
 use super::objects;
 use super::remove::{self, Removed};
 use crate::admin::Format;
@@ -59,14 +59,8 @@ pub fn run(args: &UninjectArgs, format: Option<Format>, verbose: bool) -> Result
 /// Takes tlc out of every pod template of one document; returns how many
 /// had it.
 fn uninject_document(document: &mut Value, warnings: &mut Vec<String>) -> Result<usize> {
-    let object = match document {
-        Value::Null => return Ok(0),
-        Value::Mapping(object) => object,
-        other => {
-            return Err(
-                ManifestError::expected("", "a Kubernetes object (a mapping)", other).into(),
-            )
-        }
+    let Some(object) = objects::object_of(document)? else {
+        return Ok(0);
     };
     let mut removed = 0;
     for found in objects::pod_templates(object, "")? {

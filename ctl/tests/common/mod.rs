@@ -9,15 +9,30 @@ use assert_cmd::Command;
 use serde_json::Value;
 use tempfile::TempDir;
 
-/// The image the inject tests give (`TLC_IMAGE`): the sidecar spec's name,
-/// which the golden files hold.
-pub const IMAGE: &str = "ghcr.io/tlc-project/tlcd:0.1.0";
+/// The image the inject tests give (`TLC_IMAGE`), which the golden files
+/// hold: not the sidecar spec's placeholder, which inject refuses.
+pub const IMAGE: &str = "registry.example.com/tlc/tlcd:0.1.0";
 
 /// A `tlcctl` command, with `TLC_IMAGE` set for `inject`.
 pub fn tlcctl() -> Command {
     let mut command = assert_cmd::cargo::cargo_bin_cmd!("tlcctl");
     command.env("TLC_IMAGE", IMAGE);
     command
+}
+
+/// Runs `tlcctl ARGS -` with `stdin`: exit code, stdout, stderr.
+pub fn on_stdin(args: &[&str], stdin: &str) -> (Option<i32>, String, String) {
+    let output = tlcctl()
+        .args(args)
+        .arg("-")
+        .write_stdin(stdin)
+        .output()
+        .expect("run tlcctl");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 /// A scratch directory and paths in it.
