@@ -141,9 +141,9 @@ fn check_whole_job(job: &Job, flags: &Flags, warnings: &mut Vec<String>) -> Resu
     }
     if !flags.force {
         bail!(
-            "{what}. tlc's sidecars on one side of a connection and none on the other cannot \
-             work together: inject all replicas or none (tlc.io/inject: \"false\" on the \
-             TFJob), or --force to write it anyway"
+            "{what}. A replica without a sidecar exchanges its tensors uncompressed, and with \
+             --mtls not at all (the others' sidecars dial it with TLS): inject all replicas or \
+             none (tlc.io/inject: \"false\" on the TFJob), or --force to write it anyway"
         );
     }
     warnings.push(format!("{what} (--force: written anyway)"));
