@@ -7,9 +7,10 @@
 #   docker.io/library/debian:bookworm-slim  build-image.sh's debootstrapped
 #                                           base (run build-image.sh first);
 #   docker.io/library/rust:1.95-bookworm    that base with gcc, libc6-dev and
-#                                           ca-certificates from Debian, and
-#                                           the host's Rust toolchain in
-#                                           /usr/local/rust (rustc 1.95);
+#                                           ca-certificates from Debian (and
+#                                           the host's own CAs, for an egress
+#                                           proxy), and the host's Rust
+#                                           toolchain in /usr/local/rust;
 # then `buildah bud -f deploy/container/Containerfile .` from a fresh clone of
 # HEAD (the context a user has; .dockerignore applies), and the image's
 # `tlcd --version` and `tlcctl --version`. The build stage fetches crates
@@ -59,6 +60,13 @@ ctr=$(buildah from --pull=never "$base_image")
 trap 'buildah rm "$ctr" >/dev/null 2>&1 || true' EXIT
 buildah run --isolation "$BUILDAH_ISOLATION" --network host "$ctr" -- sh -c \
   'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev ca-certificates >/dev/null && rm -rf /var/lib/apt/lists/*'
+# The host's own certificate authorities (an egress proxy's, where one
+# stands between this machine and crates.io), so that cargo in the build
+# stage reaches crates.io as the host does.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  buildah copy "$ctr" /usr/local/share/ca-certificates/ /usr/local/share/ca-certificates/ >/dev/null
+  buildah run --isolation "$BUILDAH_ISOLATION" --network host "$ctr" -- update-ca-certificates >/dev/null
+fi
 for part in bin lib libexec; do
   [ -d "$toolchain/$part" ] && buildah copy "$ctr" "$toolchain/$part" "/usr/local/rust/$part" >/dev/null
 done
@@ -83,7 +91,7 @@ echo "== the image's binaries (buildah run: no OCI runtime needed)"
 ctr=$(buildah from --pull=never "$tag")
 trap 'buildah rm "$ctr" >/dev/null 2>&1 || true; rm -rf "$context"' EXIT
 for b in tlcd tlcctl; do
-  v=$(buildah run --isolation "$BUILDAH_ISOLATION" --network none "$ctr" -- "/usr/local/bin/$b" --version) ||
+  v=$(buildah run --isolation "$BUILDAH_ISOLATION" --network host "$ctr" -- "/usr/local/bin/$b" --version) ||
     fail "$b --version failed in the image"
   echo "$v"
   [[ $v == "$b "* ]] || fail "$b --version printed '$v'"
