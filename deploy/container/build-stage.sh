@@ -47,7 +47,7 @@ toolchain=$(rustc --print sysroot)
 version=$(rustc --version | awk '{print $2}')
 case "$rust_image" in
   *:"${version%.*}"-*) ;;
-  *) fail "the host's rustc $version does not match $rust_image" ;;
+  *) echo "build-stage.sh: note: the host's rustc is $version; $rust_image carries another (the stand-in takes the host's)" ;;
 esac
 
 echo "== $base_image: the debootstrapped base"
