@@ -78,7 +78,7 @@ trap - EXIT
 
 echo "== a fresh clone of HEAD, the context a user builds from"
 context=$(mktemp -d "$tools/tmp/context.XXXXXX")
-trap 'rm -rf "$context"' EXIT
+trap 'buildah rm --all >/dev/null 2>&1 || true; rm -rf "$context"' EXIT
 git clone -q "$root" "$context/tlc"
 
 echo "== buildah bud -f deploy/container/Containerfile . (no build argument)"
@@ -87,13 +87,20 @@ t0=$SECONDS
   -f deploy/container/Containerfile -t "$tag" .) || fail "the documented build failed"
 echo "built in $((SECONDS - t0)) s"
 
+# buildah 1.28 leaves a working container for the `binaries` stage (a FROM
+# without instructions), which keeps its layers mounted under .tools (and the
+# checkout from being removed): every working container goes on exit, as in
+# build-image.sh (this project's store only).
+trap 'buildah rm --all >/dev/null 2>&1 || true; rm -rf "$context"' EXIT
+
 echo "== the image's binaries (buildah run: no OCI runtime needed)"
 ctr=$(buildah from --pull=never "$tag")
-trap 'buildah rm "$ctr" >/dev/null 2>&1 || true; rm -rf "$context"' EXIT
 for b in tlcd tlcctl; do
   v=$(buildah run --isolation "$BUILDAH_ISOLATION" --network host "$ctr" -- "/usr/local/bin/$b" --version) ||
     fail "$b --version failed in the image"
   echo "$v"
   [[ $v == "$b "* ]] || fail "$b --version printed '$v'"
 done
+buildah rm --all >/dev/null || true
+podman image prune -f >/dev/null || true
 echo "build-stage.sh: ok: the Containerfile builds with its default arguments from a fresh clone"
