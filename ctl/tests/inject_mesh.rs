@@ -20,17 +20,9 @@ fn fixture(name: &str) -> PathBuf {
 /// Runs `tlcctl COMMAND -o json ARGS -` on `stdin`, which must succeed:
 /// the output as JSON, and stderr.
 fn run(command: &str, args: &[&str], stdin: &str) -> (Value, String) {
-    let output = common::tlcctl()
-        .args([command, "-o", "json"])
-        .args(args)
-        .arg("-")
-        .write_stdin(stdin)
-        .output()
-        .expect("run tlcctl");
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(output.status.success(), "{command} {args:?}: {stderr}");
-    let out = serde_json::from_slice(&output.stdout).expect("JSON");
-    (out, stderr)
+    let (code, out, stderr) = common::on_stdin(&[&[command, "-o", "json"], args].concat(), stdin);
+    assert_eq!(code, Some(0), "{command} {args:?}: {stderr}");
+    (serde_json::from_str(&out).expect("JSON"), stderr)
 }
 
 #[test]

@@ -18,16 +18,9 @@ fn json_of(yaml: &str) -> Value {
 /// Runs `tlcctl inject ARGS -` on `stdin`: stdout and stderr, and it must
 /// succeed.
 fn inject_warned(args: &[&str], stdin: &str) -> (String, String) {
-    let output = tlcctl()
-        .arg("inject")
-        .args(args)
-        .arg("-")
-        .write_stdin(stdin)
-        .output()
-        .expect("run tlcctl");
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(output.status.success(), "inject {args:?}: {stderr}");
-    (String::from_utf8(output.stdout).expect("utf-8"), stderr)
+    let (code, out, stderr) = common::on_stdin(&[&["inject"], args].concat(), stdin);
+    assert_eq!(code, Some(0), "inject {args:?}: {stderr}");
+    (out, stderr)
 }
 
 /// Whether inject left `yaml` as it was (no tlc container added).
