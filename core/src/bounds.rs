@@ -19,6 +19,12 @@
 //! | `limits.handshake_seconds` | 1 to 300 |
 //! | `limits.idle_seconds` | 0 (never) to 604800 (7 days) |
 //! | `limits.memory_wait_seconds` | 1 to 600 |
+//! | `limits.max_opaque_connections` | 0 (none) to 65536 |
+//! | `limits.opaque_idle_seconds` | 1 to 604800 (7 days) |
+//! | `limits.close_seconds` | 1 to 600 |
+//! | `limits.server_first_seconds` | 1 to 300 |
+//! | `limits.gather_seconds` | 1 to 3600 |
+//! | `limits.hop_references_mib` | 1 to 1024 |
 //! | `policy.min_bytes`, `policy.min_vector_bytes`, `policy.min_row_bytes` | 0 to 2147483648 (2 GiB, TensorFlow's largest message) |
 //! | `policy.warmup_steps` | 0 to 1000000 |
 //! | `policy.overrides` | at most 1024 entries |
@@ -142,6 +148,48 @@ pub const MEMORY_WAIT_SECONDS: Range = Range {
     min: 1,
     max: 600,
     note: "seconds",
+};
+
+/// `limits.max_opaque_connections`, per listener; 0 refuses them all.
+pub const MAX_OPAQUE_CONNECTIONS: Range = Range {
+    min: 0,
+    max: 65_536,
+    note: "connections; 0: none",
+};
+
+/// `limits.opaque_idle_seconds`.
+pub const OPAQUE_IDLE_SECONDS: Range = Range {
+    min: 1,
+    max: 7 * 24 * 3600,
+    note: "seconds, 7 days",
+};
+
+/// `limits.close_seconds`.
+pub const CLOSE_SECONDS: Range = Range {
+    min: 1,
+    max: 600,
+    note: "seconds",
+};
+
+/// `limits.server_first_seconds`.
+pub const SERVER_FIRST_SECONDS: Range = Range {
+    min: 1,
+    max: 300,
+    note: "seconds",
+};
+
+/// `limits.gather_seconds`.
+pub const GATHER_SECONDS: Range = Range {
+    min: 1,
+    max: 3600,
+    note: "seconds",
+};
+
+/// `limits.hop_references_mib`.
+pub const HOP_REFERENCES_MIB: Range = Range {
+    min: 1,
+    max: 1024,
+    note: "MiB",
 };
 
 /// `policy.min_bytes`: a tensor is at most a 2 GiB message, so a larger

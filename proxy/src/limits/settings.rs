@@ -29,6 +29,29 @@ pub struct LimitSettings {
     /// Seconds a compressed response waits for in-flight memory before it
     /// falls back to its original.
     pub memory_wait_seconds: u64,
+    /// Connections that are not HTTP/2 (forwarded untouched) each listener
+    /// serves at once, within `max_connections`; 0 refuses them all. Kept
+    /// well below `max_connections` so that they can never take the slots
+    /// TensorFlow and peer sidecars need.
+    pub max_opaque_connections: usize,
+    /// Seconds a connection forwarded untouched may pass no byte either
+    /// way before it is closed.
+    pub opaque_idle_seconds: u64,
+    /// Seconds a closing connection has to finish before it is closed
+    /// hard: an HTTP/2 connection after its GOAWAY when it idled out, a
+    /// forwarded one after either side closed.
+    pub close_seconds: u64,
+    /// Seconds a new connection may send nothing before it is taken for a
+    /// protocol whose server speaks first and forwarded untouched; one
+    /// that has still sent nothing at `handshake_seconds` is closed.
+    pub server_first_seconds: u64,
+    /// Seconds a body read whole (a hop-compressed request, a graph
+    /// registration) has to arrive before the call fails.
+    pub gather_seconds: u64,
+    /// MiB of earlier requests the holder's sidecar keeps for requests
+    /// hop-compressed against them (`tlc-hop-ref`), entries counted at
+    /// their real size.
+    pub hop_references_mib: u64,
 }
 
 impl Default for LimitSettings {
@@ -40,6 +63,12 @@ impl Default for LimitSettings {
             handshake_seconds: 10,
             idle_seconds: 3600,
             memory_wait_seconds: 30,
+            max_opaque_connections: 64,
+            opaque_idle_seconds: 300,
+            close_seconds: 10,
+            server_first_seconds: 2,
+            gather_seconds: 30,
+            hop_references_mib: 8,
         }
     }
 }
@@ -62,6 +91,18 @@ pub struct Limits {
     pub idle: Option<std::time::Duration>,
     /// Wait for in-flight memory.
     pub memory_wait: std::time::Duration,
+    /// Opaque (forwarded) connections per listener.
+    pub max_opaque_connections: usize,
+    /// Idle time of a forwarded connection.
+    pub opaque_idle: std::time::Duration,
+    /// Time a closing connection has to finish.
+    pub close: std::time::Duration,
+    /// Silence after which a new connection is taken for server-first.
+    pub server_first: std::time::Duration,
+    /// Time a body read whole has to arrive.
+    pub gather: std::time::Duration,
+    /// Bytes of hop references kept.
+    pub hop_references_bytes: u64,
 }
 
 impl LimitSettings {
@@ -87,6 +128,18 @@ impl LimitSettings {
         bounds::CONNECTION_IDLE_SECONDS.check("limits.idle_seconds", idle)?;
         let wait = self.memory_wait_seconds;
         bounds::MEMORY_WAIT_SECONDS.check("limits.memory_wait_seconds", wait)?;
+        let max_opaque = u64::try_from(self.max_opaque_connections).unwrap_or(u64::MAX);
+        bounds::MAX_OPAQUE_CONNECTIONS.check("limits.max_opaque_connections", max_opaque)?;
+        let opaque_idle = self.opaque_idle_seconds;
+        bounds::OPAQUE_IDLE_SECONDS.check("limits.opaque_idle_seconds", opaque_idle)?;
+        let close = self.close_seconds;
+        bounds::CLOSE_SECONDS.check("limits.close_seconds", close)?;
+        let server_first = self.server_first_seconds;
+        bounds::SERVER_FIRST_SECONDS.check("limits.server_first_seconds", server_first)?;
+        let gather = self.gather_seconds;
+        bounds::GATHER_SECONDS.check("limits.gather_seconds", gather)?;
+        let references = self.hop_references_mib;
+        bounds::HOP_REFERENCES_MIB.check("limits.hop_references_mib", references)?;
         let shares = Shares::of(memory.bytes);
         // TensorFlow's limit is 2 GiB. Decoding a pushed tensor holds its
         // envelope, its values and a refinement buffer at once: a third of
@@ -100,6 +153,12 @@ impl LimitSettings {
             handshake: std::time::Duration::from_secs(handshake),
             idle: (idle > 0).then(|| std::time::Duration::from_secs(idle)),
             memory_wait: std::time::Duration::from_secs(wait),
+            max_opaque_connections: self.max_opaque_connections,
+            opaque_idle: std::time::Duration::from_secs(opaque_idle),
+            close: std::time::Duration::from_secs(close),
+            server_first: std::time::Duration::from_secs(server_first),
+            gather: std::time::Duration::from_secs(gather),
+            hop_references_bytes: references << 20,
         })
     }
 }

@@ -110,6 +110,11 @@ pub struct Options {
     pub max_tensor_bytes: u64,
     /// How long a decode waits for in-flight memory.
     pub memory_wait: Duration,
+    /// How long a body read whole (a hop-compressed request, a graph
+    /// registration) has to arrive.
+    pub gather: Duration,
+    /// Bytes of earlier requests kept for hop references.
+    pub hop_references_bytes: usize,
     /// The memory total the defaults above are shares of (for
     /// `tlc_memory_limit_bytes`; bounds set one by one do not change it).
     pub memory: tlc_proxy::limits::memory::Total,
@@ -132,6 +137,9 @@ impl Options {
             in_flight_bytes: limits.shares.in_flight_bytes,
             max_tensor_bytes: limits.max_tensor_bytes,
             memory_wait: limits.memory_wait,
+            gather: limits.gather,
+            hop_references_bytes: usize::try_from(limits.hop_references_bytes)
+                .unwrap_or(usize::MAX),
             memory: limits.memory,
         }
     }
