@@ -50,6 +50,7 @@ fn tls(dir: &Path, name: &str, peers: &[&str]) -> TlsSettings {
         ca: Some(dir.join("ca.pem")),
         peer_identities: peers.iter().map(|p| p.to_string()).collect(),
         reload_seconds: 10,
+        accept_plaintext: false,
     }
 }
 
@@ -86,6 +87,11 @@ struct Job {
 
 /// A tensor server behind a holder sidecar that takes TLS from `worker`.
 async fn holder_job() -> Job {
+    holder_job_with(|tls| tls).await
+}
+
+/// [`holder_job`] with its TLS settings changed by `change`.
+async fn holder_job_with(change: impl FnOnce(TlsSettings) -> TlsSettings) -> Job {
     let certs = tempfile::tempdir().unwrap();
     let dir = certs.path().to_path_buf();
     make_certs(&dir, &["ps", "worker"]);
@@ -96,7 +102,7 @@ async fn holder_job() -> Job {
         Role::Inbound,
         tf,
         holder.clone(),
-        tls(&dir, "ps", &[WORKER]),
+        change(tls(&dir, "ps", &[WORKER])),
     )
     .await;
     Job {
@@ -137,8 +143,45 @@ async fn authenticated_peers_get_compressed_tensors() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn plaintext_callers_are_forwarded_untouched_and_get_no_fallback() {
+async fn plaintext_callers_are_refused_unless_a_rollout_accepts_them() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let job = holder_job().await;
+    let mut tcp = tokio::net::TcpStream::connect(job.inbound.local_addrs()[0])
+        .await
+        .unwrap();
+    // The HTTP/2 preface and an empty SETTINGS frame, as TensorFlow opens.
+    tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        tcp.read_to_end(&mut answer),
+    )
+    .await
+    .expect("the connection is closed, not kept");
+    assert!(
+        read.is_err() || answer.is_empty(),
+        "a plaintext caller got {} bytes of HTTP/2 back",
+        answer.len()
+    );
+    let refused = job
+        .holder
+        .stats()
+        .connections()
+        .refusals()
+        .find(|(why, _)| why.name() == "tls")
+        .map_or(0, |(_, n)| n);
+    assert_eq!(refused, 1, "counted as a TLS refusal");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plaintext_callers_are_forwarded_untouched_and_get_no_fallback() {
+    let job = holder_job_with(|tls| TlsSettings {
+        accept_plaintext: true,
+        ..tls
+    })
+    .await;
     // A plaintext client claiming to be a sidecar.
     let client = Client::connect(job.inbound.local_addrs()[0]).await;
     let as_peer = [(peer::PEER, peer::PROTOCOL)];

@@ -46,19 +46,24 @@ pub enum Refusal {
     /// No HTTP/2 preface (or TLS hello) within `limits.handshake_seconds`.
     Handshake,
     /// A TLS handshake failed, or TLS was offered where none is configured,
-    /// or plaintext where TLS is required.
+    /// or plaintext that is not HTTP/2 where TLS is required (nothing of
+    /// it is forwarded).
     Tls,
     /// The upstream could not be reached.
     Upstream,
+    /// Not HTTP/2, and the listener forwards
+    /// `limits.max_opaque_connections` such connections already.
+    OpaqueLimit,
 }
 
 impl Refusal {
     /// Every refusal, in label order.
-    pub const ALL: [Refusal; 4] = [
+    pub const ALL: [Refusal; 5] = [
         Refusal::Limit,
         Refusal::Handshake,
         Refusal::Tls,
         Refusal::Upstream,
+        Refusal::OpaqueLimit,
     ];
 
     /// The metric label.
@@ -68,6 +73,36 @@ impl Refusal {
             Refusal::Handshake => "handshake",
             Refusal::Tls => "tls",
             Refusal::Upstream => "upstream_unreachable",
+            Refusal::OpaqueLimit => "opaque_limit",
+        }
+    }
+}
+
+/// Why the proxy closed a connection it was serving without waiting for
+/// its client any longer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Cut {
+    /// A forwarded connection passed no byte either way for
+    /// `limits.opaque_idle_seconds`.
+    OpaqueIdle,
+    /// One side of a forwarded connection closed and the other had not
+    /// finished `limits.close_seconds` later.
+    HalfClosed,
+    /// An HTTP/2 connection sent its GOAWAY for being idle and had not
+    /// closed `limits.close_seconds` later (a client that never reads).
+    GoawayTimeout,
+}
+
+impl Cut {
+    /// Every cut, in label order.
+    pub const ALL: [Cut; 3] = [Cut::OpaqueIdle, Cut::HalfClosed, Cut::GoawayTimeout];
+
+    /// The metric label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cut::OpaqueIdle => "opaque_idle",
+            Cut::HalfClosed => "half_closed",
+            Cut::GoawayTimeout => "goaway_timeout",
         }
     }
 }
@@ -79,6 +114,7 @@ pub struct ConnectionStats {
     idle_closed: AtomicU64,
     opaque: AtomicU64,
     refused: [AtomicU64; Refusal::ALL.len()],
+    cut: [AtomicU64; Cut::ALL.len()],
 }
 
 impl ConnectionStats {
@@ -91,6 +127,18 @@ impl ConnectionStats {
     /// Counts a refusal.
     pub fn refused(&self, why: Refusal) {
         self.refused[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a connection closed hard.
+    pub fn cut(&self, why: Cut) {
+        self.cut[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections closed hard so far, by reason.
+    pub fn cuts(&self) -> impl Iterator<Item = (Cut, u64)> + '_ {
+        Cut::ALL
+            .into_iter()
+            .map(|c| (c, self.cut[c as usize].load(Ordering::Relaxed)))
     }
 
     /// Counts a connection that is not HTTP/2, forwarded untouched.
@@ -221,5 +269,15 @@ mod tests {
         stats.refused(Refusal::Limit);
         let limit = stats.refusals().find(|(r, _)| *r == Refusal::Limit);
         assert_eq!(limit, Some((Refusal::Limit, 2)));
+        stats.cut(Cut::GoawayTimeout);
+        let cuts: Vec<_> = stats.cuts().collect();
+        assert_eq!(
+            cuts,
+            [
+                (Cut::OpaqueIdle, 0),
+                (Cut::HalfClosed, 0),
+                (Cut::GoawayTimeout, 1)
+            ]
+        );
     }
 }

@@ -1,13 +1,14 @@
-//! Accepting connections on one route and serving each as HTTP/2.
+//! Accepting connections on one route and serving each: as HTTP/2
+//! ([`http2`]), or forwarded untouched when it speaks something else
+//! ([`opaque_route`]), within the listener's [`Bounds`].
 
-use std::convert::Infallible;
+mod http2;
+mod opaque_route;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use hyper::server::conn::http2;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -16,20 +17,17 @@ use tracing::{debug, info, warn, Instrument};
 
 use tlc_core::Role;
 
-use crate::batched::Batched;
-use crate::body;
-use crate::connection::{self, Activity, ConnectionId, ConnectionStats, Refusal};
-use crate::handler::{Handler, Unauthenticated};
-use crate::intercept::{self, Target};
+use crate::connection::{self, Refusal};
+use crate::handler::Handler;
+use crate::intercept::{self, Destination, Resolver, Target};
 use crate::io::Io;
 use crate::lifecycle::Lifecycle;
 use crate::linger::{self, LINGER_BYTES, LINGER_TIME};
-use crate::opaque;
 use crate::preface::{self, Opening};
-use crate::tasks::Tracked;
 use crate::tls::{PeerIdentity, TlsContext};
 use crate::tuning;
 use crate::upstream::Upstream;
+use http2::{Client, Served};
 
 /// One listening socket and what it does with connections.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +49,16 @@ pub struct Bounds {
     pub handshake: Duration,
     /// Time an inbound connection may go without a call; `None`: forever.
     pub idle: Option<Duration>,
+    /// Connections forwarded untouched at once, within `max_connections`.
+    pub max_opaque_connections: usize,
+    /// Time a forwarded connection may pass no byte either way.
+    pub opaque_idle: Duration,
+    /// Time a closing connection has to finish: after an idle HTTP/2
+    /// connection's GOAWAY, after one side of a forwarded one closed.
+    pub close: Duration,
+    /// Silence after which a new connection is taken for a protocol whose
+    /// server speaks first, and forwarded.
+    pub server_first: Duration,
 }
 
 impl Bounds {
@@ -60,6 +68,10 @@ impl Bounds {
             max_connections: limits.max_connections,
             handshake: limits.handshake,
             idle: limits.idle,
+            max_opaque_connections: limits.max_opaque_connections,
+            opaque_idle: limits.opaque_idle,
+            close: limits.close,
+            server_first: limits.server_first,
         }
     }
 }
@@ -78,6 +90,16 @@ pub async fn serve<H: Handler>(
 ) {
     info!(listen = %route.listen, target = ?route.target, role = ?route.role, "listening");
     let slots = Arc::new(Semaphore::new(bounds.max_connections));
+    let site = Arc::new(Site {
+        route: route.clone(),
+        bounds,
+        tls,
+        handler: handler.clone(),
+        lifecycle: lifecycle.clone(),
+        tasks: tracker.clone(),
+        opaque: Arc::new(Semaphore::new(bounds.max_opaque_connections)),
+        resolver: Resolver::default(),
+    });
     while let Some((stream, peer)) = accept(&listener, lifecycle.accepting()).await {
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
             handler.connections().refused(Refusal::Limit);
@@ -89,15 +111,7 @@ pub async fn serve<H: Handler>(
             continue;
         };
         let span = tracing::debug_span!("connection", %peer, listen = %route.listen);
-        let connection = serve_connection(
-            stream,
-            route.clone(),
-            bounds,
-            tls.clone(),
-            handler.clone(),
-            lifecycle.clone(),
-            tracker.clone(),
-        );
+        let connection = serve_connection(stream, site.clone());
         tracker.spawn(
             async move {
                 connection.await;
@@ -134,44 +148,66 @@ pub async fn accept(
     }
 }
 
-/// What a connection's client is, as far as the sidecar may trust it.
-#[derive(Debug, Clone)]
-enum Client {
-    /// No TLS configured: every caller is taken at its word (`tlc-peer`).
-    Open,
-    /// A peer sidecar that proved its identity by mutual TLS.
-    Peer(PeerIdentity),
-    /// Plaintext where TLS is configured: its calls are marked
-    /// [`Unauthenticated`], for the handler to serve them as TensorFlow
-    /// would, never compressed for and never given a fallback.
-    Plaintext,
-}
-
-/// One accepted connection: HTTP/2 with prior knowledge (h2c) as
-/// TensorFlow speaks it, or HTTP/2 over mutual TLS from a peer sidecar.
-/// Nothing is done for it (no upstream, no buffers) until its opening
-/// bytes have arrived. Once served, it is closed without a reset (see
-/// [`linger`]), so that the client reads the end of every response.
-async fn serve_connection<H: Handler>(
-    stream: TcpStream,
+/// What every connection of one listener shares.
+struct Site<H> {
     route: Listener,
     bounds: Bounds,
     tls: Option<Arc<TlsContext>>,
     handler: Arc<H>,
     lifecycle: Lifecycle,
     tasks: TaskTracker,
-) {
+    /// Slots for connections forwarded untouched, within the listener's.
+    opaque: Arc<Semaphore>,
+    resolver: Resolver,
+}
+
+impl<H: Handler> Site<H> {
+    /// The addresses of `destination`, looked up (or kept from a moment
+    /// ago) now that the connection is worth it; `None` (counted) if the
+    /// name does not resolve.
+    async fn addrs(&self, destination: &Destination) -> Option<Arc<[SocketAddr]>> {
+        match self.resolver.resolve(destination).await {
+            Ok(addrs) => Some(addrs),
+            Err(err) => {
+                self.handler.connections().refused(Refusal::Upstream);
+                if connection::warn_allowed() {
+                    warn!(error = %err, "closing connection: its upstream does not resolve");
+                }
+                None
+            }
+        }
+    }
+}
+
+/// One accepted connection: HTTP/2 with prior knowledge (h2c) as
+/// TensorFlow speaks it, HTTP/2 over mutual TLS from a peer sidecar, or
+/// another protocol, forwarded untouched (see [`opaque_route`]). Nothing
+/// is done for it (no lookup, no upstream, no buffers) until its opening
+/// bytes have arrived. Once served, an HTTP/2 connection is closed without
+/// a reset (see [`linger`]), so that the client reads the end of every
+/// response.
+async fn serve_connection<H: Handler>(stream: TcpStream, site: Arc<Site<H>>) {
     tuning::tcp(&stream);
-    let held = Arc::clone(&handler);
-    let stats = held.connections();
-    let addrs = match intercept::upstream_of(&stream, &route.target).await {
-        Ok(addrs) => addrs,
+    let accepted = Instant::now();
+    let stats = site.handler.connections();
+    let destination = match intercept::destination_of(&stream, &site.route.target) {
+        Ok(destination) => destination,
         Err(err) => {
             warn!(error = %err, "closing connection");
             return;
         }
     };
-    let opening = match preface::read_opening(stream, bounds.handshake).await {
+    // TLS is spoken with peers: accepted on the inbound side, dialled on
+    // the outbound side. TensorFlow's own connections stay plaintext.
+    let (accept_tls, dial_tls) = match site.route.role {
+        Role::Inbound => (site.tls.clone(), None),
+        Role::Outbound => (None, site.tls.clone()),
+    };
+    // Silence is taken for a protocol whose server speaks first only where
+    // such a connection may be forwarded: a listener that takes TLS
+    // forwards nothing that arrives in plaintext.
+    let server_first = accept_tls.is_none().then_some(site.bounds.server_first);
+    let opening = match preface::read_opening(stream, site.bounds.handshake, server_first).await {
         Ok(opening) => opening,
         Err(err) => {
             stats.refused(Refusal::Handshake);
@@ -179,38 +215,76 @@ async fn serve_connection<H: Handler>(
             return;
         }
     };
-    // TLS is spoken with peers: accepted on the inbound side, dialled on
-    // the outbound side. TensorFlow's own connections stay plaintext.
-    let (accept_tls, dial_tls) = match route.role {
-        Role::Inbound => (tls, None),
-        Role::Outbound => (None, tls),
-    };
     let (io, client): (Box<dyn Io>, Client) = match (opening, accept_tls) {
-        (Opening::Tls(stream), Some(tls)) => match tls.accept(stream).await {
-            Ok((stream, identity)) => {
-                debug!(peer = %identity, "peer authenticated");
-                (Box::new(stream), Client::Peer(identity))
-            }
-            Err(err) => {
-                stats.refused(Refusal::Tls);
-                if connection::warn_allowed() {
-                    warn!(error = %err, "TLS handshake with a peer failed; closing");
-                }
+        (Opening::Tls(stream), Some(tls)) => {
+            let Some((stream, identity)) = accept_peer(&tls, stream, &site).await else {
                 return;
+            };
+            // What the peer says inside TLS: HTTP/2 from its sidecar, or
+            // another protocol its sidecar carries for a local client.
+            let left = site.bounds.handshake.saturating_sub(accepted.elapsed());
+            match preface::read_opening(stream, left, Some(site.bounds.server_first)).await {
+                Ok(Opening::Http2(stream)) => (Box::new(stream), Client::Peer(identity)),
+                Ok(Opening::Other(stream) | Opening::Silent(stream) | Opening::Tls(stream)) => {
+                    let Some(slot) = opaque_route::slot(&site) else {
+                        return;
+                    };
+                    debug!(peer = %identity, "the peer carries a connection that is not HTTP/2");
+                    opaque_route::forward(stream, slot, &site, &destination, None, accepted).await;
+                    return;
+                }
+                Err(err) => {
+                    stats.refused(Refusal::Handshake);
+                    debug!(peer = %identity, error = %err, "closing connection");
+                    return;
+                }
             }
-        },
+        }
         (Opening::Tls(stream), None) => {
             stats.refused(Refusal::Tls);
             debug!("TLS offered, but this listener takes no TLS; closing");
             reset(stream.get_ref());
             return;
         }
-        (Opening::Other(stream), _) => {
-            forward_opaque(stream, addrs[0], bounds, &lifecycle, stats).await;
+        (Opening::Other(stream) | Opening::Silent(stream), Some(_)) => {
+            // Unauthenticated bytes must not reach the task behind a
+            // listener that takes TLS: only a peer's sidecar forwards
+            // other protocols, inside TLS.
+            stats.refused(Refusal::Tls);
+            if connection::warn_allowed() {
+                warn!("plaintext that is not HTTP/2 where TLS is required; closing, nothing forwarded");
+            }
+            reset(stream.get_ref());
             return;
         }
-        (Opening::Http2(stream), Some(_)) => (Box::new(stream), Client::Plaintext),
+        (Opening::Other(stream) | Opening::Silent(stream), None) => {
+            let Some(slot) = opaque_route::slot(&site) else {
+                reset(stream.get_ref());
+                return;
+            };
+            opaque_route::forward(stream, slot, &site, &destination, dial_tls, accepted).await;
+            return;
+        }
+        (Opening::Http2(stream), Some(tls)) if tls.accepts_plaintext() => {
+            (Box::new(stream), Client::Plaintext)
+        }
+        (Opening::Http2(stream), Some(_)) => {
+            // A caller that did not authenticate reaches nothing behind a
+            // listener that takes TLS (`tls.accept_plaintext` for a rollout).
+            stats.refused(Refusal::Tls);
+            if connection::warn_allowed() {
+                warn!(
+                    "plaintext HTTP/2 where TLS is required (a task without a sidecar?); closing, \
+                     nothing forwarded (tls.accept_plaintext = true forwards it during a rollout)"
+                );
+            }
+            reset(stream.get_ref());
+            return;
+        }
         (Opening::Http2(stream), None) => (Box::new(stream), Client::Open),
+    };
+    let Some(addrs) = site.addrs(&destination).await else {
+        return;
     };
     // Reach the upstream before answering the caller. If it is not there (a
     // task not listening yet), the caller must see what it would see
@@ -218,12 +292,12 @@ async fn serve_connection<H: Handler>(
     // retries; answering its calls with UNAVAILABLE would fail them instead.
     // A name's addresses are tried in turn.
     let mut reached = None;
-    for addr in addrs {
+    for addr in addrs.iter().copied() {
         let upstream = Arc::new(Upstream::new(
             addr,
-            route.role,
+            site.route.role,
             dial_tls.clone(),
-            tasks.clone(),
+            site.tasks.clone(),
         ));
         match upstream.sender().await {
             Ok(_) => {
@@ -245,133 +319,49 @@ async fn serve_connection<H: Handler>(
     let (io, returned) = linger::lend(io);
     let open = stats.open();
     let served = Served {
-        role: route.role,
-        bounds,
-        handler,
-        lifecycle,
-        tasks,
+        role: site.route.role,
+        bounds: site.bounds,
+        handler: site.handler.clone(),
+        lifecycle: site.lifecycle.clone(),
+        tasks: site.tasks.clone(),
     };
-    serve_http2(Box::new(io), client, upstream, served).await;
+    let cut = http2::serve(Box::new(io), client, upstream, served).await;
     drop(open);
-    // hyper has dropped the stream: it comes back here to be closed.
+    // hyper has dropped the stream: it comes back here to be closed, with
+    // a lingering close unless its client stopped reading (then a plain
+    // close, at once: lingering would hold the slot for it).
     if let Ok(io) = returned.await {
+        if cut {
+            debug!("connection closed hard");
+            return;
+        }
         let how = linger::linger(io, LINGER_TIME, LINGER_BYTES).await;
         debug!(?how, "connection closed");
     }
 }
 
-/// A connection that speaks another protocol: forwarded to `addr` as it
-/// is (see [`opaque`]), and said so, since tlcd does nothing for it.
-async fn forward_opaque(
+/// The TLS handshake of a peer's sidecar on an inbound connection; `None`
+/// (counted, logged) if it failed.
+async fn accept_peer<H: Handler>(
+    tls: &TlsContext,
     stream: preface::Prefixed<TcpStream>,
-    addr: SocketAddr,
-    bounds: Bounds,
-    lifecycle: &Lifecycle,
-    stats: &ConnectionStats,
-) {
-    stats.opaque();
-    if connection::warn_allowed() {
-        info!(%addr, "a connection that is not HTTP/2 is forwarded untouched (nothing compressed)");
-    }
-    let open = stats.open();
-    match opaque::forward(stream, addr, bounds.handshake, lifecycle).await {
-        Ok(Ok(copied)) => debug!(?copied, "forwarded connection closed"),
-        Ok(Err(err)) => debug!(error = %err, "forwarded connection ended with an error"),
+    site: &Site<H>,
+) -> Option<(
+    tokio_rustls::server::TlsStream<preface::Prefixed<TcpStream>>,
+    PeerIdentity,
+)> {
+    match tls.accept(stream).await {
+        Ok((stream, identity)) => {
+            debug!(peer = %identity, "peer authenticated");
+            Some((stream, identity))
+        }
         Err(err) => {
-            stats.refused(Refusal::Upstream);
-            debug!(error = %err, "cannot forward a connection that is not HTTP/2");
-        }
-    }
-    drop(open);
-}
-
-/// What serving a connection's HTTP/2 needs besides the connection.
-struct Served<H> {
-    role: Role,
-    bounds: Bounds,
-    handler: Arc<H>,
-    lifecycle: Lifecycle,
-    tasks: TaskTracker,
-}
-
-/// Serves HTTP/2 on `io` until the client closes, the connection idles
-/// out (inbound) or `lifecycle` ends it.
-async fn serve_http2<H: Handler>(
-    io: Box<dyn Io>,
-    client: Client,
-    upstream: Arc<Upstream>,
-    served: Served<H>,
-) {
-    let Served {
-        role,
-        bounds,
-        handler,
-        lifecycle,
-        tasks,
-    } = served;
-    let id = ConnectionId::next();
-    let activity = Arc::new(Activity::default());
-    let calls = Arc::clone(&activity);
-    let stats = Arc::clone(&handler);
-    let served_upstream = Arc::clone(&upstream);
-    let service = service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
-        let upstream = served_upstream.clone();
-        let handler = handler.clone();
-        let call = calls.begin();
-        request.extensions_mut().insert(id);
-        match &client {
-            Client::Open => {}
-            Client::Peer(identity) => {
-                request.extensions_mut().insert(identity.clone());
+            site.handler.connections().refused(Refusal::Tls);
+            if connection::warn_allowed() {
+                warn!(error = %err, "TLS handshake with a peer failed; closing");
             }
-            Client::Plaintext => {
-                request.extensions_mut().insert(Unauthenticated);
-            }
+            None
         }
-        async move {
-            // The handler's future is large (a whole call's state machine):
-            // boxed, the connection's task moves a pointer instead of
-            // copying that state at each poll (measured: 27 -> 24 us of CPU
-            // per small call).
-            let response =
-                Box::pin(Arc::clone(&handler).handle(role, &upstream, request.map(body::stream)))
-                    .await;
-            // The call lasts until its response body is done.
-            Ok::<_, Infallible>(response.map(|b| body::holding(b, call)))
-        }
-    });
-    let mut builder = http2::Builder::new(Tracked(tasks));
-    tuning::server(&mut builder, role);
-    let connection = builder.serve_connection(TokioIo::new(Batched::new(io)), service);
-    tokio::pin!(connection);
-    // Only a peer's connection is closed when idle: the peer's sidecar
-    // reconnects on its next call. TensorFlow's own connections (outbound)
-    // stay as long as TensorFlow keeps them.
-    let idle = bounds.idle.filter(|_| role == Role::Inbound);
-    let idle = async {
-        match idle {
-            Some(limit) => activity.idle_for(limit).await,
-            None => std::future::pending().await,
-        }
-    };
-    let result = tokio::select! {
-        result = connection.as_mut() => result,
-        () = idle => {
-            stats.connections().idle_closed();
-            debug!("idle; closing gracefully");
-            connection.as_mut().graceful_shutdown();
-            connection.await
-        }
-        () = lifecycle.ending(role, &upstream, &activity) => {
-            // GOAWAY: no new calls, in-flight ones finish.
-            debug!("closing gracefully (shutdown)");
-            connection.as_mut().graceful_shutdown();
-            connection.await
-        }
-    };
-    match result {
-        Ok(()) => debug!("connection closed"),
-        Err(err) => debug!(error = %err, "connection ended with an error"),
     }
 }
 

@@ -5,20 +5,28 @@
 //! should not have been given. Without tlcd those connections reach their
 //! server, so with tlcd they must too: closing them would break a workload
 //! and show nowhere but in a counter. The bytes already read are sent
-//! first, then both directions are copied as they are until each side has
-//! closed. A forwarded connection holds its listener's connection slot, so
-//! their number stays within `limits.max_connections`.
+//! first, then both directions are copied as they are ([`copy`]), within
+//! an idle time and a close time, so that a client that never closes
+//! cannot hold its slot forever. Under mutual TLS the connection to the
+//! peer's sidecar is TLS like an HTTP/2 one ([`Dial::tls`]): no byte
+//! crosses to a peer in the clear.
+
+pub mod copy;
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tracing::debug;
 
 use crate::lifecycle::Lifecycle;
+use crate::tls::{HandshakeError, TlsContext};
 use crate::tuning;
+pub use copy::{CopyBounds, Ended};
 
 /// Why a connection could not be forwarded.
 #[derive(Debug, Error)]
@@ -39,6 +47,14 @@ pub enum OpaqueError {
         /// The I/O error.
         source: io::Error,
     },
+    /// The mutual TLS handshake with the peer's sidecar failed.
+    #[error("TLS with {addr} failed: {source}")]
+    Tls {
+        /// The peer's address.
+        addr: SocketAddr,
+        /// What the handshake said.
+        source: HandshakeError,
+    },
 }
 
 /// Bytes copied each way by one forwarded connection.
@@ -50,38 +66,55 @@ pub struct Copied {
     pub to_client: u64,
 }
 
-/// Connects to `addr` and copies bytes both ways between it and `client`
-/// until both sides have closed, one side fails, or `lifecycle` closes
-/// every connection (the end of a drain). `client` replays the bytes read
-/// from it before (a [`crate::preface::Prefixed`] stream).
+/// Where and how to reach a forwarded connection's server.
+#[derive(Clone)]
+pub struct Dial {
+    /// The server's address.
+    pub addr: SocketAddr,
+    /// Time allowed to connect.
+    pub timeout: Duration,
+    /// Mutual TLS to the peer's sidecar (the outbound side when `[tls]` is
+    /// on): its inbound side decrypts and forwards what it finds is not
+    /// HTTP/2. `None`: plain TCP.
+    pub tls: Option<Arc<TlsContext>>,
+}
+
+/// Connects as `dial` says and copies bytes both ways between the server
+/// and `client` until both sides have closed, one side fails, a bound of
+/// `bounds` is reached, or `lifecycle` closes every connection (the end of
+/// a drain). `client` replays the bytes read from it before (a
+/// [`crate::preface::Prefixed`] stream).
 pub async fn forward<S>(
     mut client: S,
-    addr: SocketAddr,
-    connect_timeout: Duration,
+    dial: &Dial,
+    bounds: CopyBounds,
     lifecycle: &Lifecycle,
-) -> Result<io::Result<Copied>, OpaqueError>
+) -> Result<(Ended, Copied), OpaqueError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut server = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
+    let addr = dial.addr;
+    let connect = tokio::time::timeout(dial.timeout, TcpStream::connect(addr));
+    let mut server = match connect.await {
         Err(_) => {
             return Err(OpaqueError::Timeout {
                 addr,
-                timeout: connect_timeout,
+                timeout: dial.timeout,
             })
         }
         Ok(Err(source)) => return Err(OpaqueError::Connect { addr, source }),
         Ok(Ok(server)) => server,
     };
     tuning::tcp(&server);
-    let copied = tokio::select! {
-        copied = tokio::io::copy_bidirectional(&mut client, &mut server) => copied,
-        () = lifecycle.closed() => Ok((0, 0)),
+    let Some(tls) = &dial.tls else {
+        return Ok(copy::copy(&mut client, &mut server, bounds, lifecycle).await);
     };
-    Ok(copied.map(|(to_server, to_client)| Copied {
-        to_server,
-        to_client,
-    }))
+    let (mut server, identity) = tls
+        .connect(addr, server)
+        .await
+        .map_err(|source| OpaqueError::Tls { addr, source })?;
+    debug!(%addr, peer = %identity, "forwarding inside TLS");
+    Ok(copy::copy(&mut client, &mut server, bounds, lifecycle).await)
 }
 
 #[cfg(test)]
@@ -92,6 +125,19 @@ mod tests {
     use tokio::net::TcpListener;
 
     const WAIT: Duration = Duration::from_secs(5);
+    const BOUNDS: CopyBounds = CopyBounds {
+        idle: WAIT,
+        close: WAIT,
+        first_byte: None,
+    };
+
+    fn dial(addr: SocketAddr) -> Dial {
+        Dial {
+            addr,
+            timeout: WAIT,
+            tls: None,
+        }
+    }
 
     #[tokio::test]
     async fn bytes_cross_both_ways_untouched_read_ones_first() {
@@ -107,14 +153,16 @@ mod tests {
         let (client, mut far) = tokio::io::duplex(1024);
         let client = Prefixed::new(b"GET / HT".to_vec(), client);
         let lifecycle = Lifecycle::default();
-        let forwarding = tokio::spawn(async move { forward(client, addr, WAIT, &lifecycle).await });
+        let forwarding =
+            tokio::spawn(async move { forward(client, &dial(addr), BOUNDS, &lifecycle).await });
         far.write_all(b"TP/1.1\r\n\r\n").await.unwrap();
         far.shutdown().await.unwrap();
         let mut answer = Vec::new();
         far.read_to_end(&mut answer).await.unwrap();
         assert_eq!(answer, b"HTTP/1.1 200 OK\r\n\r\n");
         assert_eq!(echo.await.unwrap(), b"GET / HTTP/1.1\r\n\r\n");
-        let copied = forwarding.await.unwrap().unwrap().unwrap();
+        let (ended, copied) = forwarding.await.unwrap().unwrap();
+        assert!(matches!(ended, Ended::Closed), "{ended:?}");
         assert_eq!(copied.to_server, 18);
         assert_eq!(copied.to_client, 19);
     }
@@ -125,7 +173,7 @@ mod tests {
         let addr = unused.local_addr().unwrap();
         drop(unused);
         let (client, _far) = tokio::io::duplex(64);
-        let err = forward(client, addr, WAIT, &Lifecycle::default())
+        let err = forward(client, &dial(addr), BOUNDS, &Lifecycle::default())
             .await
             .err()
             .unwrap();
@@ -144,7 +192,8 @@ mod tests {
         let (client, _far) = tokio::io::duplex(64);
         let lifecycle = Lifecycle::default();
         let closing = lifecycle.clone();
-        let forwarding = tokio::spawn(async move { forward(client, addr, WAIT, &lifecycle).await });
+        let forwarding =
+            tokio::spawn(async move { forward(client, &dial(addr), BOUNDS, &lifecycle).await });
         tokio::time::sleep(Duration::from_millis(50)).await;
         closing.close();
         let ended = tokio::time::timeout(WAIT, forwarding).await;

@@ -5,7 +5,9 @@
 //! once they have arrived, and they must arrive within the handshake time:
 //! a socket that stays silent is closed having cost one accept. One that
 //! says something else is another protocol on an intercepted port, to be
-//! forwarded untouched. The bytes read are handed back
+//! forwarded untouched; so is one that says nothing (or only the start of
+//! the preface) for the server-first wait, a protocol whose server speaks
+//! first, where the caller allows it. The bytes read are handed back
 //! in front of the stream ([`Prefixed`]), so hyper (or the forwarded
 //! connection's server) reads the connection from its first byte.
 
@@ -45,47 +47,52 @@ pub enum Opening<S> {
     Tls(Prefixed<S>),
     /// Something else: another protocol, its first bytes put back.
     Other(Prefixed<S>),
+    /// Nothing, or only the start of the preface, for the server-first
+    /// wait: a protocol whose server speaks first (the client waits for
+    /// its greeting), or one whose opener is a prefix of the preface.
+    /// What was read is put back.
+    Silent(Prefixed<S>),
 }
 
-/// Reads the start of `stream` within `timeout`: the whole HTTP/2 preface,
-/// the first byte of a TLS handshake, or up to the first byte that differs
-/// from the preface.
+/// Reads the start of `stream`: the whole HTTP/2 preface, the first byte
+/// of a TLS handshake, or up to the first byte that differs from the
+/// preface. A client that has not told which by `server_first` (if given
+/// and shorter than `handshake`) is [`Opening::Silent`]; without it, one
+/// that has not by `handshake` is an error.
 pub async fn read_opening<S: AsyncRead + Unpin>(
     mut stream: S,
-    timeout: Duration,
+    handshake: Duration,
+    server_first: Option<Duration>,
 ) -> Result<Opening<S>, PrefaceError> {
+    let server_first = server_first.filter(|wait| *wait < handshake);
+    let wait = server_first.unwrap_or(handshake);
+    let deadline = tokio::time::Instant::now() + wait;
     let mut head = [0u8; PREFACE.len()];
-    let read = async {
-        stream.read_exact(&mut head[..1]).await?;
+    let mut got = 0;
+    while got < PREFACE.len() {
+        // A read that times out has consumed nothing: `got` is all there is.
+        let read = tokio::time::timeout_at(deadline, stream.read(&mut head[got..])).await;
+        let n = match read {
+            Err(_) if server_first.is_some() => {
+                return Ok(Opening::Silent(Prefixed::new(head[..got].to_vec(), stream)))
+            }
+            Err(_) => return Err(PrefaceError::Timeout(handshake)),
+            Ok(read) => read?,
+        };
+        if n == 0 {
+            return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+        }
+        got += n;
         if head[0] == TLS_HANDSHAKE {
-            return Ok::<usize, io::Error>(1);
+            return Ok(Opening::Tls(Prefixed::new(head[..got].to_vec(), stream)));
         }
-        let mut got = 1;
-        while got < PREFACE.len() {
-            let n = stream.read(&mut head[got..]).await?;
-            if n == 0 {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-            got += n;
-            // Stop at the first byte that differs: a client that speaks
-            // something else is told so without waiting for 24 bytes.
-            if head[..got] != PREFACE[..got] {
-                return Ok(got);
-            }
+        // Stop at the first byte that differs: a client that speaks
+        // something else is told so without waiting for 24 bytes.
+        if head[..got] != PREFACE[..got] {
+            return Ok(Opening::Other(Prefixed::new(head[..got].to_vec(), stream)));
         }
-        Ok(got)
-    };
-    let got = tokio::time::timeout(timeout, read)
-        .await
-        .map_err(|_| PrefaceError::Timeout(timeout))??;
-    let prefix = head[..got].to_vec();
-    if prefix.first() == Some(&TLS_HANDSHAKE) {
-        return Ok(Opening::Tls(Prefixed::new(prefix, stream)));
     }
-    if prefix[..] != PREFACE[..] {
-        return Ok(Opening::Other(Prefixed::new(prefix, stream)));
-    }
-    Ok(Opening::Http2(Prefixed::new(prefix, stream)))
+    Ok(Opening::Http2(Prefixed::new(head.to_vec(), stream)))
 }
 
 /// A stream with bytes already read from it put back in front.
@@ -168,7 +175,7 @@ mod tests {
         let mut client = client;
         client.write_all(PREFACE).await.unwrap();
         client.write_all(b"SETTINGS").await.unwrap();
-        let Opening::Http2(mut stream) = read_opening(server, WAIT).await.unwrap() else {
+        let Opening::Http2(mut stream) = read_opening(server, WAIT, None).await.unwrap() else {
             panic!("not h2");
         };
         let mut all = vec![0u8; PREFACE.len() + 8];
@@ -182,7 +189,7 @@ mod tests {
         let (mut client, server) = tokio::io::duplex(256);
         client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
         drop(client);
-        let Ok(Opening::Other(mut stream)) = read_opening(server, WAIT).await else {
+        let Ok(Opening::Other(mut stream)) = read_opening(server, WAIT, None).await else {
             panic!("HTTP/1.1 taken for HTTP/2 or TLS");
         };
         let mut all = Vec::new();
@@ -190,7 +197,7 @@ mod tests {
         assert_eq!(all, b"GET / HTTP/1.1\r\n\r\n");
 
         let (_client, server) = tokio::io::duplex(256);
-        let err = read_opening(server, Duration::from_millis(50))
+        let err = read_opening(server, Duration::from_millis(50), None)
             .await
             .err()
             .unwrap();
@@ -199,7 +206,7 @@ mod tests {
         let (mut client, server) = tokio::io::duplex(256);
         client.write_all(&PREFACE[..10]).await.unwrap();
         drop(client);
-        let err = read_opening(server, WAIT).await.err().unwrap();
+        let err = read_opening(server, WAIT, None).await.err().unwrap();
         assert!(matches!(err, PrefaceError::Io(_)), "{err}");
     }
 
@@ -207,11 +214,39 @@ mod tests {
     async fn a_tls_hello_is_recognised_from_its_first_byte() {
         let (mut client, server) = tokio::io::duplex(256);
         client.write_all(&[TLS_HANDSHAKE, 3, 1]).await.unwrap();
-        let Opening::Tls(mut stream) = read_opening(server, WAIT).await.unwrap() else {
+        let Opening::Tls(mut stream) = read_opening(server, WAIT, None).await.unwrap() else {
             panic!("not tls");
         };
         let mut first = [0u8; 3];
         stream.read_exact(&mut first).await.unwrap();
         assert_eq!(first, [TLS_HANDSHAKE, 3, 1]);
+    }
+
+    #[tokio::test]
+    async fn silence_and_a_preface_prefix_are_server_first_where_allowed() {
+        let short = Some(Duration::from_millis(50));
+        let (_client, server) = tokio::io::duplex(256);
+        let started = tokio::time::Instant::now();
+        let Opening::Silent(_) = read_opening(server, WAIT, short).await.unwrap() else {
+            panic!("silence is server-first");
+        };
+        assert!(started.elapsed() < WAIT);
+
+        let (mut client, server) = tokio::io::duplex(256);
+        client.write_all(b"P").await.unwrap();
+        let Opening::Silent(mut stream) = read_opening(server, WAIT, short).await.unwrap() else {
+            panic!("a one-byte opener that could be the preface is server-first");
+        };
+        client.write_all(b"ING").await.unwrap();
+        let mut all = [0u8; 4];
+        stream.read_exact(&mut all).await.unwrap();
+        assert_eq!(&all, b"PING");
+
+        // A wait as long as the handshake time is no wait: silence is a
+        // timeout, as without it.
+        let (_client, server) = tokio::io::duplex(256);
+        let same = Duration::from_millis(50);
+        let err = read_opening(server, same, Some(same)).await.err().unwrap();
+        assert!(matches!(err, PrefaceError::Timeout(_)), "{err}");
     }
 }

@@ -108,11 +108,17 @@ pub fn decompress(data: &[u8]) -> Result<Vec<u8>, HopError> {
     decompress_with(data, None)
 }
 
+/// The size a compressed message declares it restores to (its zstd frame
+/// header's content size, which [`decompress_with`] holds it to), read
+/// without restoring anything; `None` where it declares none.
+pub fn declared_size(data: &[u8]) -> Option<u64> {
+    zstd::zstd_safe::get_frame_content_size(data).ok().flatten()
+}
+
 /// Restores a message [`compress_with`] made with `reference`.
 pub fn decompress_with(data: &[u8], reference: Option<&[u8]>) -> Result<Vec<u8>, HopError> {
-    let declared = match zstd::zstd_safe::get_frame_content_size(data) {
-        Ok(Some(size)) => size,
-        Ok(None) | Err(_) => return Err(HopError::NoSize),
+    let Some(declared) = declared_size(data) else {
+        return Err(HopError::NoSize);
     };
     if declared > MAX_MESSAGE as u64 {
         return Err(HopError::TooLarge(declared));

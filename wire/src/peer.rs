@@ -16,6 +16,7 @@
 //! | `tlc-hop: 1` | request | the caller is a sidecar that restores hop-compressed responses ([`crate::hop`]); with `grpc-encoding: zstd`, this request's messages are hop-compressed |
 //! | `tlc-hop-ref: ID` | request | hop-compressed against the earlier request `ID` (hex), which the holder's sidecar keeps |
 //! | `tlc-hop-miss: 1` | response | the holder's sidecar no longer keeps the `tlc-hop-ref` request: send it again without |
+//! | `tlc-hop-again: 1` | response | the holder's sidecar could not hold this hop-compressed request (in-flight budget or `limits.gather_seconds`) and answered `UNIMPLEMENTED` as TensorFlow answers an unknown encoding: send it again uncompressed |
 //! | `tlc-hop: 1` | response | a sidecar answered; with `grpc-encoding: zstd`, the response's messages are hop-compressed |
 //! | `tlc-ids: 1` | request | for a tensor of row ids: the requester restores ids sent again as a reference to ids of the same step it already received |
 //! | `tlc-ids-again: TOKEN-HASH-NAME` | response | the response's `tensor_content` is left out: it is the ids of tensor `NAME` of the same step and requester, whose xxh3-64 is `HASH` (hex); `TOKEN` (hex) fetches the original |
@@ -45,6 +46,9 @@ pub const FALLBACK: &str = "tlc-fallback";
 pub const HOP_REF: &str = "tlc-hop-ref";
 /// Response header: the `tlc-hop-ref` request is no longer kept.
 pub const HOP_MISS: &str = "tlc-hop-miss";
+/// Response header: a hop-compressed request was refused for want of
+/// memory or time; send it again uncompressed.
+pub const HOP_AGAIN: &str = "tlc-hop-again";
 /// Request header: the requester reads frames with the entropy stage.
 pub const ENTROPY: &str = "tlc-entropy";
 /// Request header: the requester reads int8 first keyframes.
@@ -412,15 +416,36 @@ pub fn parse_acks(value: &HeaderValue) -> Option<Vec<u64>> {
     Some(tokens)
 }
 
-/// Every header of the table above: what [`strip`] removes.
-pub const ALL: [&str; 18] = [
+/// Every header of the table above (all of them start with [`PREFIX`]).
+pub const ALL: [&str; 19] = [
     PEER, REPLICA, CLASS, MAX_TENSOR, ENVELOPE, FALLBACK, HOP, ROWS, ENTROPY, KEYFRAME, HOP_REF,
-    HOP_MISS, HOP_PATHS, IDS, IDS_AGAIN, LINK, ACK, MIRROR,
+    HOP_MISS, HOP_AGAIN, HOP_PATHS, IDS, IDS_AGAIN, LINK, ACK, MIRROR,
 ];
 
+/// What every sidecar header's name starts with.
+pub const PREFIX: &str = "tlc-";
+
+/// Whether `name` is a sidecar header: any name under [`PREFIX`], known to
+/// this build or not (HTTP/2 header names are lower case).
+pub fn is_sidecar_header(name: &str) -> bool {
+    name.as_bytes()
+        .get(..PREFIX.len())
+        .is_some_and(|start| start.eq_ignore_ascii_case(PREFIX.as_bytes()))
+}
+
 /// Removes every `tlc-*` header, so TensorFlow sees exactly what it sent.
+/// By prefix, not by the list of [`ALL`]: a header a peer made up, or one
+/// a later version adds, must not reach TensorFlow either.
 pub fn strip(headers: &mut HeaderMap) {
-    for name in ALL {
+    if !headers.keys().any(|name| is_sidecar_header(name.as_str())) {
+        return;
+    }
+    let names: Vec<http::HeaderName> = headers
+        .keys()
+        .filter(|name| is_sidecar_header(name.as_str()))
+        .cloned()
+        .collect();
+    for name in names {
         headers.remove(name);
     }
 }

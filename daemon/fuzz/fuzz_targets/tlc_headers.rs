@@ -11,7 +11,8 @@
 //! to a value that parses the same, and `tlc-class` to the very same
 //! bytes; `tlc-max` is 0 unless it is decimal digits; only the exact
 //! protocol version counts as a peer or an envelope; `strip` leaves no
-//! `tlc-*` header. A fallback call is answered NOT_FOUND for a token that
+//! `tlc-*` header, a name made up from the input's last line included,
+//! and every other header. A fallback call is answered NOT_FOUND for a token that
 //! reads as hex (at most 16 digits) and INTERNAL for any other, hands a
 //! kept response only to the connection it was kept for, and only once.
 //!
@@ -168,8 +169,17 @@ fuzz_target!(|input: &[u8]| {
     }
 
     let mut stripped = headers.clone();
+    // A name the input makes up under `tlc-` goes too (by prefix), and
+    // one outside it stays.
+    let tail = input.split(|&b| b == b'\n').next_back().unwrap_or_default();
+    let made_up = http::HeaderName::from_bytes(&[b"tlc-", tail].concat());
+    if let Ok(name) = &made_up {
+        stripped.insert(name.clone(), HeaderValue::from_static("1"));
+    }
+    stripped.insert("x-kept", HeaderValue::from_static("1"));
     peer::strip(&mut stripped);
-    assert!(stripped.is_empty(), "every tlc-* header is stripped");
+    assert_eq!(stripped.len(), 1, "every tlc-* header is stripped: {stripped:?}");
+    assert!(stripped.contains_key("x-kept"));
 });
 
 /// A fallback call with `headers` to a cache holding one response for

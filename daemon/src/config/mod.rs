@@ -34,8 +34,8 @@ use tlc_sidecar::training::recovery;
 pub struct Route {
     /// Address to accept connections on.
     pub listen: SocketAddr,
-    /// Where to forward them: `IP:PORT`, or `NAME:PORT`, looked up for
-    /// every new connection.
+    /// Where to forward them: `IP:PORT`, or `NAME:PORT`, looked up once a
+    /// connection has sent its first bytes (answers kept for 5 s).
     pub upstream: Destination,
     /// Which side of the path this route is.
     pub role: Role,

@@ -165,6 +165,22 @@ fn register_totals(registry: &mut Registry, totals: &Totals) {
         "Compressed messages from a peer's sidecar that could not be restored (the call failed)",
         hop_failures,
     );
+    let hop_refused = Family::<ReasonLabel, Counter>::default();
+    for refusal in tlc_sidecar::hop::Refusal::ALL {
+        hop_refused
+            .get_or_create(&ReasonLabel {
+                reason: refusal.name(),
+            })
+            .inc_by(totals.hop.refused.of(refusal));
+    }
+    registry.register(
+        "hop_refused",
+        "Calls hop compression would not hold: a peer's compressed request the in-flight budget \
+         could not hold (gather_memory_budget) or that did not arrive within \
+         limits.gather_seconds (gather_time), sent again uncompressed; an answer restoring to \
+         more than limits.max_tensor_mib (answer_too_large), failed",
+        hop_refused,
+    );
     let drift = Counter::<u64>::default();
     drift.inc_by(totals.drift_resets);
     registry.register(

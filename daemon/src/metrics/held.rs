@@ -50,8 +50,9 @@ pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
     registry.register(
         "connections_refused",
         "Connections closed before being served: limit (limits.max_connections), handshake \
-         (no HTTP/2 preface in time), tls (handshake failed or TLS where none is configured), \
-         upstream_unreachable",
+         (no HTTP/2 preface, or no byte at all, in time), tls (handshake failed, TLS where \
+         none is configured, plaintext that is not HTTP/2 where TLS is required), \
+         upstream_unreachable, opaque_limit (not HTTP/2, over limits.max_opaque_connections)",
         refused,
     );
     let opaque = Counter::<u64>::default();
@@ -61,6 +62,19 @@ pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
         "Connections that did not speak HTTP/2, forwarded untouched (another protocol on an \
          intercepted port; nothing compressed)",
         opaque,
+    );
+    let cut = Family::<RefusalLabel, Counter>::default();
+    for (why, n) in connections.cuts() {
+        cut.get_or_create(&RefusalLabel { reason: why.name() })
+            .inc_by(n);
+    }
+    registry.register(
+        "connections_cut",
+        "Connections closed hard, their client no longer waited for: opaque_idle (forwarded, \
+         no byte for limits.opaque_idle_seconds), half_closed (forwarded, one side closed and \
+         no byte for limits.close_seconds after), goaway_timeout (idle HTTP/2 connection not \
+         closed limits.close_seconds after its GOAWAY)",
+        cut,
     );
     let idle = Counter::<u64>::default();
     idle.inc_by(connections.idle_closed_total());
@@ -183,5 +197,18 @@ mod tests {
             )],
             "{text}"
         );
+    }
+
+    #[test]
+    fn every_refusal_and_cut_has_its_series() {
+        let text = render(&Sidecar::default());
+        for line in [
+            r#"tlc_connections_refused_total{reason="opaque_limit"} 0"#,
+            r#"tlc_connections_cut_total{reason="opaque_idle"} 0"#,
+            r#"tlc_connections_cut_total{reason="half_closed"} 0"#,
+            r#"tlc_connections_cut_total{reason="goaway_timeout"} 0"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
     }
 }

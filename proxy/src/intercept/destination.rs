@@ -1,11 +1,13 @@
 //! Where an explicit route forwards: an address, or a DNS name with a port
 //! (`ps-0.training.svc:2222`, a VM's name across regions), looked up again
-//! for every new connection, so that a task that moved is found where it
+//! for new connections (an answer serves those of the next few seconds,
+//! see [`super::resolver`]), so that a task that moved is found where it
 //! is now.
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,13 +17,22 @@ use thiserror::Error;
 /// How long one lookup of a name may take.
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Names looked up so far by this process, every route together: what
+/// tests read to see that a connection cost a lookup, or none.
+static LOOKUPS: AtomicU64 = AtomicU64::new(0);
+
+/// Names looked up so far by this process (see [`Destination::resolve`]).
+pub fn lookups() -> u64 {
+    LOOKUPS.load(Ordering::Relaxed)
+}
+
 /// An explicit route's upstream.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum Destination {
     /// This address.
     Addr(SocketAddr),
-    /// This name, resolved at each new connection, and this port.
+    /// This name, resolved for new connections, and this port.
     Name {
         /// The host name.
         host: Arc<str>,
@@ -58,6 +69,7 @@ impl Destination {
             Destination::Addr(addr) => Ok(vec![*addr]),
             Destination::Name { host, port } => {
                 let name = format!("{host}:{port}");
+                LOOKUPS.fetch_add(1, Ordering::Relaxed);
                 let lookup = tokio::net::lookup_host((host.as_ref(), *port));
                 match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
                     Err(_) => Err(DestinationError::NoAddress(name)),

@@ -1,12 +1,14 @@
 //! Where a connection should go: a fixed upstream (explicit mode: an
-//! address, or a name looked up for each connection, see [`destination`])
-//! or its original destination before iptables redirected it (transparent
-//! mode).
+//! address, or a name looked up once the connection has said what it is,
+//! see [`destination`] and [`resolver`]) or its original destination
+//! before iptables redirected it (transparent mode).
 
 pub mod destination;
 pub mod original_dst;
+pub mod resolver;
 
 pub use destination::{Destination, DestinationError};
+pub use resolver::Resolver;
 
 use std::net::SocketAddr;
 
@@ -37,19 +39,18 @@ pub enum TargetError {
     Resolve(#[from] DestinationError),
 }
 
-/// The addresses to forward `stream`, accepted by a listener with `target`,
-/// to, in the order to try them (never empty).
-pub async fn upstream_of(
-    stream: &TcpStream,
-    target: &Target,
-) -> Result<Vec<SocketAddr>, TargetError> {
+/// Where to forward `stream`, accepted by a listener with `target`: an
+/// address, or a name to look up (with a [`Resolver`]) only once the
+/// connection is worth it. Nothing is looked up here, so a socket that
+/// says nothing costs no lookup.
+pub fn destination_of(stream: &TcpStream, target: &Target) -> Result<Destination, TargetError> {
     match target {
-        Target::Fixed(destination) => Ok(destination.resolve().await?),
+        Target::Fixed(destination) => Ok(destination.clone()),
         Target::OriginalDestination => {
             let dst = original_dst::original_dst(stream).map_err(TargetError::NotRedirected)?;
             match stream.local_addr() {
                 Ok(local) if local == dst => Err(TargetError::Loop(dst)),
-                _ => Ok(vec![dst]),
+                _ => Ok(Destination::Addr(dst)),
             }
         }
     }

@@ -37,9 +37,9 @@ pub struct LimitSettings {
     /// Seconds a connection forwarded untouched may pass no byte either
     /// way before it is closed.
     pub opaque_idle_seconds: u64,
-    /// Seconds a closing connection has to finish before it is closed
-    /// hard: an HTTP/2 connection after its GOAWAY when it idled out, a
-    /// forwarded one after either side closed.
+    /// Seconds a closing connection may go without finishing before it
+    /// is closed hard: an idle HTTP/2 connection after its GOAWAY, a
+    /// forwarded one without a byte moving after either side closed.
     pub close_seconds: u64,
     /// Seconds a new connection may send nothing before it is taken for a
     /// protocol whose server speaks first and forwarded untouched; one

@@ -34,6 +34,7 @@ pub struct TlsContext {
     pub(super) patterns: Arc<PeerPatterns>,
     pub(super) provider: Arc<CryptoProvider>,
     pub(super) reload_every: Duration,
+    accept_plaintext: bool,
     current: RwLock<Arc<Current>>,
     pub(super) reload: Mutex<ReloadState>,
 }
@@ -72,8 +73,15 @@ impl TlsContext {
             patterns,
             provider,
             reload_every,
+            accept_plaintext: settings.accept_plaintext,
             current: RwLock::new(Arc::new(current)),
         })
+    }
+
+    /// Whether plaintext HTTP/2 callers are forwarded (`tls.accept_plaintext`)
+    /// rather than refused.
+    pub fn accepts_plaintext(&self) -> bool {
+        self.accept_plaintext
     }
 
     /// An acceptor for the inbound side, with the configuration in use now:

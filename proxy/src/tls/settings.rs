@@ -10,6 +10,7 @@
 //! ca = "/etc/tlc/tls/ca.crt"      # PEM bundle of CAs trusted for peers
 //! peer_identities = ["spiffe://cluster.local/ns/training/sa/*"]
 //! reload_seconds = 10
+//! accept_plaintext = false        # true only while TLS is rolled out task by task
 //! ```
 
 use std::path::PathBuf;
@@ -52,6 +53,12 @@ pub struct TlsSettings {
     pub peer_identities: Vec<String>,
     /// How often the three files are checked for a change, in seconds (1 to 3600).
     pub reload_seconds: u64,
+    /// Whether a plaintext HTTP/2 caller (a task without a sidecar) is
+    /// forwarded to TensorFlow as TensorFlow would answer it, never
+    /// compressed. Off by default: with mutual TLS nothing reaches the
+    /// task from a caller that did not authenticate. On only while TLS is
+    /// being rolled out task by task.
+    pub accept_plaintext: bool,
 }
 
 /// Default of `tls.reload_seconds`.
@@ -68,6 +75,7 @@ impl Default for TlsSettings {
             ca: None,
             peer_identities: Vec::new(),
             reload_seconds: DEFAULT_RELOAD_SECONDS,
+            accept_plaintext: false,
         }
     }
 }

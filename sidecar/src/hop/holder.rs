@@ -2,24 +2,35 @@
 //! whole before anything reads it (small requests kept as references for
 //! the next, a short method path put back), the answer to a marked call
 //! compressed as it streams.
+//!
+//! What is gathered is charged to the in-flight budget and must arrive
+//! within `limits.gather_seconds`: a compressed request beyond either is
+//! refused as TensorFlow refuses an unknown encoding (the requester's
+//! sidecar sends it again uncompressed); an uncompressed one beyond them
+//! goes on as it came, just not kept as a reference.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderValue, Request, Response};
 use tracing::warn;
 
-use tlc_proxy::body::{self, Peeked, ProxyBody};
+use tlc_proxy::body::{self, ProxyBody};
 use tlc_proxy::connection::ConnectionId;
 use tlc_proxy::grpc_status;
 use tlc_wire::hop;
 use tlc_wire::peer;
 use tlc_wire::short_path;
 
-use super::messages::{self, Mode};
+use super::gather::{gather, Gathered, Stop};
+use super::messages;
 use super::references::{single_message, MAX_REFERENCE};
-use super::{grpc_status_of, plain, set_path, Hop, HopCounters, GRPC_ENCODING, MAX_REQUEST};
+use super::{
+    grpc_status_of, plain, set_path, Hop, HopCounters, Refusal, GRPC_ENCODING, HOP_AGAIN,
+    MAX_REQUEST,
+};
 
 /// Before anything reads `request`: restores a compressed request whole,
 /// and keeps a small one as a reference. Returns whether the caller is a
@@ -31,6 +42,8 @@ pub async fn restore_request(
     counters: &HopCounters,
     request: Request<ProxyBody>,
 ) -> Result<(Request<ProxyBody>, bool), Response<ProxyBody>> {
+    let deadline = Instant::now() + hop.limits.gather;
+    let budget = &hop.limits.budget;
     let connection = ConnectionId::of(&request);
     let (mut parts, body) = request.into_parts();
     let marked = peer::speaks_hop(&parts.headers);
@@ -51,16 +64,18 @@ pub async fn restore_request(
     };
     if !compressed {
         // Read a small request whole: it is the reference for the next.
-        return match body::peek(body, MAX_REFERENCE + 5).await {
-            Ok(Peeked::Whole(collected)) => {
+        return match gather(body, MAX_REFERENCE + 5, budget, deadline).await {
+            Ok(Gathered::Whole(collected, charge)) => {
                 let data = collected.to_bytes();
                 if let Some(message) = single_message(&data) {
                     hop.held.keep(connection, message);
                 }
-                let body = body::chunks(vec![data], collected.trailers);
+                let body = body::holding(body::chunks(vec![data], collected.trailers), charge);
                 Ok((Request::from_parts(parts, body), true))
             }
-            Ok(partial) => Ok((Request::from_parts(parts, partial.into_body()), true)),
+            Ok(Gathered::Stopped(_, partial)) => {
+                Ok((Request::from_parts(parts, partial.into_body()), true))
+            }
             Err(err) => Err(refused(counters, parts.uri.path(), &err.to_string())),
         };
     }
@@ -83,25 +98,65 @@ pub async fn restore_request(
         },
         None => None,
     };
-    let restored = match body::collect(body, MAX_REQUEST).await {
-        Ok(collected) => {
-            hop::restore_body_with(&collected.to_bytes(), MAX_REQUEST, reference.as_deref())
-                .map(|(data, counted)| (data, counted, collected.trailers))
-                .map_err(|e| e.to_string())
+    let path = parts.uri.path();
+    let (mut collected, mut charge) = match gather(body, MAX_REQUEST, budget, deadline).await {
+        Ok(Gathered::Whole(collected, charge)) => (collected, charge),
+        Ok(Gathered::Stopped(Stop::Long, _)) => {
+            // A sidecar compresses only what it gathered within the same bound.
+            let err = format!("more than {MAX_REQUEST} bytes");
+            return Err(refused(counters, path, &err));
         }
-        Err(err) => Err(err.to_string()),
+        Ok(Gathered::Stopped(Stop::Budget, _)) => {
+            let why = "the in-flight memory budget is spent";
+            return Err(send_again(counters, Refusal::GatherBudget, path, why));
+        }
+        Ok(Gathered::Stopped(Stop::Late, _)) => {
+            let why = format!("not whole within {:?}", hop.limits.gather);
+            return Err(send_again(counters, Refusal::GatherTime, path, &why));
+        }
+        Err(err) => return Err(refused(counters, path, &err.to_string())),
     };
+    let restored = hop::restore_body_with(&collected.to_bytes(), MAX_REQUEST, reference.as_deref());
+    let trailers = collected.trailers.take();
+    drop(collected);
     match restored {
-        Ok((data, counted, trailers)) => {
+        Ok((data, counted)) => {
+            // The restored bytes are held until TensorFlow has read them.
+            if charge.try_grow(data.len() as u64).is_err() {
+                let why = "the in-flight memory budget is spent";
+                return Err(send_again(counters, Refusal::GatherBudget, path, why));
+            }
             counters.count_restored(counted);
             if let Some(message) = single_message(&data) {
                 hop.held.keep(connection, message);
             }
-            let body = body::chunks(vec![Bytes::from(data)], trailers);
+            let body = body::holding(body::chunks(vec![Bytes::from(data)], trailers), charge);
             Ok((Request::from_parts(parts, body), true))
         }
-        Err(err) => Err(refused(counters, parts.uri.path(), &err)),
+        Err(err) => Err(refused(counters, path, &err.to_string())),
     }
+}
+
+/// The answer to a compressed request this side will not hold (the budget
+/// is spent, or it did not arrive in time): TensorFlow's answer to an
+/// encoding it does not know, which has the requester's sidecar send the
+/// call again uncompressed, before anything reached TensorFlow. Counted
+/// and logged (rate-limited).
+fn send_again(
+    counters: &HopCounters,
+    refusal: Refusal,
+    path: &str,
+    why: &str,
+) -> Response<ProxyBody> {
+    counters.refused(refusal, path, &why);
+    let mut response = grpc_status::response(
+        grpc_status::UNIMPLEMENTED,
+        &format!("tlcd: hop-compressed request refused ({why}); send it uncompressed"),
+    );
+    response
+        .headers_mut()
+        .insert(HOP_AGAIN, HeaderValue::from_static("1"));
+    response
 }
 
 /// Puts back the full method path of a request that came with a short one
@@ -172,6 +227,6 @@ pub fn compress_response(
     parts
         .headers
         .insert(GRPC_ENCODING, HeaderValue::from_static(hop::ENCODING));
-    let body = messages::transform(body, Mode::Compress, Arc::clone(counters));
+    let body = messages::compress(body, Arc::clone(counters));
     Response::from_parts(parts, body)
 }

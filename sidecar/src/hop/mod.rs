@@ -24,13 +24,25 @@
 //! Restoring is always on; compressing follows the policy
 //! (`[policy] hop_compression`), so switching it off at either end never
 //! strands a compressed message.
+//!
+//! What a peer sends is bounded ([`HopLimits`]): a body gathered whole is
+//! charged to the in-flight budget as it arrives and must end within
+//! `limits.gather_seconds` ([`gather`]); the holder refuses a compressed
+//! request beyond either as TensorFlow refuses an encoding it does not
+//! know, so the requester sends it again uncompressed and nothing is lost;
+//! an answer restores to at most `limits.max_tensor_mib`, each restored
+//! message charged until it is written toward TensorFlow ([`messages`]).
+//! Refusals are counted and logged ([`refusals`]).
 
+mod gather;
 mod holder;
 pub mod messages;
 pub mod references;
+pub mod refusals;
 mod requester;
 
 pub use holder::{compress_response, restore_request};
+pub use refusals::{Refusal, RefusedTotals};
 pub use requester::forward;
 
 use std::collections::HashMap;
@@ -40,6 +52,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use http::{HeaderMap, HeaderValue, Request};
+use tlc_proxy::limits::budget::MemoryBudget;
 use tlc_wire::hop::Counted;
 
 pub use messages::Mode;
@@ -58,6 +71,27 @@ const MAX_PEERS: usize = 4096;
 
 const GRPC_ENCODING: &str = "grpc-encoding";
 
+/// The holder's sidecar refused a compressed request it could not hold
+/// (budget, time): the requester sends it again uncompressed and keeps
+/// compressing to that peer. The refusal itself is TensorFlow's answer to
+/// an unknown encoding, which a requester without this header copes with
+/// too.
+use tlc_wire::peer::HOP_AGAIN;
+
+/// What bounds hop compression's memory and time (from `[limits]`).
+#[derive(Debug, Clone)]
+pub struct HopLimits {
+    /// The in-flight budget: bodies gathered whole, restored messages
+    /// until they are written toward TensorFlow.
+    pub budget: MemoryBudget,
+    /// How long a body gathered whole has to arrive.
+    pub gather: Duration,
+    /// Most bytes the messages of one answer may restore to.
+    pub max_answer_bytes: u64,
+    /// Bytes of memory each side's references may hold.
+    pub references_bytes: usize,
+}
+
 /// Response extension: leave this answer's messages as they are, even to
 /// a peer that reads hop-compressed ones. A float tensor sent raw because
 /// its link is fast: zstd over float bytes would cost more than it saves
@@ -73,11 +107,13 @@ pub struct HopCounters {
     failures: AtomicU64,
     resent: AtomicU64,
     reference_misses: AtomicU64,
+    refusals: refusals::Refusals,
 }
 
 /// Hop compression's state on both sides.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Hop {
+    limits: HopLimits,
     /// Requester side: the peers that answered as sidecars lately.
     peers: Peers,
     /// Requester side: the request sent last per peer and call.
@@ -100,6 +136,20 @@ pub struct HopTotals {
     pub resent: u64,
     /// Requests sent again without a reference the holder no longer held.
     pub reference_misses: u64,
+    /// Calls refused rather than held beyond the limits, by why.
+    pub refused: RefusedTotals,
+}
+
+impl Hop {
+    /// Empty state within `limits`.
+    pub fn new(limits: HopLimits) -> Hop {
+        Hop {
+            peers: Peers::default(),
+            sent: references::Sent::new(limits.references_bytes),
+            held: references::Held::new(limits.references_bytes),
+            limits,
+        }
+    }
 }
 
 impl HopCounters {
@@ -125,6 +175,12 @@ impl HopCounters {
         self.reference_misses.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts and logs (rate-limited) one call refused; `call` names it
+    /// (its path, or the peer that answered).
+    pub fn refused(&self, refusal: Refusal, call: &str, detail: &dyn std::fmt::Display) {
+        self.refusals.refused(refusal, call, detail);
+    }
+
     /// Counts one message or body that could not be restored.
     pub fn failed(&self) {
         self.failures.fetch_add(1, Ordering::Relaxed);
@@ -143,6 +199,7 @@ impl HopCounters {
             failures: self.failures.load(Ordering::Relaxed),
             resent: self.resent.load(Ordering::Relaxed),
             reference_misses: self.reference_misses.load(Ordering::Relaxed),
+            refused: self.refusals.totals(),
         }
     }
 }

@@ -2,6 +2,11 @@
 //! to a known sidecar compressed (against the previous one of the same
 //! call where the holder keeps it, the method by its short path where the
 //! holder restores them), answers restored.
+//!
+//! TensorFlow's request is gathered whole to be compressed only within the
+//! in-flight budget and `limits.gather_seconds`; one that is not goes on
+//! as it came. An answer restores to at most `limits.max_tensor_mib`
+//! ([`messages`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -12,23 +17,26 @@ use http::header::CONTENT_LENGTH;
 use http::{HeaderValue, Request, Response};
 use tracing::{debug, warn};
 
-use tlc_proxy::body::{self, Peeked, ProxyBody};
+use tlc_proxy::body::{self, ProxyBody};
 use tlc_proxy::forward::forward as forward_as_is;
 use tlc_proxy::grpc_status;
+use tlc_proxy::limits::budget::Charge;
 use tlc_proxy::upstream::Upstream;
 use tlc_wire::hop;
 use tlc_wire::peer;
 use tlc_wire::short_path;
 
-use super::messages::{self, Mode};
+use super::gather::{gather, Gathered};
+use super::messages;
 use super::references::{single_message, SentKey};
 use super::{
-    copy_head, grpc_status_of, plain, set_path, Hop, HopCounters, GRPC_ENCODING, MAX_REQUEST,
+    copy_head, grpc_status_of, plain, set_path, Hop, HopCounters, HopLimits, GRPC_ENCODING,
+    HOP_AGAIN, MAX_REQUEST,
 };
 
 /// A request gathered whole to be compressed: what it takes to send it
 /// again, and the reference it may become.
-struct Gathered {
+struct Whole {
     head: http::request::Parts,
     data: Bytes,
     trailers: Option<http::HeaderMap>,
@@ -37,9 +45,11 @@ struct Gathered {
     key: Option<SentKey>,
     /// Whether the holder's sidecar restores short method paths.
     short_paths: bool,
+    /// `data`'s charge to the in-flight budget, held with it.
+    _charge: Charge,
 }
 
-impl Gathered {
+impl Whole {
     /// The request to send: compressed against `reference` (its id and
     /// bytes) where that shrinks it, marked as such, its method by a short
     /// path where the holder restores them; and whether it was compressed.
@@ -104,19 +114,24 @@ pub async fn forward(
         let response = forward_as_is(upstream, Request::from_parts(parts, body)).await;
         return answered(hop, counters, addr, response);
     }
-    let gathered = match body::peek(body, MAX_REQUEST).await {
-        Ok(Peeked::Whole(collected)) => {
+    let deadline = Instant::now() + hop.limits.gather;
+    let gathered = match gather(body, MAX_REQUEST, &hop.limits.budget, deadline).await {
+        Ok(Gathered::Whole(collected, charge)) => {
             let data = collected.to_bytes();
             let key = single_message(&data).map(|m| SentKey::of(addr, parts.uri.path(), m));
-            Gathered {
+            Whole {
                 head: copy_head(&parts),
                 data,
                 trailers: collected.trailers,
                 key,
                 short_paths: known.short_paths,
+                _charge: charge,
             }
         }
-        Ok(partial) => {
+        Ok(Gathered::Stopped(why, partial)) => {
+            // Too long, the budget spent or TensorFlow slow to send it:
+            // on uncompressed, as it came.
+            debug!(upstream = %addr, ?why, "request not gathered; sending it as it comes");
             let request = Request::from_parts(parts, partial.into_body());
             let response = forward_as_is(upstream, request).await;
             return answered(hop, counters, addr, response);
@@ -133,7 +148,9 @@ pub async fn forward(
     let referenced = reference.is_some();
     let (request, mut compressed) = gathered.request(reference.clone(), counters);
     let mut response = forward_as_is(upstream, request).await;
-    if gathered.short_paths && unimplemented(&response) {
+    // The holder refusing to hold it answers UNIMPLEMENTED too: not a path.
+    let held_back = response.headers().contains_key(HOP_AGAIN);
+    if gathered.short_paths && unimplemented(&response) && !held_back {
         // A sidecar that does not know this short path (an older build
         // since restarted there): again with the full one.
         debug!(upstream = %addr, "short path not known; sending the request again with the full one");
@@ -156,9 +173,18 @@ pub async fn forward(
     }
     if peer::speaks_hop(response.headers()) {
         if let (Some(key), Some(message)) = (gathered.key, single_message(&gathered.data)) {
-            let message = gathered.data.slice_ref(message);
-            hop.sent.remember(key, message);
+            // A copy: a slice would keep the whole buffer it was read
+            // into, which the references' bound does not count.
+            hop.sent.remember(key, Bytes::copy_from_slice(message));
         }
+        return answered(hop, counters, addr, response);
+    }
+    if compressed && response.headers().contains_key(HOP_AGAIN) {
+        // The holder's sidecar could not hold it compressed (its budget,
+        // its gather time): again as it came, still a known sidecar.
+        debug!(upstream = %addr, "the holder refused the compressed request; sending it again uncompressed");
+        counters.resent.fetch_add(1, Ordering::Relaxed);
+        let response = forward_as_is(upstream, gathered.original()).await;
         return answered(hop, counters, addr, response);
     }
     if compressed && response.headers().contains_key("grpc-status") {
@@ -184,7 +210,7 @@ fn answered(
     if peer::speaks_hop(response.headers()) {
         let short_paths = peer::restores_short_paths(response.headers());
         hop.peers.saw(addr, short_paths, Instant::now());
-        return restore_response(response, counters);
+        return restore_response(response, counters, &hop.limits, addr);
     }
     response
 }
@@ -209,6 +235,8 @@ fn unimplemented(response: &Response<ProxyBody>) -> bool {
 pub(super) fn restore_response(
     response: Response<ProxyBody>,
     counters: &Arc<HopCounters>,
+    limits: &HopLimits,
+    peer: std::net::SocketAddr,
 ) -> Response<ProxyBody> {
     let (mut parts, body) = response.into_parts();
     let compressed = peer::hop_compressed(&parts.headers);
@@ -220,6 +248,6 @@ pub(super) fn restore_response(
     parts.headers.remove(GRPC_ENCODING);
     parts.headers.remove(CONTENT_LENGTH);
     debug!("restoring a compressed answer");
-    let body = messages::transform(body, Mode::Restore, Arc::clone(counters));
+    let body = messages::restore(body, Arc::clone(counters), limits, peer);
     Response::from_parts(parts, body)
 }

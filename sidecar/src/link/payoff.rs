@@ -75,6 +75,11 @@ pub const EXPLORE_EVERY: Duration = Duration::from_secs(2);
 pub struct PayoffKey {
     /// The requesting task.
     pub requester: String,
+    /// Who asked, as the holder knows it whatever the call says of itself
+    /// (its TLS identity, else its connection): decisions are kept apart
+    /// per source, so that a connection naming another requester's task,
+    /// with a made-up `tlc-link`, moves only its own.
+    pub source: String,
     /// Push or pull.
     pub direction: Direction,
     /// The tensor's context name.
@@ -169,7 +174,17 @@ impl Groups {
 #[derive(Debug)]
 struct Table {
     tensors: Bounded<PayoffKey, Payoff>,
-    groups: Bounded<String, Groups>,
+    groups: Bounded<Requester, Groups>,
+}
+
+/// A requester task as one source asked for it: what groups and
+/// exploring are kept by.
+type Requester = (String, String);
+
+impl PayoffKey {
+    fn requester_of(&self) -> Requester {
+        (self.requester.clone(), self.source.clone())
+    }
 }
 
 /// One tensor's costs and state.
@@ -210,7 +225,7 @@ pub struct PayoffView {
 #[derive(Debug)]
 pub struct Payoffs {
     table: Mutex<Table>,
-    explored: Mutex<Bounded<String, Instant>>,
+    explored: Mutex<Bounded<Requester, Instant>>,
     to_raw: AtomicU64,
     to_compressed: AtomicU64,
     settles: AtomicU64,
@@ -252,12 +267,12 @@ impl Payoffs {
         };
         let verdict = match settings.assumed_rate.or(link.rate) {
             Some(rate) => {
-                let groups = groups.get_or_insert_with(&key.requester, Groups::default);
+                let groups = groups.get_or_insert_with(&key.requester_of(), Groups::default);
                 self.by_rate(groups.of(key.direction), payoff, rate, link, settings)
             }
             None => {
                 let raw_bytes = payoff.raw_bytes;
-                self.explore_or_compress(&key.requester, raw_bytes, now)
+                self.explore_or_compress(&key.requester_of(), raw_bytes, now)
             }
         };
         keep_memory_whole(payoff, key.direction, verdict)
@@ -314,7 +329,7 @@ impl Payoffs {
 
     /// Without a rate: a tensor of `raw_bytes` for `requester` goes raw if
     /// its size suits timing the link and none went lately.
-    fn explore_or_compress(&self, requester: &str, raw_bytes: u64, now: Instant) -> Verdict {
+    fn explore_or_compress(&self, requester: &Requester, raw_bytes: u64, now: Instant) -> Verdict {
         if !EXPLORE_BYTES.contains(&raw_bytes) {
             return Verdict::Compress;
         }
@@ -344,7 +359,7 @@ impl Payoffs {
             Payoff::default()
         });
         let group = groups
-            .get_or_insert_with(&key.requester, Groups::default)
+            .get_or_insert_with(&key.requester_of(), Groups::default)
             .of(key.direction);
         group.count(payoff, -1.0);
         if first {

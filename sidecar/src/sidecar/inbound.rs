@@ -11,6 +11,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
 use tracing::{debug, warn, Span};
 
+use super::boundary::{self, forward};
 use super::request_key;
 use super::tensor_bytes;
 use super::AlreadyCharged;
@@ -27,7 +28,6 @@ use tlc_core::TensorCall;
 use tlc_core::{Outcome, Role};
 use tlc_proxy::body::{self, Collected, Peeked, ProxyBody};
 use tlc_proxy::connection::ConnectionId;
-use tlc_proxy::forward::forward;
 use tlc_proxy::grpc_status;
 use tlc_proxy::upstream::Upstream;
 use tlc_wire::peer::{self, ReplicaHeader};
@@ -72,10 +72,7 @@ pub async fn recv_tensor(
         let released = sidecar.fallbacks.release(&tokens);
         sidecar.stats.fallbacks_released(released);
     }
-    let link_header = request
-        .headers()
-        .get(peer::LINK)
-        .and_then(peer::LinkHeader::parse);
+    let (link_header, source) = boundary::reported_link(&request, connection);
     // What the requester decodes, and what this side reads whole.
     let max_tensor = peer::max_tensor(request.headers())
         .unwrap_or(u64::MAX)
@@ -119,6 +116,7 @@ pub async fn recv_tensor(
     }
     let payoff_key = PayoffKey {
         requester: call.requester_task.clone(),
+        source,
         direction: call.direction,
         tensor: call.tensor.clone(),
     };

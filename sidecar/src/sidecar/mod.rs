@@ -18,6 +18,7 @@
 //! - [`warmup`]: the steps a tensor crosses uncompressed;
 //! - `check`: `[policy.check]`, the call forced exact and the mirror check.
 
+mod boundary;
 pub mod calls;
 mod check;
 pub mod classes;
@@ -26,6 +27,7 @@ mod ids_again;
 pub mod inbound;
 pub mod outbound;
 pub mod record;
+mod registrations;
 pub mod request_key;
 pub mod row_ids;
 pub mod rows;
@@ -41,7 +43,7 @@ use std::time::{Duration, Instant};
 use http::{Request, Response};
 use tracing::debug;
 
-use crate::graph::tap::{self, Registration};
+use crate::graph::tap::Registration;
 use crate::graph::GraphIndex;
 use tlc_context::pull::random_seed;
 use tlc_context::{ContextLimits, ContextTable, Contexts, TableLimits};
@@ -57,7 +59,6 @@ use record::Recorder;
 use stats::Stats;
 use tlc_proxy::body::{self, ProxyBody};
 use tlc_proxy::connection::ConnectionStats;
-use tlc_proxy::forward::forward;
 use tlc_proxy::grpc_status;
 use tlc_proxy::tls::TlsContext;
 use tlc_proxy::upstream::Upstream;
@@ -227,6 +228,13 @@ impl Sidecar {
     /// A sidecar with empty contexts.
     pub fn new(policy: Policy, options: Options, recorder: Option<Recorder>) -> Sidecar {
         let seed = random_seed();
+        let budget = MemoryBudget::new(options.in_flight_bytes);
+        let hop = crate::hop::Hop::new(crate::hop::HopLimits {
+            budget: budget.clone(),
+            gather: options.gather,
+            max_answer_bytes: options.max_tensor_bytes,
+            references_bytes: options.hop_references_bytes,
+        });
         Sidecar {
             policy: RwLock::new(Arc::new(policy)),
             options,
@@ -248,10 +256,10 @@ impl Sidecar {
             steps: crate::training::StepWatch::default(),
             stuck: tokio::sync::watch::Sender::new(None),
             waiting: Default::default(),
-            budget: MemoryBudget::new(options.in_flight_bytes),
+            budget,
             tls: std::sync::OnceLock::new(),
             recorder: recorder.map(Arc::new),
-            hop: crate::hop::Hop::default(),
+            hop,
             row_ids: row_ids::RowIds::new(options.fallback_bytes.clamp(1 << 20, ROW_IDS_BYTES)),
             rows: rows::RowContexts::new(options.pull_limits, options.replica_limits),
             link_meter: Arc::default(),
@@ -353,7 +361,7 @@ impl Sidecar {
         }
         let request = match Registration::of_path(path) {
             // Read the graph on its way; the call goes on untouched.
-            Some(registration) => self.tap(registration, request),
+            Some(registration) => Sidecar::tap(&self, registration, request),
             None => request,
         };
         if request.uri().path() != RECV_TENSOR {
@@ -374,27 +382,10 @@ impl Sidecar {
         .await
     }
 
-    /// `request` with its body read on its way as a graph registration.
-    fn tap(&self, registration: Registration, request: Request<ProxyBody>) -> Request<ProxyBody> {
-        let (parts, body) = request.into_parts();
-        let hook = self.recorder.clone().map(|recorder| {
-            Box::new(move |kind: Registration, message: &[u8]| {
-                recorder.write_graph(kind.name(), message)
-            }) as tap::MessageHook
-        });
-        let body = tap::tap(
-            body,
-            registration,
-            self.graphs.clone(),
-            MAX_GRAPH_MESSAGE,
-            hook,
-        );
-        Request::from_parts(parts, body)
-    }
-
     /// Sends `request` on to `upstream`: from the requester's side through
     /// hop compression (marked, compressed when the policy says so, the
-    /// answer restored); from the holder's side to TensorFlow as it is.
+    /// answer restored); from the holder's side to TensorFlow as it is,
+    /// but for sidecar headers (`boundary`).
     pub(crate) async fn forward(
         &self,
         role: Role,
@@ -406,7 +397,7 @@ impl Sidecar {
                 let compress = self.policy().hop_compression();
                 crate::hop::forward(&self.hop, self.stats.hop(), compress, upstream, request).await
             }
-            Role::Inbound => forward(upstream, request).await,
+            Role::Inbound => boundary::forward(upstream, request).await,
         }
     }
 
@@ -496,6 +487,9 @@ impl Handler for Sidecar {
     /// is not authenticated where peers must use TLS is first stripped of
     /// whatever it claims in `tlc-*` headers, so it is served as TensorFlow
     /// would serve it, and a fallback request from it is refused outright.
+    /// What TensorFlow sends (outbound) loses its `tlc-*` headers before
+    /// the sidecar adds its own, and what it gets back loses them once read
+    /// (`boundary`).
     /// What streams to a peer (inbound) is charged to the in-flight budget
     /// until written, unless the holder side charged it already: a peer
     /// may not read what it asked for.
@@ -514,6 +508,10 @@ impl Handler for Sidecar {
             }
             peer::strip(request.headers_mut());
         }
+        if role == Role::Outbound {
+            // From TensorFlow: it says nothing in sidecar headers.
+            request = boundary::stripped(request);
+        }
         let mut hop_peer = false;
         if role == Role::Inbound {
             match crate::hop::restore_request(&self.hop, self.stats.hop(), request).await {
@@ -525,6 +523,9 @@ impl Handler for Sidecar {
         let response = if hop_peer {
             let compress = self.policy().hop_compression();
             crate::hop::compress_response(response, self.stats.hop(), compress)
+        } else if role == Role::Outbound {
+            // To TensorFlow: every sidecar header has been read by now.
+            boundary::stripped_response(response)
         } else {
             response
         };

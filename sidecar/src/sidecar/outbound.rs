@@ -200,8 +200,7 @@ pub async fn recv_tensor(
             if prepared.rows {
                 sidecar.await_row_ids(&call, known.as_ref()).await;
             }
-            // A keyframe's or a push's values, then their copy as bytes.
-            let decoding = prepared.content_len.saturating_mul(2);
+            let decoding = decode_charge(&prepared);
             match charge.grow(decoding, sidecar.options().memory_wait).await {
                 Ok(()) => tokio::task::block_in_place(|| {
                     restore(sidecar, &call, known.as_ref(), (prepared, mirror), span)
@@ -383,6 +382,34 @@ struct Prepared {
     token: Option<u64>,
     /// A row-keyed envelope: restored with the step's ids.
     rows: bool,
+    /// What the entropy stage writes for its largest frame.
+    entropy_bytes: u64,
+}
+
+/// What decoding `prepared` holds at its peak, charged before it starts: a
+/// keyframe's or a push's values, their copy as bytes, and the entropy
+/// stage's output (the codec payload a frame's zstd decompresses to,
+/// before the codec decodes it).
+fn decode_charge(prepared: &Prepared) -> u64 {
+    prepared
+        .content_len
+        .saturating_mul(2)
+        .saturating_add(prepared.entropy_bytes)
+}
+
+/// The most bytes the entropy stage writes for one frame of `envelope`
+/// (its declared `raw_len`, which the frame's checks bound by the codec
+/// and the element count): frames are decoded one after another, each
+/// stage's output dropped before the next. 0 without the stage, and for an
+/// envelope that does not parse (its decode fails before allocating).
+fn entropy_output_bytes(envelope: &[u8], content_len: u64) -> u64 {
+    let limits = Limits {
+        max_elements: content_len / 4,
+    };
+    tlc_wire::envelope::Envelope::parse(envelope, &limits).map_or(0, |parsed| {
+        let stage = parsed.frames().iter().filter_map(|f| f.header.raw_len);
+        stage.map(u64::from).max().unwrap_or(0)
+    })
 }
 
 /// Reads the response around an envelope and checks the shape it declares
@@ -401,12 +428,14 @@ fn prepare(collected: &Collected, max_tensor: u64) -> Result<Prepared, Failure> 
     let dims = dims_of(tensor).ok_or_else(|| fail(token, "bad tensor shape"))?;
     let content_len = content_bytes(&dims, max_tensor).map_err(|e| fail(token, e))?;
     let rows = super::rows::is_rows_envelope(&tensor.tensor_content);
+    let entropy_bytes = entropy_output_bytes(&tensor.tensor_content, content_len);
     Ok(Prepared {
         response,
         dims,
         content_len,
         token,
         rows,
+        entropy_bytes,
     })
 }
 
@@ -424,7 +453,7 @@ fn restore(
         dims,
         content_len,
         token,
-        rows: _,
+        ..
     } = prepared;
     let Some(tensor) = &response.tensor else {
         return Err(fail(None, "response without a tensor"));
@@ -543,27 +572,4 @@ async fn recover(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_shape_no_response_can_carry_is_refused_before_decoding() {
-        let max = MAX_RESPONSE as u64;
-        assert_eq!(content_bytes(&[1000, 10], max), Ok(40_000));
-        assert_eq!(content_bytes(&[], max), Ok(4), "a scalar");
-        assert_eq!(content_bytes(&[0, 7], max), Ok(0));
-        let most = max / 4;
-        assert_eq!(content_bytes(&[most], max), Ok(most * 4));
-        assert!(content_bytes(&[most + 1], max).is_err());
-        assert_eq!(content_bytes(&[250, 4], 4000), Ok(4000));
-        assert!(
-            content_bytes(&[251, 4], 4000).is_err(),
-            "this sidecar's bound"
-        );
-        // The envelope bomb that aborted tlcd: 7e9 elements, 28 GB.
-        assert!(content_bytes(&[7_000_000_000], max).is_err());
-        // Products and byte counts that overflow u64.
-        assert!(content_bytes(&[u64::MAX, 2], max).is_err());
-        assert!(content_bytes(&[1 << 62], max).is_err());
-    }
-}
+mod tests;

@@ -183,6 +183,26 @@ fn strip_removes_only_tlc_headers() {
     assert_eq!(headers.len(), 1);
 }
 
+/// Headers no build knows, and names in any case, go too: a hostile peer
+/// may make one up; other headers stay.
+#[test]
+fn strip_removes_unknown_tlc_headers_by_prefix() {
+    let mut headers = HeaderMap::new();
+    for name in ["tlc-hop-miss", "tlc-made-up", "tlc-", "tlc-x-1"] {
+        headers.insert(name, HeaderValue::from_static("1"));
+    }
+    headers.append("tlc-made-up", HeaderValue::from_static("2"));
+    for name in ["tlcx", "tl-c", "x-tlc-peer", "grpc-status"] {
+        headers.insert(name, HeaderValue::from_static("0"));
+    }
+    strip(&mut headers);
+    let mut left: Vec<&str> = headers.keys().map(|k| k.as_str()).collect();
+    left.sort_unstable();
+    assert_eq!(left, ["grpc-status", "tl-c", "tlcx", "x-tlc-peer"]);
+    assert!(is_sidecar_header("TLC-Peer"));
+    assert!(!is_sidecar_header("tlc"));
+}
+
 /// A header added to the table at the top of this module and not to
 /// [`ALL`] would reach TensorFlow.
 #[test]

@@ -15,6 +15,7 @@ fn auto() -> Link {
 fn key(direction: Direction) -> PayoffKey {
     PayoffKey {
         requester: "/job:worker/replica:0/task:0".into(),
+        source: "connection 1".into(),
         direction,
         tensor: "w".into(),
     }
@@ -55,6 +56,29 @@ fn positions(verdicts: &[Verdict], verdict: Verdict) -> Vec<usize> {
 fn calls(payoffs: &Payoffs, key: &PayoffKey, rate: f64, n: u32) -> Vec<Verdict> {
     let now = Instant::now();
     (0..n).map(|_| call(payoffs, key, at(rate), now)).collect()
+}
+
+/// A connection that names another requester's task, with a link it
+/// made up, moves only its own decision: the other's stays where its own
+/// reports put it (here, between break-even and the margin, where the
+/// group's last state decides).
+#[test]
+fn one_source_cannot_move_another_requesters_decision() {
+    let payoffs = Payoffs::default();
+    let victim = key(Direction::Pull);
+    let hostile = PayoffKey {
+        source: "connection 2".into(),
+        ..victim.clone()
+    };
+    let now = Instant::now();
+    for key in [&victim, &hostile] {
+        assert_eq!(call(&payoffs, key, at(1.25e6), now), Verdict::Compress);
+        assert_eq!(call(&payoffs, key, at(1.25e6), now), Verdict::Compress);
+    }
+    assert_eq!(call(&payoffs, &hostile, at(1e15), now), Verdict::Pass);
+    // 2x break-even: passing only if the group already was.
+    assert_eq!(calls(&payoffs, &victim, 2e9, 3), [Verdict::Compress; 3]);
+    assert_eq!(payoffs.switches(), (1, 0), "only the hostile one switched");
 }
 
 #[test]
