@@ -56,6 +56,7 @@ fn files(dir: &std::path::Path, names: &[&str]) -> Result<Vec<TlsSettings>> {
             ca: Some(dir.join("ca.pem")),
             peer_identities: vec!["spiffe://bench/*".into()],
             reload_seconds: 10,
+            ..Default::default()
         });
     }
     Ok(settings)

@@ -8,7 +8,6 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,14 +19,13 @@ use tlc_core::Role;
 use tlc_daemon::config::{Config, Route};
 use tlc_proxy::intercept::{self, Destination};
 use tlc_proxy::limits::settings::LimitSettings;
-use tlc_proxy::tls::{TlsMode, TlsSettings};
+use tlc_proxy::tls::TlsSettings;
 use tlc_proxy::Proxy;
 use tlc_sidecar::Sidecar;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-const WORKER: &str = "spiffe://tlc.local/ns/default/sa/worker";
-const PS: &str = "spiffe://tlc.local/ns/default/sa/ps";
+use support::certs::{make_certs, tls, PS, WORKER};
 
 /// What a local client sends that must never cross the network in the clear.
 const SECRET_REQUEST: &[u8] = b"GET /health HTTP/1.1\r\nAuthorization: Bearer s3cr3t\r\n\r\n";
@@ -318,33 +316,6 @@ async fn an_idle_http2_client_that_never_reads_gives_its_slot_back() {
     assert_eq!(cut(&sidecar, "goaway_timeout"), 1);
     assert_eq!(served.unwrap().len(), 7);
     drop(deaf);
-}
-
-/// Certificates for `names` under a new CA in `dir`, by the project's script.
-fn make_certs(dir: &Path, names: &[&str]) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/tls/make-certs.sh");
-    let status = std::process::Command::new("bash")
-        .arg(script)
-        .arg(dir)
-        .args(names)
-        .status()
-        .expect("bash");
-    assert!(
-        status.success(),
-        "make-certs.sh failed (is openssl installed?)"
-    );
-}
-
-fn tls(dir: &Path, name: &str, peers: &[&str]) -> TlsSettings {
-    TlsSettings {
-        mode: TlsMode::Mutual,
-        cert: Some(dir.join(format!("{name}.pem"))),
-        key: Some(dir.join(format!("{name}-key.pem"))),
-        ca: Some(dir.join("ca.pem")),
-        peer_identities: peers.iter().map(|p| p.to_string()).collect(),
-        reload_seconds: 10,
-        accept_plaintext: false,
-    }
 }
 
 /// An HTTP/1.1 server: answers a request that carries the secret header;

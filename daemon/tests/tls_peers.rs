@@ -6,8 +6,7 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,42 +16,14 @@ use support::Client;
 use tlc_core::Role;
 use tlc_daemon::config::{Config, Route};
 use tlc_proxy::connection::Refusal;
-use tlc_proxy::tls::{TlsMode, TlsSettings};
+use tlc_proxy::tls::TlsSettings;
 use tlc_proxy::Proxy;
 use tlc_sidecar::Sidecar;
 use tlc_wire::peer;
 use tlc_wire::tf::RECV_TENSOR_PATH;
 
 const KEY: &str = "/job:worker/replica:0/task:0/device:CPU:0;0000000000000001;/job:ps/replica:0/task:0/device:CPU:0;edge_3_g;0:0";
-const WORKER: &str = "spiffe://tlc.local/ns/default/sa/worker";
-const PS: &str = "spiffe://tlc.local/ns/default/sa/ps";
-
-/// Certificates for `names` under a new CA in `dir`, by the project's script.
-fn make_certs(dir: &Path, names: &[&str]) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/tls/make-certs.sh");
-    let status = Command::new("bash")
-        .arg(script)
-        .arg(dir)
-        .args(names)
-        .status()
-        .expect("bash");
-    assert!(
-        status.success(),
-        "make-certs.sh failed (is openssl installed?)"
-    );
-}
-
-fn tls(dir: &Path, name: &str, peers: &[&str]) -> TlsSettings {
-    TlsSettings {
-        mode: TlsMode::Mutual,
-        cert: Some(dir.join(format!("{name}.pem"))),
-        key: Some(dir.join(format!("{name}-key.pem"))),
-        ca: Some(dir.join("ca.pem")),
-        peer_identities: peers.iter().map(|p| p.to_string()).collect(),
-        reload_seconds: 10,
-        accept_plaintext: false,
-    }
-}
+use support::certs::{make_certs, tls, PS, WORKER};
 
 async fn proxy(
     role: Role,

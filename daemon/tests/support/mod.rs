@@ -141,6 +141,7 @@ impl Client {
         }
     }
 }
+pub mod certs;
 pub mod metrics;
 pub mod process;
 

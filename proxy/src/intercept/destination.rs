@@ -1,8 +1,7 @@
 //! Where an explicit route forwards: an address, or a DNS name with a port
 //! (`ps-0.training.svc:2222`, a VM's name across regions), looked up again
-//! for new connections (an answer serves those of the next few seconds,
-//! see [`super::resolver`]), so that a task that moved is found where it
-//! is now.
+//! for new connections (the route's resolver keeps an answer for the
+//! next few seconds), so that a task that moved is found where it is now.
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -135,6 +135,7 @@ pub fn settings(dir: &Path, patterns: &[&str]) -> TlsSettings {
         ca: Some(dir.join("ca.crt")),
         peer_identities: patterns.iter().map(|p| p.to_string()).collect(),
         reload_seconds: 1,
+        accept_plaintext: false,
     }
 }
 
