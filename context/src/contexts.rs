@@ -22,6 +22,7 @@ use crate::pull::{
 };
 use crate::push::{decode_push, encode_stateless, PushContext, PushError, PushKey};
 use crate::refine::Refinement;
+use crate::regime::agreement::AgreementMeter;
 use crate::table::{lock, ContextTable, Evicted, TableLimits, TableStats};
 
 /// What a context holds beside its tensor-sized buffers (its fields, the
@@ -38,6 +39,9 @@ pub enum Memory {
         feedback: Feedback,
         /// How far the buffer may lag before further passes are sent.
         refine: Refinement,
+        /// What the requester said of the workers' agreement on this
+        /// tensor (`tlc-agree`), for the fidelity controller.
+        agreement: Option<f64>,
     },
     /// A dense variable read: the replica every requester shares, and the
     /// deltas from the version this requester holds.
@@ -165,10 +169,22 @@ pub struct ContextLimits {
     pub pull_cache_len: usize,
 }
 
+/// The tensor a requester measures the workers' agreement on: one meter
+/// for the pushes of every holder.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AgreementKey {
+    /// The task asking for the gradients (a parameter task).
+    pub requester_task: String,
+    /// The node name, the same from every worker.
+    pub tensor: String,
+}
+
 /// Every tensor context of one sidecar: the holder's error buffers and pull
-/// sources, the requester's replicas.
+/// sources, the requester's replicas and agreement meters.
 pub struct Contexts {
     push: ContextTable<PushKey, PushContext>,
+    /// Bounded as the push table is (gradient state, on the other side).
+    agreement: ContextTable<AgreementKey, AgreementMeter>,
     pull: ContextTable<SourceKey, PullSource>,
     replicas: ReplicaStore,
     epochs: EpochGenerator,
@@ -181,6 +197,7 @@ impl Contexts {
     pub fn new(limits: ContextLimits, seed: u64) -> Contexts {
         Contexts {
             push: ContextTable::new(limits.push),
+            agreement: ContextTable::new(limits.push),
             pull: ContextTable::new(limits.pull),
             replicas: ReplicaStore::new(limits.replicas),
             epochs: EpochGenerator::new(seed),
@@ -217,7 +234,11 @@ impl Contexts {
         };
         let start = out.len();
         match memory {
-            Memory::ErrorFeedback { feedback, refine } => {
+            Memory::ErrorFeedback {
+                feedback,
+                refine,
+                agreement,
+            } => {
                 let key = PushKey {
                     requester_task: call.requester_task.clone(),
                     holder_task: call.holder_task.clone(),
@@ -232,6 +253,7 @@ impl Contexts {
                     .ok_or(EncodeRefused::Budget)?;
                 let mut context = lock(&context);
                 context.set_entropy_stage(entropy);
+                context.hear_agreement(agreement);
                 let started = Instant::now();
                 let pushed = context
                     .encode(values, codec, refine, fallback_token, out)
@@ -327,6 +349,30 @@ impl Contexts {
         })
     }
 
+    /// Counts `values`, a push `call` restored, in the agreement of the
+    /// workers' gradients of its tensor (means over `window` rounds). A
+    /// tensor whose meter does not fit the push table's budget is not
+    /// measured: its holders hear nothing and keep the tight bound.
+    pub fn measure_agreement(&self, call: &TensorCall, values: &[f32], window: u32, now: Instant) {
+        let key = agreement_key(call);
+        let expected = 4 * values.len() + CONTEXT_OVERHEAD;
+        let Some(meter) =
+            self.agreement
+                .get_or_insert_within(&key, now, expected, AgreementMeter::default)
+        else {
+            return;
+        };
+        lock(&meter).observe(holder_hash(&call.holder_task), values, window);
+    }
+
+    /// The agreement measured on the tensor `call` asks its holder for,
+    /// to say in the request; `None` before two workers' pushes met.
+    pub fn agreement(&self, call: &TensorCall, now: Instant) -> Option<f64> {
+        let meter = self.agreement.get(&agreement_key(call), now)?;
+        let agreement = lock(&meter).agreement();
+        agreement
+    }
+
     /// The requester's replica of the tensor `call` pulls, to announce in
     /// its request; `None` for a push or a tensor with no replica yet.
     pub fn replica_state(&self, call: &TensorCall, now: Instant) -> Option<ReplicaState> {
@@ -364,28 +410,48 @@ impl Contexts {
     /// New bounds for every table, applied at the next eviction.
     pub fn set_limits(&self, limits: TableLimits) {
         self.push.set_limits(limits);
+        self.agreement.set_limits(limits);
         self.pull.set_limits(limits);
         self.replicas.table().set_limits(limits);
     }
 
     /// Drops contexts idle too long or beyond their tables' budgets:
-    /// what each table freed (push, pull, replicas).
+    /// what each table freed (push, with the agreement meters; pull;
+    /// replicas).
     pub fn evict(&self, now: Instant) -> [Evicted; 3] {
         [
-            self.push.evict(now),
+            self.push.evict(now).and(self.agreement.evict(now)),
             self.pull.evict(now),
             self.replicas.table().evict(now),
         ]
     }
 
-    /// Size of each table (push, pull, replicas).
+    /// Size of each table (push, with the agreement meters; pull;
+    /// replicas).
     pub fn sizes(&self) -> [TableStats; 3] {
         [
-            self.push.stats(),
+            self.push.stats().and(self.agreement.stats()),
             self.pull.stats(),
             self.replicas.table().stats(),
         ]
     }
+}
+
+fn agreement_key(call: &TensorCall) -> AgreementKey {
+    AgreementKey {
+        requester_task: call.requester_task.clone(),
+        tensor: call.tensor.clone(),
+    }
+}
+
+/// A holder's name as the meter tells holders apart (a collision makes
+/// two workers one, which closes rounds early: fewer rounds, not wrong
+/// ones).
+fn holder_hash(holder: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    holder.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// The replica a pull from a parameter task goes into; `None` for a push.

@@ -28,7 +28,8 @@ pub mod rows;
 pub mod table;
 
 pub use contexts::{
-    ContextLimits, Contexts, EncodeRefused, Encoded, Encoding, Memory, RestoreError, Restored,
+    AgreementKey, ContextLimits, Contexts, EncodeRefused, Encoded, Encoding, Memory, RestoreError,
+    Restored,
 };
 pub use pull::{
     replica_hash, ApplyError, EpochGenerator, PullServed, PullSource, Reads, Replica, ReplicaKey,
@@ -36,6 +37,7 @@ pub use pull::{
 };
 pub use push::{decode_push, encode_stateless, PushContext, PushError, PushKey};
 pub use refine::{PassScale, Refinement};
+pub use regime::agreement::AgreementMeter;
 pub use regime::{RegimeDetector, Regimes};
 pub use rows::{restore_push, RowErrors, RowMirror, RowsApplied, RowsEncoded, RowsError, Uniques};
 pub use table::{ContextMemory, ContextTable, TableLimits};

@@ -55,6 +55,9 @@ pub struct PushCounters {
     pub critical: Option<bool>,
     /// Gradients encoded in a critical regime.
     pub critical_pushes: u64,
+    /// Where the controller asks for it: what the requester last said of
+    /// the workers' agreement on this tensor ([`crate::regime::agreement`]).
+    pub agreement: Option<f64>,
 }
 
 /// What one [`PushContext::encode`] produced.
@@ -98,6 +101,13 @@ impl PushContext {
             peak_squares: 0.0,
             regime: RegimeDetector::default(),
         }
+    }
+
+    /// Takes the requester's word on how much the workers' gradients of
+    /// this tensor agree, for the next gradient's regime (`None`: it said
+    /// nothing).
+    pub fn hear_agreement(&mut self, agreement: Option<f64>) {
+        self.regime.hear(agreement);
     }
 
     /// Whether the frames from now on may carry the entropy stage.
@@ -155,8 +165,15 @@ impl PushContext {
         c.wire_bytes += encoded.wire_bytes as u64;
         c.last_scale = scale_of(&frame.params);
         c.peak_l2 = self.peak_squares.sqrt();
-        c.critical = refine.regimes.is_on().then(|| self.regime.critical());
+        c.critical = refine
+            .regimes
+            .is_on()
+            .then(|| self.regime.critical_under(&refine.regimes));
         c.critical_pushes = self.regime.critical_pushes();
+        c.agreement = self
+            .regime
+            .heard()
+            .filter(|_| refine.regimes.asks_agreement());
         Ok(encoded)
     }
 

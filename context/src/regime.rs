@@ -45,6 +45,11 @@ pub struct Regimes {
     /// norm, at the window's end, makes the next window critical (`inf`:
     /// never).
     pub backlog: f64,
+    /// The workers' gradients agreeing at least this much, as the
+    /// requester measures them ([`agreement`]), makes a push critical;
+    /// so does a requester that reports nothing. `inf`: agreement is not
+    /// asked for (the other rules alone decide).
+    pub agreement: f64,
 }
 
 impl Regimes {
@@ -54,11 +59,23 @@ impl Regimes {
         window: 1,
         change: f64::INFINITY,
         backlog: f64::INFINITY,
+        agreement: f64::INFINITY,
     };
 
     /// Whether the controller can tighten anything.
     pub fn is_on(&self) -> bool {
         self.critical_lag.is_finite()
+    }
+
+    /// Whether the requester's measure of the workers' agreement
+    /// (`heard`, `None` where it sent none) makes a push critical.
+    pub fn agreeing(&self, heard: Option<f64>) -> bool {
+        self.agreement.is_finite() && heard.is_none_or(|a| a.is_nan() || a >= self.agreement)
+    }
+
+    /// Whether the requester should measure agreement for the holder.
+    pub fn asks_agreement(&self) -> bool {
+        self.is_on() && self.agreement.is_finite()
     }
 
     /// The peak-lag bound for a stream whose regime is `critical`, given
@@ -81,17 +98,36 @@ pub struct RegimeDetector {
     window_pushes: u32,
     /// The last complete window's mean `‖g‖₂²`; `None` before the first.
     previous_mean_squares: Option<f64>,
-    /// The regime of the current window.
+    /// The regime of the current window, by the window rules.
     calm: bool,
+    /// What the requester last said of the workers' agreement.
+    heard: Option<f64>,
     /// Pushes seen in a critical regime.
     critical_pushes: u64,
 }
 
 impl RegimeDetector {
-    /// Whether the stream is critical now (the regime the next gradient
-    /// is encoded in).
+    /// Whether the window rules make the stream critical now (the
+    /// regime the next gradient is encoded in, but for agreement).
     pub fn critical(&self) -> bool {
         !self.calm
+    }
+
+    /// The regime the next gradient is encoded in, by every rule of
+    /// `regimes` (`true`: critical).
+    pub fn critical_under(&self, regimes: &Regimes) -> bool {
+        self.critical() || regimes.agreeing(self.heard)
+    }
+
+    /// Takes the requester's word on the workers' agreement for the next
+    /// gradient (`None`: it said nothing, which counts as agreeing).
+    pub fn hear(&mut self, agreement: Option<f64>) {
+        self.heard = agreement;
+    }
+
+    /// What the requester last said of the workers' agreement.
+    pub fn heard(&self) -> Option<f64> {
+        self.heard
     }
 
     /// Gradients encoded while critical, for the operator.
@@ -111,7 +147,7 @@ impl RegimeDetector {
         gradient_squares: f64,
         error_squares: f64,
     ) -> bool {
-        let critical = self.critical();
+        let critical = self.critical_under(regimes);
         if critical {
             self.critical_pushes += 1;
         }
@@ -149,5 +185,6 @@ fn backlogged(error_squares: f64, mean_squares: f64, backlog: f64) -> bool {
     backlog.is_finite() && error_squares > backlog * backlog * mean_squares
 }
 
+pub mod agreement;
 #[cfg(test)]
 mod tests;

@@ -41,6 +41,16 @@ pub struct TableStats {
     pub memory_bytes: usize,
 }
 
+impl TableStats {
+    /// Both tables' sizes together.
+    pub fn and(self, other: TableStats) -> TableStats {
+        TableStats {
+            contexts: self.contexts + other.contexts,
+            memory_bytes: self.memory_bytes + other.memory_bytes,
+        }
+    }
+}
+
 /// What one [`ContextTable::evict`] removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Evicted {
@@ -52,6 +62,18 @@ pub struct Evicted {
     pub bytes: usize,
     /// Contexts that would have gone but were in use.
     pub skipped_in_use: usize,
+}
+
+impl Evicted {
+    /// Both evictions together.
+    pub fn and(self, other: Evicted) -> Evicted {
+        Evicted {
+            by_age: self.by_age + other.by_age,
+            by_budget: self.by_budget + other.by_budget,
+            bytes: self.bytes + other.bytes,
+            skipped_in_use: self.skipped_in_use + other.skipped_in_use,
+        }
+    }
 }
 
 /// One line of a listing (for the admin API).

@@ -36,6 +36,10 @@ def whole(grads):
     return np.concatenate([g.ravel() for g in grads]).astype(np.float64)
 
 
+def cosine(a, b):
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
+
+
 def graph(tf, model, seed):
     """The model's loss, accuracy, per-worker training batches as feeds,
     the test feeds and its optimizer."""
@@ -87,17 +91,26 @@ def run(model, seed, steps):
         apply = optimizer.apply_gradients(list(zip(given, variables)))
         with tf.compat.v1.Session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
+            before = None
+            largest = int(np.argmax([int(np.prod(v.shape)) for v in variables]))
             for step in range(steps):
                 g0, l0 = sess.run([grads, loss], next(feeds[0]))
                 g1 = sess.run(grads, next(feeds[1]))
                 a, b = whole(g0), whole(g1)
-                cos = a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30)
+                cos = cosine(a, b)
+                # What one worker's sidecar can see alone: this gradient
+                # against the same worker's last, whole and for the
+                # largest tensor on a strided sample of 4096 coordinates.
+                big = g0[largest].ravel().astype(np.float64)
+                stride = max(1, big.size // 4096)
+                own = (cosine(a, before[0]), cosine(big[::stride], before[1])) if before else (0.0, 0.0)
+                before = (a, big[::stride])
                 nsr = np.sum((a - b) ** 2) / (np.sum((a + b) ** 2) + 1e-30)
                 sess.run(apply, {p: (u + v) / 2 for p, u, v in zip(given, g0, g1)})
                 acc = None
                 if (step + 1) % 50 == 0:
                     acc = sum(sess.run(accuracy, f) * n for f, n in tests) / sum(n for _, n in tests)
-                rows.append((cos, nsr, l0, acc))
+                rows.append((cos, nsr, l0, acc, own[0], own[1]))
     return rows
 
 
@@ -119,6 +132,7 @@ def main():
         above += cos > a.threshold
         windows += 1
         print(f"{a.model} seed {a.seed} steps {start:4d}-{start + len(w) - 1:4d}: cos {cos:+.3f} "
+              f"own {np.mean([r[4] for r in w]):+.3f} sampled {np.mean([r[5] for r in w]):+.3f} "
               f"nsr {np.median([r[1] for r in w]):5.2f} loss {np.mean([r[2] for r in w]):.3f}"
               + (f" acc {accs[-1]:.3f}" if accs else ""))
     print(f"{a.model} seed {a.seed}: {above} of {windows} windows of {a.window} steps above cos {a.threshold}")

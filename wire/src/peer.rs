@@ -24,6 +24,7 @@
 //! | `tlc-link: RATE-DECODE` | request | what the requester measured: the rate the holder's answers arrive at (bytes per second) and its decode cost (picoseconds per raw byte), decimal; `0` for either where not known yet |
 //! | `tlc-mirror: 1` | request | the requester checks what it restores against the holder's hash (`[policy.check] mirror`) |
 //! | `tlc-mirror: HASH` | response | xxh3-64 (hex) of the f32 content the requester should hand TensorFlow from this envelope |
+//! | `tlc-agree: A` | request | for a gradient, the requester's measure of how much the workers' pushes of this tensor agree (decimal, −1 to 1: the mean over recent rounds of the pushes' pairwise agreement); absent where it measures none, which the holder's fidelity controller takes as agreeing |
 //! | `tlc-ack: TOKEN,...` | request | envelopes the requester restored since its last call to this holder (fallback tokens in hex, at most [`MAX_ACKS`]): their originals are no longer needed |
 
 use http::{HeaderMap, HeaderValue};
@@ -73,6 +74,9 @@ pub const ACK: &str = "tlc-ack";
 /// Request header: the requester checks what it restores; response
 /// header: the hash to check it against.
 pub const MIRROR: &str = "tlc-mirror";
+/// Request header: how much the workers' gradients of this tensor agree,
+/// as the requester measured them.
+pub const AGREE: &str = "tlc-agree";
 /// Most tokens one `tlc-ack` carries (the rest wait for the next call, or
 /// for the cache's own bound).
 pub const MAX_ACKS: usize = 64;
@@ -299,6 +303,23 @@ pub fn parse_mirror(value: &HeaderValue) -> Option<u64> {
     parse_reference(value)
 }
 
+/// `tlc-agree` for an agreement `a` (clamped to −1..1, three decimals).
+pub fn agreement_header(a: f64) -> HeaderValue {
+    let a = if a.is_nan() { 0.0 } else { a.clamp(-1.0, 1.0) };
+    HeaderValue::from_str(&format!("{a:.3}")).unwrap_or(HeaderValue::from_static("0"))
+}
+
+/// The agreement a `tlc-agree` header says; `None` unless it is a
+/// decimal from −1 to 1.
+pub fn parse_agreement(headers: &HeaderMap) -> Option<f64> {
+    let text = headers.get(AGREE)?.to_str().ok()?;
+    if text.len() > 16 {
+        return None;
+    }
+    let a: f64 = text.parse().ok()?;
+    (-1.0..=1.0).contains(&a).then_some(a)
+}
+
 /// Whether the requester checks what it restores (`tlc-mirror: 1`).
 pub fn checks_mirror(headers: &HeaderMap) -> bool {
     headers.get(MIRROR).is_some_and(|v| v == "1")
@@ -417,9 +438,9 @@ pub fn parse_acks(value: &HeaderValue) -> Option<Vec<u64>> {
 }
 
 /// Every header of the table above (all of them start with [`PREFIX`]).
-pub const ALL: [&str; 19] = [
+pub const ALL: [&str; 20] = [
     PEER, REPLICA, CLASS, MAX_TENSOR, ENVELOPE, FALLBACK, HOP, ROWS, ENTROPY, KEYFRAME, HOP_REF,
-    HOP_MISS, HOP_AGAIN, HOP_PATHS, IDS, IDS_AGAIN, LINK, ACK, MIRROR,
+    HOP_MISS, HOP_AGAIN, HOP_PATHS, IDS, IDS_AGAIN, LINK, ACK, MIRROR, AGREE,
 ];
 
 /// What every sidecar header's name starts with.

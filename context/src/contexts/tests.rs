@@ -175,6 +175,7 @@ fn a_push_keeps_its_error_buffer_and_decodes_alone() {
     let memory = Memory::ErrorFeedback {
         feedback: Feedback::On,
         refine: Refinement::OFF,
+        agreement: None,
     };
     let mut envelope = Vec::new();
     holder
@@ -197,6 +198,7 @@ fn refusals_name_their_reason() {
     let memory = Memory::ErrorFeedback {
         feedback: Feedback::On,
         refine: Refinement::OFF,
+        agreement: None,
     };
     let refused = tiny
         .encode(&push, &values(0), encoding(memory), now, &mut Vec::new())
@@ -303,6 +305,7 @@ fn the_mirror_hash_is_what_the_requester_restores() {
         Memory::ErrorFeedback {
             feedback: Feedback::On,
             refine: Refinement::OFF,
+            agreement: None,
         },
         Memory::None,
     ] {

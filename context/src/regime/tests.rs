@@ -7,6 +7,7 @@ const REGIMES: Regimes = Regimes {
     window: 4,
     change: 0.5,
     backlog: 4.0,
+    agreement: f64::INFINITY,
 };
 
 /// Feeds `norms` (L2 of each gradient) with an error buffer of
@@ -157,4 +158,33 @@ fn off_never_tightens() {
     assert_eq!(REGIMES.lag(1.0, true), 0.5);
     assert_eq!(REGIMES.lag(1.0, false), 1.0);
     assert_eq!(REGIMES.lag(0.25, true), 0.25);
+}
+
+#[test]
+fn agreement_at_the_threshold_or_unheard_is_critical_and_below_is_calm() {
+    let regimes = Regimes {
+        agreement: 0.1,
+        ..REGIMES
+    };
+    let mut d = RegimeDetector::default();
+    // Past the first two windows, the window rules are calm.
+    for _ in 0..8 {
+        d.observe(&regimes, 1.0, 0.25);
+    }
+    for (heard, critical) in [
+        (None, true),
+        (Some(0.1), true),
+        (Some(0.5), true),
+        (Some(0.09), false),
+        (Some(-0.3), false),
+    ] {
+        d.hear(heard);
+        assert_eq!(d.critical_under(&regimes), critical, "{heard:?}");
+        assert_eq!(d.observe(&regimes, 1.0, 0.25), critical, "{heard:?}");
+    }
+    // Not asked for: what is heard changes nothing.
+    d.hear(Some(0.9));
+    assert!(!d.critical_under(&REGIMES));
+    assert!(!REGIMES.asks_agreement());
+    assert!(regimes.asks_agreement());
 }

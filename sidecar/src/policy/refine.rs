@@ -29,6 +29,7 @@
 //! window = 20                    # pushes per window; a new stream's first two windows are critical
 //! change = 0.5                   # a window's RMS gradient norm 1.5x or 1/1.5x the last makes the next critical
 //! backlog = 4                    # an error buffer above 4x the window's RMS gradient makes the next critical
+//! agreement = inf                # workers' decoded pushes agreeing this much (or unmeasured) make a push critical (inf: not asked)
 //! ```
 //!
 //! Dense pushes refine at 3LC's own scale unless `push_pass_scale` says
@@ -154,6 +155,11 @@ pub struct CriticalSettings {
     /// The error buffer, in RMS gradients of the window, above which the
     /// next window is critical (`inf`: never).
     pub backlog: f64,
+    /// The workers' agreement (as the parameter task's sidecar measures
+    /// it on their decoded pushes, −1 to 1) at or above which a push is
+    /// critical; a push whose requester measured none is critical too
+    /// (`inf`: agreement is not measured or asked for).
+    pub agreement: f64,
 }
 
 impl Default for CriticalSettings {
@@ -163,6 +169,7 @@ impl Default for CriticalSettings {
             window: 20,
             change: 0.5,
             backlog: 4.0,
+            agreement: f64::INFINITY,
         }
     }
 }
@@ -404,11 +411,20 @@ fn regimes(critical: &CriticalSettings) -> Result<Regimes, ConfigError> {
             "a number above 0, or inf (the norm's changes never mark a regime)",
         ));
     }
+    let agreement = critical.agreement;
+    if !((-1.0..=1.0).contains(&agreement) || agreement == f64::INFINITY) {
+        return Err(invalid(
+            "policy.refine.critical.agreement",
+            agreement.to_string(),
+            "a cosine from -1 to 1, or inf (agreement is not asked for)",
+        ));
+    }
     Ok(Regimes {
         critical_lag: target("policy.refine.critical.push_max_lag", critical.push_max_lag)?,
         window,
         change,
         backlog: target("policy.refine.critical.backlog", critical.backlog)?,
+        agreement,
     })
 }
 

@@ -62,6 +62,7 @@ pub async fn recv_tensor(
     let int8_keyframes = peer::reads_int8_keyframes(request.headers());
     let ids_again = request.headers().get(peer::IDS).is_some_and(|v| v == "1");
     let mirror = peer::checks_mirror(request.headers());
+    let agreement = peer::parse_agreement(request.headers());
     let Some(connection) = ConnectionId::of(&request) else {
         // Every listener stamps its calls; without a connection there is
         // no way to keep a fallback for this one, so it is not compressed.
@@ -205,6 +206,7 @@ pub async fn recv_tensor(
                 connection,
                 exact,
                 mirror,
+                agreement,
             },
             &collected,
             span,
@@ -315,6 +317,9 @@ struct Asked {
     exact: bool,
     /// Whether the requester checks what it restores (`tlc-mirror`).
     mirror: bool,
+    /// What the requester measured of the workers' agreement on this
+    /// gradient (`tlc-agree`).
+    agreement: Option<f64>,
 }
 
 /// What gRPC and protobuf framing add to a tensor's content in a response.
@@ -356,6 +361,7 @@ fn compress(
         connection,
         exact,
         mirror,
+        agreement,
     } = asked;
     let message =
         grpc::parse_single(collected.to_bytes(), MAX_RESPONSE).map_err(|_| "grpc_framing")?;
@@ -437,9 +443,11 @@ fn compress(
                     reads_for(policy, classified)
                 },
             };
-            let memory = memory_for(
-                sidecar, policy, call, classified, &choice, treatment, requester,
-            );
+            let said = Said {
+                requester,
+                agreement,
+            };
+            let memory = memory_for(sidecar, policy, call, classified, &choice, treatment, said);
             let encoding = Encoding {
                 codec: choice.codec,
                 memory,
@@ -585,6 +593,13 @@ fn reads_for(policy: &Policy, classified: &Classified) -> Reads {
     }
 }
 
+/// What the requester said that the tensor's memory needs: for a pull,
+/// what it holds and reads; for a gradient, how much the workers agree.
+struct Said {
+    requester: Requester,
+    agreement: Option<f64>,
+}
+
 /// The memory `treatment` keeps for the tensor (an error buffer only if
 /// `choice` uses one), with the refinement the
 /// policy sets for it: tighter where training does not look synchronous.
@@ -595,7 +610,7 @@ fn memory_for(
     classified: &Classified,
     choice: &CodecChoice,
     treatment: Treatment,
-    requester: Requester,
+    said: Said,
 ) -> Memory {
     match treatment {
         Treatment::ErrorFeedback => Memory::ErrorFeedback {
@@ -603,9 +618,10 @@ fn memory_for(
             refine: policy
                 .refine()
                 .push(classified.accumulated, classified.adaptive),
+            agreement: said.agreement,
         },
         Treatment::Replica => Memory::Replica {
-            requester,
+            requester: said.requester,
             refine: policy
                 .refine()
                 .pull(sidecar.graphs.training(&call.holder_task) == Training::Synchronous),

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Request, Response};
-use tracing::{warn, Span};
+use tracing::{debug, warn, Span};
 
 use super::request_key;
 use super::{fallback, tensor_bytes, Sidecar, MAX_RESPONSE};
@@ -99,6 +99,13 @@ pub async fn recv_tensor(
                     .rows
                     .announce(&call.holder_task, &call.tensor, rows.role, Instant::now());
             parts.headers.insert(peer::ROWS, announced.to_header());
+        }
+    }
+    if measures_agreement(&policy, &call, known.as_ref()).is_some() {
+        if let Some(agreement) = sidecar.contexts.agreement(&call, Instant::now()) {
+            parts
+                .headers
+                .insert(peer::AGREE, peer::agreement_header(agreement));
         }
     }
     calls::record_call(span, &call);
@@ -499,6 +506,16 @@ fn restore(
     sidecar
         .check_mirror(call, mirror, &content)
         .map_err(|e| fail(token, e))?;
+    if let Some(window) = measures_agreement(&sidecar.policy(), call, known) {
+        let mut scratch = Vec::new();
+        let values = tensor_bytes::as_f32(&content, &mut scratch);
+        let now = Instant::now();
+        sidecar
+            .contexts
+            .measure_agreement(call, values, window, now);
+        debug!(tensor = %call.tensor, holder = %call.holder_task,
+            agreement = ?sidecar.contexts.agreement(call, now), "workers' agreement");
+    }
     calls::record_sizes(span, codec.name(), content.len(), envelope.len());
     let meta = recv_tensor::ResponseMeta::of(&response);
     let built =
@@ -512,6 +529,22 @@ fn restore(
         content_len: content_len as usize,
         token,
     })
+}
+
+/// Where the fidelity controller asks for the workers' agreement: a dense
+/// gradient the graph shows collected by an accumulator (a synchronous
+/// step, one push per worker), measured over windows of this many rounds.
+/// Elsewhere the holder hears nothing and keeps the tight bound.
+fn measures_agreement(
+    policy: &crate::policy::Policy,
+    call: &TensorCall,
+    known: Option<&crate::graph::Classified>,
+) -> Option<u32> {
+    let regimes = policy.refine().push(true, false).regimes;
+    (regimes.asks_agreement()
+        && call.direction == tlc_core::Direction::Push
+        && known.is_some_and(|k| k.accumulated && k.rows.is_none()))
+    .then_some(regimes.window)
 }
 
 /// The bytes of f32 content a tensor of `dims` decodes to, checked before

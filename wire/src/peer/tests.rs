@@ -235,3 +235,33 @@ fn mirror_headers_round_trip_and_reject_junk() {
     headers.insert(MIRROR, HeaderValue::from_static("yes"));
     assert!(!checks_mirror(&headers));
 }
+
+#[test]
+fn agreement_headers_round_trip_and_reject_junk() {
+    let mut headers = HeaderMap::new();
+    for (a, said) in [
+        (0.1234, 0.123),
+        (-1.0, -1.0),
+        (1.0, 1.0),
+        (3.0, 1.0),
+        (f64::NAN, 0.0),
+    ] {
+        headers.insert(AGREE, agreement_header(a));
+        assert_eq!(parse_agreement(&headers), Some(said), "{a}");
+    }
+    for junk in [
+        "",
+        "x",
+        "1.5",
+        "-2",
+        "NaN",
+        "inf",
+        "0.1.2",
+        "00000000000000000.5",
+    ] {
+        headers.insert(AGREE, HeaderValue::from_static(junk));
+        assert_eq!(parse_agreement(&headers), None, "{junk:?}");
+    }
+    headers.remove(AGREE);
+    assert_eq!(parse_agreement(&headers), None);
+}

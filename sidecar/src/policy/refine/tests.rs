@@ -34,6 +34,7 @@ fn synchronous_training_gets_its_own_targets() {
                 window: 20,
                 change: 0.5,
                 backlog: 4.0,
+                agreement: f64::INFINITY,
             },
         }
     );
@@ -154,6 +155,9 @@ fn bad_values_name_their_key() {
         ("change = nan", "change = NaN"),
         ("push_max_lag = 0", "push_max_lag = 0"),
         ("backlog = -1", "backlog = -1"),
+        ("agreement = 1.5", "agreement = 1.5"),
+        ("agreement = -inf", "agreement = -inf"),
+        ("agreement = nan", "agreement = NaN"),
     ] {
         let err = refine(&format!("[critical]\n{table}\n")).unwrap_err();
         let named = format!("policy.refine.critical.{key}");
@@ -163,8 +167,10 @@ fn bad_values_name_their_key() {
 
 #[test]
 fn the_controller_is_one_table_and_turns_off_with_inf() {
-    let r =
-        refine("[critical]\npush_max_lag = 0.25\nwindow = 5\nchange = 1\nbacklog = inf\n").unwrap();
+    let r = refine(
+        "[critical]\npush_max_lag = 0.25\nwindow = 5\nchange = 1\nbacklog = inf\nagreement = 0.1\n",
+    )
+    .unwrap();
     assert_eq!(
         r.push(false, false).regimes,
         Regimes {
@@ -172,8 +178,10 @@ fn the_controller_is_one_table_and_turns_off_with_inf() {
             window: 5,
             change: 1.0,
             backlog: f64::INFINITY,
+            agreement: 0.1,
         }
     );
+    assert!(r.push(true, false).regimes.asks_agreement());
     let r = refine("[critical]\npush_max_lag = inf\n").unwrap();
     assert!(!r.push(true, false).regimes.is_on());
     assert!(refine("[critical]\nchange = inf\n").is_ok());
