@@ -69,6 +69,12 @@ pub struct TensorRow {
     /// while critical.
     #[serde(default)]
     pub critical_pushes: Option<u64>,
+    /// Push contexts whose fidelity controller asks for it
+    /// (`[policy.refine.critical] agreement`): what the requester last said
+    /// of how much the workers' gradients of this tensor agree, -1 to 1;
+    /// `null` before it said anything.
+    #[serde(default)]
+    pub agreement: Option<f64>,
     /// The replica's version (pull sources and replicas).
     pub replica_version: Option<u64>,
     /// Seconds since the context was last used.
@@ -253,6 +259,7 @@ mod tests {
             peak_norm: None,
             regime: None,
             critical_pushes: None,
+            agreement: None,
             replica_version: None,
             idle_seconds: 0.0,
             memory_bytes: 0,

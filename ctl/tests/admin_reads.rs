@@ -215,6 +215,7 @@ fn tensors_merge_sort_and_limit_across_targets() {
             "CODEC",
             "LINK",
             "REGIME",
+            "AGREE",
             "S",
             "ELEMENTS",
             "FRAMES",
@@ -244,6 +245,7 @@ fn tensors_merge_sort_and_limit_across_targets() {
             "3lc",
             "compress",
             "calm",
+            "0.42",
             "1.00",
             "524288",
             "120",
@@ -262,11 +264,12 @@ fn tensors_merge_sort_and_limit_across_targets() {
 
 #[test]
 fn tensors_of_one_target_have_no_target_column() {
-    let a = FakeAdmin::answering(
-        "GET",
-        "/v1/tensors",
-        json!({"tensors": [tensor("t", 2048, 1024, 2.0)]}),
-    );
+    // A row without an agreement (tlcd before it, or nothing said yet).
+    let mut row = tensor("t", 2048, 1024, 2.0);
+    if let Some(row) = row.as_object_mut() {
+        row.remove("agreement");
+    }
+    let a = FakeAdmin::answering("GET", "/v1/tensors", json!({"tensors": [row]}));
     let (code, stdout, stderr) = a.run(&["tensors"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(a.only_request().path, "/v1/tensors");
@@ -277,6 +280,8 @@ fn tensors_of_one_target_have_no_target_column() {
         rows[1].contains(&"2.0 KiB") && rows[1].contains(&"1.0 KiB"),
         "{stdout}"
     );
+    assert_eq!(rows[0][8..10], ["REGIME", "AGREE"]);
+    assert_eq!(rows[1][8..10], ["calm", "-"], "{stdout}");
 }
 
 #[test]

@@ -195,6 +195,9 @@ async fn exposition_matches_the_sidecars_counters() {
     assert_eq!(critical.len(), top_pushes, "one per top push tensor");
     assert!(critical.iter().all(|s| s.value == 1.0), "{critical:?}");
     assert!(h.samples("tlc_tensor_top_critical", &pull).is_empty());
+    // The controller does not ask for the workers' agreement here
+    // (`agreement = inf`): no series.
+    assert!(h.samples("tlc_tensor_top_agreement", &[]).is_empty());
     // One encode timed per tensor sent compressed.
     assert_eq!(h.value("tlc_encode_seconds_count", &push_3lc), Some(pushes));
     assert_eq!(

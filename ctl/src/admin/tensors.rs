@@ -118,8 +118,8 @@ pub fn render(answers: &[Read<'_, Tensors>], args: &TensorsArgs, several: bool) 
             "REGIME",
         ],
         &[
-            "S", "ELEMENTS", "FRAMES", "RAW", "WIRE", "RATIO", "LAST M", "ERR NORM", "PEAK",
-            "REPLICA",
+            "AGREE", "S", "ELEMENTS", "FRAMES", "RAW", "WIRE", "RATIO", "LAST M", "ERR NORM",
+            "PEAK", "REPLICA",
         ],
     );
     let columns = [columns, table::columns(&["WHY"], &[])].concat();
@@ -141,6 +141,8 @@ fn row_cells(row: &TensorRow) -> Vec<String> {
         row.codec.codec.clone(),
         fmt::optional(row.link.as_deref()),
         fmt::optional(row.regime.as_deref()),
+        row.agreement
+            .map_or_else(|| NONE.to_string(), |a| format!("{a:.2}")),
         row.codec
             .sparsity
             .map_or_else(|| NONE.to_string(), |s| format!("{s:.2}")),

@@ -186,6 +186,7 @@ fn row(row: TensorRow) -> api::TensorRow {
         peak_norm: row.peak_norm,
         regime: row.regime.map(String::from),
         critical_pushes: row.critical_pushes,
+        agreement: row.agreement,
         replica_version: row.replica_version,
         idle_seconds: row.idle_seconds,
         memory_bytes: row.memory_bytes as u64,

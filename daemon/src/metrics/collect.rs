@@ -368,11 +368,13 @@ fn register_tensors(registry: &mut Registry, sidecar: &Sidecar) {
             raw: context.raw_bytes,
             wire: context.wire_bytes,
             critical: context.critical,
+            agreement: context.agreement,
         })
         .collect();
     let raw = Family::<TensorLabels, Counter>::default();
     let wire = Family::<TensorLabels, Counter>::default();
     let critical = Family::<TensorLabels, Gauge>::default();
+    let agreement = Family::<TensorLabels, FloatGauge>::default();
     for row in top_tensors(rows, TOP_TENSORS) {
         let labels = TensorLabels {
             direction: row.direction,
@@ -383,6 +385,9 @@ fn register_tensors(registry: &mut Registry, sidecar: &Sidecar) {
         if let Some(now) = row.critical {
             critical.get_or_create(&labels).set(i64::from(now));
         }
+        if let Some(said) = row.agreement {
+            agreement.get_or_create(&labels).set(said);
+        }
     }
     registry.register(
         "tensor_top_critical",
@@ -390,6 +395,13 @@ fn register_tensors(registry: &mut Registry, sidecar: &Sidecar) {
          fidelity controller's tighter lag bound, policy.refine.critical), 0 while calm; push \
          contexts under the controller only",
         critical,
+    );
+    registry.register(
+        "tensor_top_agreement",
+        "How much the workers' decoded pushes of one of the 20 largest tensors agree (-1 to 1, \
+         mean over recent steps), as the parameter task's sidecar last said; push contexts whose \
+         fidelity controller asks for it (policy.refine.critical agreement) only",
+        agreement,
     );
     registry.register_with_unit(
         "tensor_top_raw",
@@ -406,7 +418,7 @@ fn register_tensors(registry: &mut Registry, sidecar: &Sidecar) {
 }
 
 /// One tensor's encoded bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 struct TensorBytes {
     direction: &'static str,
     tensor: String,
@@ -415,13 +427,16 @@ struct TensorBytes {
     /// Push contexts under the fidelity controller: any of the tensor's
     /// streams critical.
     critical: Option<bool>,
+    /// Push contexts whose controller asks for it: the workers' agreement
+    /// the requester last said; the highest of the tensor's streams.
+    agreement: Option<f64>,
 }
 
 /// The `n` tensors with the most raw bytes, after summing the contexts of
 /// one tensor (a gradient sent to several tasks has one push context per
 /// task). Ties go by name, so a scrape is deterministic.
 fn top_tensors(rows: Vec<TensorBytes>, n: usize) -> Vec<TensorBytes> {
-    type Sums = (u64, u64, Option<bool>);
+    type Sums = (u64, u64, Option<bool>, Option<f64>);
     let mut by_tensor: HashMap<(&'static str, String), Sums> = HashMap::new();
     for row in rows {
         let sums = by_tensor.entry((row.direction, row.tensor)).or_default();
@@ -431,16 +446,24 @@ fn top_tensors(rows: Vec<TensorBytes>, n: usize) -> Vec<TensorBytes> {
             (Some(a), Some(b)) => Some(a || b),
             (a, b) => a.or(b),
         };
+        // The highest: the stream the controller is likeliest to hold.
+        sums.3 = match (sums.3, row.agreement) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
     }
     let mut merged: Vec<TensorBytes> = by_tensor
         .into_iter()
-        .map(|((direction, tensor), (raw, wire, critical))| TensorBytes {
-            direction,
-            tensor,
-            raw,
-            wire,
-            critical,
-        })
+        .map(
+            |((direction, tensor), (raw, wire, critical, agreement))| TensorBytes {
+                direction,
+                tensor,
+                raw,
+                wire,
+                critical,
+                agreement,
+            },
+        )
         .collect();
     merged.sort_by(|a, b| {
         b.raw
@@ -468,6 +491,7 @@ mod tests {
             raw,
             wire: raw / 10,
             critical: None,
+            agreement: None,
         }
     }
 
@@ -488,6 +512,25 @@ mod tests {
         top.sort_by(|x, y| x.tensor.cmp(&y.tensor));
         let got: Vec<_> = top.iter().map(|r| r.critical).collect();
         assert_eq!(got, [Some(true), Some(false), None]);
+    }
+
+    #[test]
+    fn a_tensors_agreement_is_the_highest_its_streams_heard() {
+        let with = |tensor, agreement| TensorBytes {
+            agreement,
+            ..row("push", tensor, 10)
+        };
+        let rows = vec![
+            with("a", Some(0.1)),
+            with("a", Some(0.3)),
+            with("b", Some(-0.2)),
+            with("b", None),
+            with("c", None),
+        ];
+        let mut top = top_tensors(rows, 3);
+        top.sort_by(|x, y| x.tensor.cmp(&y.tensor));
+        let got: Vec<_> = top.iter().map(|r| r.agreement).collect();
+        assert_eq!(got, [Some(0.3), Some(-0.2), None]);
     }
 
     #[test]

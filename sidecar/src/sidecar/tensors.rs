@@ -63,6 +63,10 @@ pub struct TensorRow {
     /// Gradients encoded while critical (push contexts under the fidelity
     /// controller).
     pub critical_pushes: Option<u64>,
+    /// What the requester last said of how much the workers' gradients of
+    /// this tensor agree, -1 to 1 (push contexts whose controller asks for
+    /// it: `[policy.refine.critical] agreement`).
+    pub agreement: Option<f64>,
     /// Version of the replica (pull sources and replicas).
     pub replica_version: Option<u64>,
     /// Seconds since the context was last used.
@@ -81,7 +85,7 @@ pub struct TensorRow {
 }
 
 /// What one holder-side context encoded so far.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ContextBytes {
     /// Push contexts (error feedback) or pull sources (replicas).
     pub direction: Direction,
@@ -94,6 +98,9 @@ pub struct ContextBytes {
     /// Push contexts under the fidelity controller: whether the stream is
     /// in a critical regime now.
     pub critical: Option<bool>,
+    /// Push contexts whose controller asks for it: what the requester last
+    /// said of the workers' agreement on this tensor, -1 to 1.
+    pub agreement: Option<f64>,
 }
 
 /// The highest version among the pull replicas of each side; `None` while
@@ -166,6 +173,7 @@ impl Sidecar {
                     .critical
                     .map(|critical| if critical { "critical" } else { "calm" }),
                 critical_pushes: counters.critical.map(|_| counters.critical_pushes),
+                agreement: counters.agreement,
                 replica_version: None,
                 idle_seconds: listing.idle.as_secs_f64(),
                 memory_bytes: listing.memory_bytes,
@@ -203,6 +211,7 @@ impl Sidecar {
                 peak_norm: None,
                 regime: None,
                 critical_pushes: None,
+                agreement: None,
                 replica_version: state.map(|s| s.version),
                 idle_seconds: listing.idle.as_secs_f64(),
                 memory_bytes: listing.memory_bytes,
@@ -239,6 +248,7 @@ impl Sidecar {
                 peak_norm: None,
                 regime: None,
                 critical_pushes: None,
+                agreement: None,
                 replica_version: state.map(|s| s.version),
                 idle_seconds: listing.idle.as_secs_f64(),
                 memory_bytes: listing.memory_bytes,
@@ -330,6 +340,7 @@ impl Sidecar {
                 peak_norm: None,
                 regime: None,
                 critical_pushes: None,
+                agreement: None,
                 replica_version: None,
                 idle_seconds: listing.idle.as_secs_f64(),
                 memory_bytes: listing.memory_bytes,
@@ -356,6 +367,7 @@ impl Sidecar {
                 raw_bytes: listing.summary.raw_bytes,
                 wire_bytes: listing.summary.wire_bytes,
                 critical: listing.summary.critical,
+                agreement: listing.summary.agreement,
             });
         }
         for listing in self
@@ -369,6 +381,7 @@ impl Sidecar {
                 raw_bytes: listing.summary.raw_bytes,
                 wire_bytes: listing.summary.wire_bytes,
                 critical: None,
+                agreement: None,
             });
         }
         rows
