@@ -22,7 +22,7 @@ use crate::pull::{
 };
 use crate::push::{decode_push, encode_stateless, PushContext, PushError, PushKey};
 use crate::refine::Refinement;
-use crate::regime::agreement::AgreementMeter;
+use crate::regime::agreement::{AgreementMeter, AgreementPool};
 use crate::table::{lock, ContextTable, Evicted, TableLimits, TableStats};
 
 /// What a context holds beside its tensor-sized buffers (its fields, the
@@ -185,6 +185,8 @@ pub struct Contexts {
     push: ContextTable<PushKey, PushContext>,
     /// Bounded as the push table is (gradient state, on the other side).
     agreement: ContextTable<AgreementKey, AgreementMeter>,
+    /// The whole gradient's agreement, by requester task.
+    agreement_pools: ContextTable<String, AgreementPool>,
     pull: ContextTable<SourceKey, PullSource>,
     replicas: ReplicaStore,
     epochs: EpochGenerator,
@@ -198,6 +200,7 @@ impl Contexts {
         Contexts {
             push: ContextTable::new(limits.push),
             agreement: ContextTable::new(limits.push),
+            agreement_pools: ContextTable::new(limits.push),
             pull: ContextTable::new(limits.pull),
             replicas: ReplicaStore::new(limits.replicas),
             epochs: EpochGenerator::new(seed),
@@ -350,9 +353,9 @@ impl Contexts {
     }
 
     /// Counts `values`, a push `call` restored, in the agreement of the
-    /// workers' gradients of its tensor (means over `window` rounds). A
-    /// tensor whose meter does not fit the push table's budget is not
-    /// measured: its holders hear nothing and keep the tight bound.
+    /// workers' gradients its requester collects (over windows of `window`
+    /// steps). A tensor whose meter does not fit the push table's budget
+    /// is not measured.
     pub fn measure_agreement(&self, call: &TensorCall, values: &[f32], window: u32, now: Instant) {
         let key = agreement_key(call);
         let expected = 4 * values.len() + CONTEXT_OVERHEAD;
@@ -362,14 +365,27 @@ impl Contexts {
         else {
             return;
         };
-        lock(&meter).observe(holder_hash(&call.holder_task), values, window);
+        let round = lock(&meter).observe(name_hash(&call.holder_task), values);
+        let Some(round) = round else {
+            return;
+        };
+        let pool = self.agreement_pools.get_or_insert_within(
+            &call.requester_task,
+            now,
+            CONTEXT_OVERHEAD,
+            AgreementPool::default,
+        );
+        if let Some(pool) = pool {
+            lock(&pool).add(name_hash(&call.tensor), round, window);
+        }
     }
 
-    /// The agreement measured on the tensor `call` asks its holder for,
-    /// to say in the request; `None` before two workers' pushes met.
+    /// The agreement measured on the gradients `call`'s requester
+    /// collects, to say in the request; `None` before a window of two
+    /// workers' pushes.
     pub fn agreement(&self, call: &TensorCall, now: Instant) -> Option<f64> {
-        let meter = self.agreement.get(&agreement_key(call), now)?;
-        let agreement = lock(&meter).agreement();
+        let pool = self.agreement_pools.get(&call.requester_task, now)?;
+        let agreement = lock(&pool).agreement();
         agreement
     }
 
@@ -411,6 +427,7 @@ impl Contexts {
     pub fn set_limits(&self, limits: TableLimits) {
         self.push.set_limits(limits);
         self.agreement.set_limits(limits);
+        self.agreement_pools.set_limits(limits);
         self.pull.set_limits(limits);
         self.replicas.table().set_limits(limits);
     }
@@ -420,7 +437,10 @@ impl Contexts {
     /// replicas).
     pub fn evict(&self, now: Instant) -> [Evicted; 3] {
         [
-            self.push.evict(now).and(self.agreement.evict(now)),
+            self.push
+                .evict(now)
+                .and(self.agreement.evict(now))
+                .and(self.agreement_pools.evict(now)),
             self.pull.evict(now),
             self.replicas.table().evict(now),
         ]
@@ -430,7 +450,10 @@ impl Contexts {
     /// replicas).
     pub fn sizes(&self) -> [TableStats; 3] {
         [
-            self.push.stats().and(self.agreement.stats()),
+            self.push
+                .stats()
+                .and(self.agreement.stats())
+                .and(self.agreement_pools.stats()),
             self.pull.stats(),
             self.replicas.table().stats(),
         ]
@@ -444,13 +467,13 @@ fn agreement_key(call: &TensorCall) -> AgreementKey {
     }
 }
 
-/// A holder's name as the meter tells holders apart (a collision makes
-/// two workers one, which closes rounds early: fewer rounds, not wrong
-/// ones).
-fn holder_hash(holder: &str) -> u64 {
+/// A holder's or tensor's name as the agreement meters tell them apart (a
+/// collision makes two workers one, which closes rounds early, or two
+/// tensors one, which lengthens a window: fewer rounds, not wrong ones).
+fn name_hash(name: &str) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    holder.hash(&mut hasher);
+    name.hash(&mut hasher);
     hasher.finish()
 }
 

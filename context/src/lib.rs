@@ -37,7 +37,7 @@ pub use pull::{
 };
 pub use push::{decode_push, encode_stateless, PushContext, PushError, PushKey};
 pub use refine::{PassScale, Refinement};
-pub use regime::agreement::AgreementMeter;
+pub use regime::agreement::{AgreementMeter, AgreementPool, Round};
 pub use regime::{RegimeDetector, Regimes};
 pub use rows::{restore_push, RowErrors, RowMirror, RowsApplied, RowsEncoded, RowsError, Uniques};
 pub use table::{ContextMemory, ContextTable, TableLimits};
