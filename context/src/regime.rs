@@ -45,6 +45,11 @@ pub struct Regimes {
     /// norm, at the window's end, makes the next window critical (`inf`:
     /// never).
     pub backlog: f64,
+    /// A window's RMS gradient norm above `1 + rise` times the smallest
+    /// of the [`RISE_WINDOWS`] windows before makes the next window
+    /// critical (`inf`: never): a norm that climbs, as a model's does
+    /// while it leaves a plateau, however slowly per window.
+    pub rise: f64,
     /// The workers' gradients agreeing at least this much, as the
     /// requester measures them ([`agreement`]), makes a push critical;
     /// so does a requester that reports nothing. `inf`: agreement is not
@@ -59,6 +64,7 @@ impl Regimes {
         window: 1,
         change: f64::INFINITY,
         backlog: f64::INFINITY,
+        rise: f64::INFINITY,
         agreement: f64::INFINITY,
     };
 
@@ -89,7 +95,10 @@ impl Regimes {
     }
 }
 
-/// One stream's detector: the window so far and the one before.
+/// Windows a rising norm is measured against.
+pub const RISE_WINDOWS: usize = 3;
+
+/// One stream's detector: the window so far and the ones before.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RegimeDetector {
     /// `Σ ‖g‖₂²` over the window so far.
@@ -98,6 +107,11 @@ pub struct RegimeDetector {
     window_pushes: u32,
     /// The last complete window's mean `‖g‖₂²`; `None` before the first.
     previous_mean_squares: Option<f64>,
+    /// The mean `‖g‖₂²` of the last [`RISE_WINDOWS`] complete windows
+    /// (0: none yet), the newest at `windows % RISE_WINDOWS`.
+    recent_mean_squares: [f64; RISE_WINDOWS],
+    /// Complete windows.
+    windows: u64,
     /// The regime of the current window, by the window rules.
     calm: bool,
     /// What the requester last said of the workers' agreement.
@@ -157,15 +171,37 @@ impl RegimeDetector {
         self.window_pushes += 1;
         if self.window_pushes >= regimes.window.max(1) {
             let mean = self.window_squares / f64::from(self.window_pushes);
+            let rising = self.rising(mean, regimes.rise);
             self.calm = self.previous_mean_squares.is_some_and(|previous| {
                 steady(previous, mean, regimes.change)
                     && !backlogged(error_squares, mean, regimes.backlog)
+                    && !rising
             });
             self.previous_mean_squares = Some(mean);
+            self.recent_mean_squares[(self.windows % RISE_WINDOWS as u64) as usize] = mean;
+            self.windows += 1;
             self.window_squares = 0.0;
             self.window_pushes = 0;
         }
         critical
+    }
+}
+
+impl RegimeDetector {
+    /// Whether a window of mean square `mean` has an RMS norm above
+    /// `1 + rise` times the smallest of the windows before it (those
+    /// there are, up to [`RISE_WINDOWS`]).
+    fn rising(&self, mean: f64, rise: f64) -> bool {
+        let known = (self.windows as usize).min(RISE_WINDOWS);
+        if !rise.is_finite() || known == 0 {
+            return false;
+        }
+        let smallest = self.recent_mean_squares[..known]
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        let limit = (1.0 + rise) * (1.0 + rise);
+        mean > limit * smallest
     }
 }
 

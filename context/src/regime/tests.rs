@@ -7,6 +7,7 @@ const REGIMES: Regimes = Regimes {
     window: 4,
     change: 0.5,
     backlog: 4.0,
+    rise: f64::INFINITY,
     agreement: f64::INFINITY,
 };
 
@@ -187,4 +188,33 @@ fn agreement_at_the_threshold_or_unheard_is_critical_and_below_is_calm() {
     assert!(!d.critical_under(&REGIMES));
     assert!(!REGIMES.asks_agreement());
     assert!(regimes.asks_agreement());
+}
+
+#[test]
+fn a_norm_that_climbs_slowly_makes_the_next_window_critical() {
+    let regimes = Regimes {
+        change: f64::INFINITY,
+        rise: 0.5,
+        ..REGIMES
+    };
+    let run = |d: &mut RegimeDetector, norms: &[f64]| -> Vec<bool> {
+        norms
+            .iter()
+            .map(|g| d.observe(&regimes, g * g, 0.0))
+            .collect()
+    };
+    // 20% per window never trips a change of half, but over three
+    // windows it is 1.73x: the window after is critical.
+    let mut d = RegimeDetector::default();
+    let climbing: Vec<f64> = (0..28).map(|i| 1.2f64.powi(i / 4)).collect();
+    let regimes_seen = run(&mut d, &climbing);
+    assert!(regimes_seen[8..12].iter().all(|c| !c), "{regimes_seen:?}");
+    assert!(regimes_seen[20..].iter().all(|c| *c), "{regimes_seen:?}");
+    // Falling or flat with noise stays calm.
+    let mut d = RegimeDetector::default();
+    let falling: Vec<f64> = (0..40).map(|i| 0.8f64.powi(i / 4)).collect();
+    assert!(run(&mut d, &falling)[8..].iter().all(|c| !c));
+    let mut d = RegimeDetector::default();
+    let noisy = [1.0, 1.3, 0.8, 1.1].repeat(10);
+    assert!(run(&mut d, &noisy)[8..].iter().all(|c| !c));
 }

@@ -29,6 +29,7 @@
 //! window = 20                    # pushes per window; a new stream's first two windows are critical
 //! change = 0.5                   # a window's RMS gradient norm 1.5x or 1/1.5x the last makes the next critical
 //! backlog = 4                    # an error buffer above 4x the window's RMS gradient makes the next critical
+//! rise = inf                     # a window's RMS gradient norm above 1 + rise times the least of the 3 before makes the next critical
 //! agreement = inf                # workers' decoded pushes agreeing this much (or unmeasured) make a push critical (inf: not asked)
 //! ```
 //!
@@ -155,6 +156,10 @@ pub struct CriticalSettings {
     /// The error buffer, in RMS gradients of the window, above which the
     /// next window is critical (`inf`: never).
     pub backlog: f64,
+    /// How far a window's RMS gradient norm may climb above the least of
+    /// the windows before it before the next window is critical (`inf`:
+    /// never).
+    pub rise: f64,
     /// The workers' agreement (as the parameter task's sidecar measures
     /// it on their decoded pushes, −1 to 1) at or above which a push is
     /// critical; a push whose requester measured none is critical too
@@ -169,6 +174,7 @@ impl Default for CriticalSettings {
             window: 20,
             change: 0.5,
             backlog: 4.0,
+            rise: f64::INFINITY,
             agreement: f64::INFINITY,
         }
     }
@@ -411,6 +417,14 @@ fn regimes(critical: &CriticalSettings) -> Result<Regimes, ConfigError> {
             "a number above 0, or inf (the norm's changes never mark a regime)",
         ));
     }
+    let rise = critical.rise;
+    if rise.is_nan() || rise <= 0.0 {
+        return Err(invalid(
+            "policy.refine.critical.rise",
+            rise.to_string(),
+            "a number above 0, or inf (a climbing norm never marks a regime)",
+        ));
+    }
     let agreement = critical.agreement;
     if !((-1.0..=1.0).contains(&agreement) || agreement == f64::INFINITY) {
         return Err(invalid(
@@ -424,6 +438,7 @@ fn regimes(critical: &CriticalSettings) -> Result<Regimes, ConfigError> {
         window,
         change,
         backlog: target("policy.refine.critical.backlog", critical.backlog)?,
+        rise,
         agreement,
     })
 }

@@ -34,6 +34,7 @@ fn synchronous_training_gets_its_own_targets() {
                 window: 20,
                 change: 0.5,
                 backlog: 4.0,
+                rise: f64::INFINITY,
                 agreement: f64::INFINITY,
             },
         }
@@ -156,6 +157,7 @@ fn bad_values_name_their_key() {
         ("push_max_lag = 0", "push_max_lag = 0"),
         ("backlog = -1", "backlog = -1"),
         ("agreement = 1.5", "agreement = 1.5"),
+        ("rise = 0", "rise = 0"),
         ("agreement = -inf", "agreement = -inf"),
         ("agreement = nan", "agreement = NaN"),
     ] {
@@ -178,6 +180,7 @@ fn the_controller_is_one_table_and_turns_off_with_inf() {
             window: 5,
             change: 1.0,
             backlog: f64::INFINITY,
+            rise: f64::INFINITY,
             agreement: 0.1,
         }
     );
