@@ -71,8 +71,9 @@ pub struct TensorRow {
     pub critical_pushes: Option<u64>,
     /// Push contexts whose fidelity controller asks for it
     /// (`[policy.refine.critical] agreement`): what the requester last said
-    /// of how much the workers' gradients of this tensor agree, -1 to 1;
-    /// `null` before it said anything.
+    /// of how much the workers' gradients agree (the whole gradient it
+    /// collects, of which this tensor is part), -1 to 1; `null` before it
+    /// said anything.
     #[serde(default)]
     pub agreement: Option<f64>,
     /// The replica's version (pull sources and replicas).

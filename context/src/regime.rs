@@ -13,19 +13,26 @@
 //!
 //! As Accordion (Agarwal et al., 2021) detects critical regimes from how
 //! fast the gradient's norm changes, the detector compares the gradient's
-//! RMS norm over one window of pushes with the window before. A stream is
+//! RMS norm over one window of pushes with the windows before. A stream is
 //! critical during its first two windows (the first has nothing to be
 //! compared with), for the window after one whose RMS moved by more than
-//! `change` either way, and for the window after one that ended with the
-//! error buffer above `backlog` times that RMS (a backlog that the calm
-//! bound let grow). Windows, not single pushes: one gradient's norm varies
-//! 10x from batch to batch on a calm MLP. The state is a few numbers per
-//! stream; the decision is made once per window.
+//! `change` either way from the last, or climbed by more than `rise` above
+//! the least of the three before (a model leaving a plateau: 20-40% a
+//! window, which `change` misses), and for the window after one that ended
+//! with the error buffer above `backlog` times that RMS (a backlog that
+//! the calm bound let grow). Windows, not single pushes: one gradient's
+//! norm varies 10x from batch to batch on a calm MLP. The state is a few
+//! numbers per stream; the decision is made once per window.
+//!
+//! A push is critical too while the workers' gradients agree
+//! ([`agreement`]): the parameter task's sidecar measures it on the
+//! decoded pushes of every worker and says it in its requests; a holder
+//! that hears nothing (no measure yet, an older peer, asynchronous
+//! training) counts it as agreeing.
 //!
 //! The sidecar keeps it off by default: on the zoo's tune half no setting
-//! beat the fixed bound, because these signals do not tell a model leaving
-//! a plateau (where the lag delays the step that matters) from one
-//! converging (docs/FIDELITY.md, "The fidelity controller").
+//! has yet beaten the fixed bound on the conv net whose plateau the bound
+//! exists for (docs/FIDELITY.md, "The fidelity controller").
 
 /// When a stream counts as critical, and how tight its lag bound is then
 /// (a push refinement's `regimes`).

@@ -398,9 +398,10 @@ fn register_tensors(registry: &mut Registry, sidecar: &Sidecar) {
     );
     registry.register(
         "tensor_top_agreement",
-        "How much the workers' decoded pushes of one of the 20 largest tensors agree (-1 to 1, \
-         mean over recent steps), as the parameter task's sidecar last said; push contexts whose \
-         fidelity controller asks for it (policy.refine.critical agreement) only",
+        "How much the workers' decoded pushes agree over the whole gradient the parameter task \
+         collects (-1 to 1, last window of steps), as its sidecar last said to the holder of one \
+         of the 20 largest tensors; push contexts whose fidelity controller asks for it \
+         (policy.refine.critical agreement) only",
         agreement,
     );
     registry.register_with_unit(

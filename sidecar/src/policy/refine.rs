@@ -30,7 +30,7 @@
 //! change = 0.5                   # a window's RMS gradient norm 1.5x or 1/1.5x the last makes the next critical
 //! backlog = 4                    # an error buffer above 4x the window's RMS gradient makes the next critical
 //! rise = inf                     # a window's RMS gradient norm above 1 + rise times the least of the 3 before makes the next critical
-//! agreement = inf                # workers' decoded pushes agreeing this much (or unmeasured) make a push critical (inf: not asked)
+//! agreement = inf                # the workers' decoded pushes (whole gradient, per parameter task) agreeing this much, or not measured, make a push critical (inf: not asked)
 //! ```
 //!
 //! Dense pushes refine at 3LC's own scale unless `push_pass_scale` says
@@ -71,15 +71,17 @@
 //!
 //! `[policy.refine.critical]` is the fidelity controller
 //! ([`tlc_context::regime`]): a stream whose gradient norms change fast
-//! (its first pushes, a plateau left, a rate changed) or whose buffer
-//! holds a backlog is critical, and its lag bound tightens to the
-//! table's `push_max_lag` while it is. It is off by default: on the zoo's
-//! tune half no setting of it beat the fixed bound. A calm bound of 1
-//! with 0.5 while critical gave the harness MLP back its bytes (34x ->
-//! 40-42x on the hop) but lost conv2 5.4 points over five seeds (one
-//! seed 18.9), as the fixed bound of 1 did; 0.25 while critical on top of
-//! the fixed 0.5 cost the MLP more bytes (30x) for no gain on conv2
-//! (docs/FIDELITY.md, "The fidelity controller").
+//! or climb (its first pushes, a plateau left, a rate changed), whose
+//! buffer holds a backlog, or whose workers' gradients agree (as the
+//! parameter task's sidecar measures them, `agreement`) is critical, and
+//! its lag bound tightens to the table's `push_max_lag` while it is. It
+//! is off by default. A calm bound of 1 with 0.5 while critical, critical
+//! while the whole gradient's agreement is at least 0.2 or its norm
+//! climbs by half over three windows of 10, gives the harness MLP back
+//! part of its bytes (34x -> 37.5-40.5x on the hop) and densesgd most of
+//! them (8.5x -> 10.0x) at the same accuracy, but the zoo's conv2 still
+//! loses a seed that leaves its plateau late (docs/FIDELITY.md, "The
+//! fidelity controller").
 
 use serde::{Deserialize, Serialize};
 
