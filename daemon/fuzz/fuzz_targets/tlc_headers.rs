@@ -22,9 +22,10 @@
 //! zeros), and to bytes that parse the same otherwise.
 //!
 //! The whole input is also a `tlc-link` value (`LinkHeader::parse`), a
-//! `tlc-ack` value (`parse_acks`) and a `tlc-mirror` response value
-//! (`parse_mirror`): what parses is written back to a value that parses
-//! the same, at most `MAX_ACKS` tokens are ever read, and a garbled list
+//! `tlc-ack` value (`parse_acks`), a `tlc-mirror` response value
+//! (`parse_mirror`) and a `tlc-agree` value (`parse_agreement`, from -1 to
+//! 1 or nothing): what parses is written back to a value that parses
+//! the same (an agreement to within its three decimals), at most `MAX_ACKS` tokens are ever read, and a garbled list
 //! releases nothing.
 //!
 //! The whole input, as text, is also the `:path` of a call a peer's
@@ -157,6 +158,14 @@ fuzz_target!(|input: &[u8]| {
         }
         if let Some(hash) = peer::parse_mirror(&value) {
             assert_eq!(peer::parse_mirror(&peer::mirror_header(hash)), Some(hash));
+        }
+        let mut agree = HeaderMap::new();
+        agree.insert(peer::AGREE, value.clone());
+        if let Some(a) = peer::parse_agreement(&agree) {
+            assert!((-1.0..=1.0).contains(&a));
+            agree.insert(peer::AGREE, peer::agreement_header(a));
+            let again = peer::parse_agreement(&agree).expect("a written agreement parses");
+            assert!((again - a).abs() <= 0.0005 + 1e-12, "{a} {again}");
         }
     }
 
