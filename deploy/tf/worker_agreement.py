@@ -16,7 +16,10 @@ synchronous job would.
 
 MODEL is `mlp` (train.py's harness MLP) or a zoo member with dense
 gradients (densesgd, conv2, mlpadam, denseadam). Prints per window: the
-mean cosine between the two workers' whole gradients, the median
+mean cosine between the two workers' whole gradients; `own`, worker 0's
+whole gradient against its own last one, and `sampled`, the same for the
+largest tensor on a strided sample of 4096 values (what one worker's
+sidecar could measure alone: it does not separate the models); the median
 noise-to-signal ratio |g0 - g1|^2 / |g0 + g1|^2, the mean training loss,
 and the test accuracy every 50 steps; then the share of windows whose
 mean cosine is above the threshold.
