@@ -112,10 +112,8 @@ pub struct RegimeDetector {
     window_squares: f64,
     /// Pushes in the window so far.
     window_pushes: u32,
-    /// The last complete window's mean `‖g‖₂²`; `None` before the first.
-    previous_mean_squares: Option<f64>,
     /// The mean `‖g‖₂²` of the last [`RISE_WINDOWS`] complete windows
-    /// (0: none yet), the newest at `windows % RISE_WINDOWS`.
+    /// (0: none yet), the newest at `(windows - 1) % RISE_WINDOWS`.
     recent_mean_squares: [f64; RISE_WINDOWS],
     /// Complete windows.
     windows: u64,
@@ -179,12 +177,11 @@ impl RegimeDetector {
         if self.window_pushes >= regimes.window.max(1) {
             let mean = self.window_squares / f64::from(self.window_pushes);
             let rising = self.rising(mean, regimes.rise);
-            self.calm = self.previous_mean_squares.is_some_and(|previous| {
+            self.calm = self.previous_mean_squares().is_some_and(|previous| {
                 steady(previous, mean, regimes.change)
                     && !backlogged(error_squares, mean, regimes.backlog)
                     && !rising
             });
-            self.previous_mean_squares = Some(mean);
             self.recent_mean_squares[(self.windows % RISE_WINDOWS as u64) as usize] = mean;
             self.windows += 1;
             self.window_squares = 0.0;
@@ -195,6 +192,12 @@ impl RegimeDetector {
 }
 
 impl RegimeDetector {
+    /// The last complete window's mean `‖g‖₂²`; `None` before the first.
+    fn previous_mean_squares(&self) -> Option<f64> {
+        let last = self.windows.checked_sub(1)?;
+        Some(self.recent_mean_squares[(last % RISE_WINDOWS as u64) as usize])
+    }
+
     /// Whether a window of mean square `mean` has an RMS norm above
     /// `1 + rise` times the smallest of the windows before it (those
     /// there are, up to [`RISE_WINDOWS`]).
