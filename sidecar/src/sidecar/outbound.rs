@@ -101,7 +101,8 @@ pub async fn recv_tensor(
             parts.headers.insert(peer::ROWS, announced.to_header());
         }
     }
-    if measures_agreement(&policy, &call, known.as_ref()).is_some() {
+    let agreement_window = measures_agreement(&policy, &call, known.as_ref());
+    if agreement_window.is_some() {
         if let Some(agreement) = sidecar.contexts.agreement(&call, Instant::now()) {
             parts
                 .headers
@@ -210,7 +211,11 @@ pub async fn recv_tensor(
             let decoding = decode_charge(&prepared);
             match charge.grow(decoding, sidecar.options().memory_wait).await {
                 Ok(()) => tokio::task::block_in_place(|| {
-                    restore(sidecar, &call, known.as_ref(), (prepared, mirror), span)
+                    let checks = Checks {
+                        mirror,
+                        agreement_window,
+                    };
+                    restore(sidecar, &call, known.as_ref(), (prepared, checks), span)
                 }),
                 Err(err) => Err(fail(prepared.token, err)),
             }
@@ -447,12 +452,13 @@ fn prepare(collected: &Collected, max_tensor: u64) -> Result<Prepared, Failure> 
 }
 
 /// The standard response TensorFlow gets for a prepared envelope, checked
-/// against the holder's `mirror` hash if it sent one.
+/// against the holder's `mirror` hash if it sent one and counted in the
+/// workers' agreement where asked (`checks`).
 fn restore(
     sidecar: &Sidecar,
     call: &TensorCall,
     known: Option<&crate::graph::Classified>,
-    (prepared, mirror): (Prepared, Option<u64>),
+    (prepared, checks): (Prepared, Checks),
     span: &Span,
 ) -> Result<Restored, Failure> {
     let Prepared {
@@ -504,9 +510,9 @@ fn restore(
         return Err(fail(token, "decoded tensor has the wrong size"));
     }
     sidecar
-        .check_mirror(call, mirror, &content)
+        .check_mirror(call, checks.mirror, &content)
         .map_err(|e| fail(token, e))?;
-    if let Some(window) = measures_agreement(&sidecar.policy(), call, known) {
+    if let Some(window) = checks.agreement_window {
         let mut scratch = Vec::new();
         let values = tensor_bytes::as_f32(&content, &mut scratch);
         let now = Instant::now();
@@ -529,6 +535,15 @@ fn restore(
         content_len: content_len as usize,
         token,
     })
+}
+
+/// What is done with a restored tensor beside handing it to TensorFlow.
+struct Checks {
+    /// The holder's hash of what should be restored (`tlc-mirror`).
+    mirror: Option<u64>,
+    /// Counted in the workers' agreement, over windows of this many steps
+    /// ([`measures_agreement`]).
+    agreement_window: Option<u32>,
 }
 
 /// Where the fidelity controller asks for the workers' agreement: a dense
