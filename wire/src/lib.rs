@@ -11,6 +11,9 @@
 //! - [`rows`]: the rows section of the rows envelopes (gathered rows and
 //!   IndexedSlices values, with state per row id);
 //! - [`peer`]: the `tlc-*` headers two sidecars exchange;
+//! - [`negotiation`]: what the two sidecars of a `RecvTensor` call say in
+//!   them, as one requester's [`negotiation::Ask`] and one holder's
+//!   [`negotiation::Mark`];
 //! - [`hop`]: lossless compression of the other messages between two
 //!   sidecars;
 //! - [`short_path`]: the short method paths two sidecars use between them.
@@ -23,6 +26,7 @@
 pub mod envelope;
 pub mod graph;
 pub mod hop;
+pub mod negotiation;
 pub mod peer;
 pub mod rows;
 pub mod short_path;

@@ -28,6 +28,16 @@
 //! the same (an agreement to within its three decimals), at most `MAX_ACKS` tokens are ever read, and a garbled list
 //! releases nothing.
 //!
+//! The input's lines are also the values of a requester's whole ask (after
+//! `tlc-peer: 1`: `tlc-max`, `tlc-entropy`, `tlc-keyframe`, `tlc-mirror`,
+//! `tlc-class`, `tlc-ids`, `tlc-rows`, `tlc-agree`, `tlc-link`, `tlc-ack`,
+//! `tlc-replica`; `negotiation::Ask::parse`) and of a holder's mark
+//! (`tlc-envelope`, `tlc-mirror`, `tlc-ids-again`; `Mark::parse`): an ask
+//! written back (`to_headers`) reads as the same ask (its agreement to
+//! within three decimals), and once more to exactly the same; a mark
+//! written back reads as the same mark; a mark with an unreadable
+//! `tlc-ids-again` is an error, never an envelope or TensorFlow's own.
+//!
 //! The whole input, as text, is also the `:path` of a call a peer's
 //! sidecar marked (`short_path::expand`): a short path expands only to a
 //! method whose short path it is, and only paths starting `/~` are short.
@@ -39,6 +49,7 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request};
 use libfuzzer_sys::fuzz_target;
+use tlc_wire::negotiation::{Ask, Mark, MarkError};
 use tlc_wire::peer::{self, ReplicaHeader};
 use tlc_wire::short_path;
 use tlc_proxy::body;
@@ -177,6 +188,8 @@ fuzz_target!(|input: &[u8]| {
         }
     }
 
+    negotiate(input);
+
     let mut stripped = headers.clone();
     // A name the input makes up under `tlc-` goes too (by prefix), and
     // one outside it stays.
@@ -190,6 +203,80 @@ fuzz_target!(|input: &[u8]| {
     assert_eq!(stripped.len(), 1, "every tlc-* header is stripped: {stripped:?}");
     assert!(stripped.contains_key("x-kept"));
 });
+
+/// The ask's and the mark's headers, one value per line of `input`.
+const ASKED: [&str; 11] = [
+    peer::MAX_TENSOR,
+    peer::ENTROPY,
+    peer::KEYFRAME,
+    peer::MIRROR,
+    peer::CLASS,
+    peer::IDS,
+    peer::ROWS,
+    peer::AGREE,
+    peer::LINK,
+    peer::ACK,
+    peer::REPLICA,
+];
+const MARKED: [&str; 3] = [peer::ENVELOPE, peer::MIRROR, peer::IDS_AGAIN];
+
+/// `input`'s lines as the values of `names` (a value HTTP cannot carry
+/// leaves its header out), after `first`.
+fn headers_of(
+    names: &[&'static str],
+    input: &[u8],
+    first: Option<(&'static str, &'static str)>,
+) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    if let Some((name, value)) = first {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    for (name, raw) in names.iter().zip(input.split(|&b| b == b'\n')) {
+        if let Ok(value) = HeaderValue::from_bytes(raw) {
+            headers.insert(*name, value);
+        }
+    }
+    headers
+}
+
+/// The ask and the mark read from `input`, written back and read again.
+fn negotiate(input: &[u8]) {
+    let headers = headers_of(&ASKED, input, Some((peer::PEER, peer::PROTOCOL)));
+    let ask = Ask::parse(&headers).expect("tlc-peer: 1 is a peer");
+    let mut written = HeaderMap::new();
+    ask.to_headers(&mut written);
+    let again = Ask::parse(&written).expect("a written ask is a peer's");
+    let agreements = (ask.agreement, again.agreement);
+    match agreements {
+        (Some(a), Some(b)) => assert!((a - b).abs() <= 0.0005 + 1e-12, "{a} {b}"),
+        (None, None) => {}
+        _ => panic!("agreement {agreements:?}"),
+    }
+    let mut same = again.clone();
+    same.agreement = ask.agreement;
+    assert_eq!(same, ask, "an ask reads back as itself");
+    let mut twice = HeaderMap::new();
+    again.to_headers(&mut twice);
+    assert_eq!(Ask::parse(&twice), Some(again), "and then exactly");
+    assert!(ask.acks.len() <= peer::MAX_ACKS);
+
+    let headers = headers_of(&MARKED, input, None);
+    match Mark::parse(&headers) {
+        Ok(Some(mark)) => {
+            let mut written = HeaderMap::new();
+            mark.to_headers(&mut written);
+            assert_eq!(Mark::parse(&written), Ok(Some(mark)));
+        }
+        Ok(None) => {
+            assert!(!peer::has_envelope(&headers));
+            assert!(!headers.contains_key(peer::IDS_AGAIN));
+        }
+        Err(MarkError::UnreadableIdsAgain) => {
+            let value = &headers[peer::IDS_AGAIN];
+            assert_eq!(peer::IdsAgainHeader::parse(value), None);
+        }
+    }
+}
 
 /// A fallback call with `headers` to a cache holding one response for
 /// `OWNER`, under a token taken from the input.

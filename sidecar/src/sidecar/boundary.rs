@@ -56,19 +56,6 @@ fn without_in_trailers(body: ProxyBody) -> ProxyBody {
     .boxed_unsync()
 }
 
-/// What the requester of `request` reports of its link (`tlc-link`), and
-/// the name it is kept under ([`source`]).
-pub(crate) fn reported_link<B>(
-    request: &Request<B>,
-    connection: ConnectionId,
-) -> (Option<peer::LinkHeader>, String) {
-    let header = request.headers().get(peer::LINK);
-    (
-        header.and_then(peer::LinkHeader::parse),
-        source(request, connection),
-    )
-}
-
 /// Who sent a call, as far as this side can tell, whatever the call says
 /// of itself: the identity its TLS certificate was accepted as, else the
 /// connection it came on. What a peer reports (its `tlc-link`) moves only

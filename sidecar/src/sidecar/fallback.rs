@@ -230,16 +230,18 @@ impl Acks {
         tokens.push(token);
     }
 
-    /// The `tlc-ack` value for the next call to `holder`, taking up to
-    /// [`peer::MAX_ACKS`] of its tokens.
-    pub fn header(&self, holder: &str) -> Option<HeaderValue> {
+    /// The tokens the next call to `holder` acknowledges (its `tlc-ack`),
+    /// taking up to [`peer::MAX_ACKS`] of them.
+    pub fn take(&self, holder: &str) -> Vec<u64> {
         let mut waiting = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let tokens = waiting.get_mut(holder)?;
+        let Some(tokens) = waiting.get_mut(holder) else {
+            return Vec::new();
+        };
         let taken: Vec<u64> = tokens.drain(..tokens.len().min(peer::MAX_ACKS)).collect();
         if tokens.is_empty() {
             waiting.remove(holder);
         }
-        peer::ack_header(&taken)
+        taken
     }
 }
 
@@ -337,17 +339,15 @@ mod tests {
     #[test]
     fn acks_wait_per_holder_and_leave_at_most_sixty_four_a_call() {
         let acks = Acks::default();
-        assert!(acks.header("ps").is_none());
+        assert!(acks.take("ps").is_empty());
         for token in 0..100 {
             acks.restored("ps", token);
         }
         acks.restored("worker", 7);
-        let first = peer::parse_acks(&acks.header("ps").unwrap()).unwrap();
-        assert_eq!(first, (0..64).collect::<Vec<_>>());
-        let rest = peer::parse_acks(&acks.header("ps").unwrap()).unwrap();
-        assert_eq!(rest, (64..100).collect::<Vec<_>>());
-        assert!(acks.header("ps").is_none());
-        assert_eq!(acks.header("worker").unwrap(), "7");
+        assert_eq!(acks.take("ps"), (0..64).collect::<Vec<_>>());
+        assert_eq!(acks.take("ps"), (64..100).collect::<Vec<_>>());
+        assert!(acks.take("ps").is_empty());
+        assert_eq!(acks.take("worker"), [7]);
     }
 
     #[test]

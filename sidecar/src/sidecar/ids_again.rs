@@ -22,12 +22,12 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::HeaderValue;
 
 use super::row_ids::IdsKey;
 use super::{Sidecar, MAX_RESPONSE};
 use tlc_core::TensorCall;
 use tlc_proxy::body::Collected;
+use tlc_wire::negotiation::IdsAgain;
 use tlc_wire::peer::IdsAgainHeader;
 use tlc_wire::rows::ids_hash;
 use tlc_wire::tf::proto::RecvTensorResponse;
@@ -64,7 +64,7 @@ pub(super) fn reference(
     response: &RecvTensorResponse,
     ids: &[i64],
     token: u64,
-) -> Option<(Vec<Bytes>, HeaderValue)> {
+) -> Option<(Vec<Bytes>, IdsAgain)> {
     if ids.is_empty() {
         return None;
     }
@@ -72,12 +72,11 @@ pub(super) fn reference(
         .row_ids
         .same_ids_in_step(&key(call, &call.tensor_name), ids)?;
     let shape = ids::ids_shape(response, ids.len()).ok()?;
-    let header = IdsAgainHeader {
+    let again = IdsAgain::new(IdsAgainHeader {
         token,
         hash: ids_hash(ids),
         tensor: earlier,
-    }
-    .to_header()?;
+    })?;
     let built = recv_tensor::build_response_with_content(
         &ResponseMeta::of(response),
         &shape.dims,
@@ -86,7 +85,7 @@ pub(super) fn reference(
     )
     .ok()?;
     let chunks = built.into_grpc_chunks().ok()?;
-    Some((chunks.to_vec(), header))
+    Some((chunks.to_vec(), again))
 }
 
 /// Holder: notes that the ids of `call` go to the requester in full (it

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response};
+use http::{Request, Response};
 use tracing::{debug, warn, Span};
 
 use super::boundary::{self, forward};
@@ -30,7 +30,8 @@ use tlc_proxy::body::{self, Collected, Peeked, ProxyBody};
 use tlc_proxy::connection::ConnectionId;
 use tlc_proxy::grpc_status;
 use tlc_proxy::upstream::Upstream;
-use tlc_wire::peer::{self, ReplicaHeader};
+use tlc_wire::negotiation::{Ask, Mark};
+use tlc_wire::peer;
 use tlc_wire::tf::proto::DataType;
 use tlc_wire::tf::{grpc, recv_tensor};
 
@@ -42,40 +43,23 @@ pub async fn recv_tensor(
     request: Request<ProxyBody>,
     span: &Span,
 ) -> (Response<ProxyBody>, Outcome) {
-    if !peer::is_peer(request.headers()) {
+    let Some(ask) = Ask::parse(request.headers()) else {
         return calls::unchanged(forward(upstream, request).await);
-    }
-    let replica = request
-        .headers()
-        .get(peer::REPLICA)
-        .and_then(ReplicaHeader::parse)
-        .map(|h| ReplicaState {
-            epoch: h.epoch,
-            version: h.version,
-        });
-    let hint = peer::class(request.headers());
-    let rows = request
-        .headers()
-        .get(peer::ROWS)
-        .and_then(peer::RowsHeader::parse);
-    let entropy = peer::reads_entropy(request.headers());
-    let int8_keyframes = peer::reads_int8_keyframes(request.headers());
-    let ids_again = request.headers().get(peer::IDS).is_some_and(|v| v == "1");
-    let mirror = peer::checks_mirror(request.headers());
-    let agreement = peer::parse_agreement(request.headers());
+    };
     let Some(connection) = ConnectionId::of(&request) else {
         // Every listener stamps its calls; without a connection there is
         // no way to keep a fallback for this one, so it is not compressed.
         return calls::unchanged(forward(upstream, request).await);
     };
-    if let Some(tokens) = request.headers().get(peer::ACK).and_then(peer::parse_acks) {
+    if !ask.acks.is_empty() {
         // Envelopes the requester restored: their originals are done with.
-        let released = sidecar.fallbacks.release(&tokens);
+        let released = sidecar.fallbacks.release(&ask.acks);
         sidecar.stats.fallbacks_released(released);
     }
-    let (link_header, source) = boundary::reported_link(&request, connection);
+    let source = boundary::source(&request, connection);
     // What the requester decodes, and what this side reads whole.
-    let max_tensor = peer::max_tensor(request.headers())
+    let max_tensor = ask
+        .max_tensor
         .unwrap_or(u64::MAX)
         .min(sidecar.options().max_tensor_bytes);
     let (mut parts, request_body) = request.into_parts();
@@ -102,7 +86,7 @@ pub async fn recv_tensor(
     } else {
         response
     };
-    let classified = sidecar.classify(&call, hint);
+    let classified = sidecar.classify(&call, ask.class);
     call.tensor = classified.context_name(&call.tensor, &call.tensor_name);
     calls::record_call(span, &call);
     span.record("class", classified.class.name());
@@ -121,7 +105,7 @@ pub async fn recv_tensor(
         direction: call.direction,
         tensor: call.tensor.clone(),
     };
-    let link = link_to(sidecar, &call.requester_task, link_header);
+    let link = link_to(sidecar, &call.requester_task, ask.link);
     let verdict = sidecar
         .payoffs
         .verdict(&payoff_key, link, policy.link(), Instant::now());
@@ -197,23 +181,21 @@ pub async fn recv_tensor(
             &call,
             &classified,
             Asked {
-                replica,
-                rows,
-                entropy,
-                int8_keyframes,
-                ids_again,
+                ask,
                 max_tensor,
                 connection,
                 exact,
-                mirror,
-                agreement,
             },
             &collected,
             span,
         )
     });
     match compressed {
-        Ok((chunks, mark)) => {
+        Ok(Compressed {
+            chunks,
+            mark,
+            keyframe,
+        }) => {
             if forced {
                 sidecar.stats.forced_exact();
             }
@@ -223,7 +205,7 @@ pub async fn recv_tensor(
                 (true, _) => sidecar.payoffs.made_current(&payoff_key),
                 // A pull's replica made anew: current, but what it cost and
                 // saved says nothing of the deltas that follow.
-                (false, Mark::Envelope { keyframe: true, .. }) => {
+                (false, Mark::Envelope { .. }) if keyframe => {
                     sidecar.payoffs.made_current(&payoff_key)
                 }
                 (false, Mark::Envelope { .. }) => {
@@ -235,21 +217,7 @@ pub async fn recv_tensor(
                 }
                 (false, Mark::IdsAgain(_)) => {}
             }
-            match mark {
-                Mark::Envelope { mirror, .. } => {
-                    parts
-                        .headers
-                        .insert(peer::ENVELOPE, HeaderValue::from_static(peer::PROTOCOL));
-                    if let Some(hash) = mirror {
-                        parts
-                            .headers
-                            .insert(peer::MIRROR, peer::mirror_header(hash));
-                    }
-                }
-                Mark::IdsAgain(header) => {
-                    parts.headers.insert(peer::IDS_AGAIN, header);
-                }
-            }
+            mark.to_headers(&mut parts.headers);
             let body = body::holding(body::chunks(chunks, collected.trailers), charge);
             parts.extensions.insert(AlreadyCharged);
             (Response::from_parts(parts, body), Outcome::Compressed)
@@ -295,18 +263,11 @@ fn link_to(sidecar: &Sidecar, requester: &str, header: Option<peer::LinkHeader>)
     }
 }
 
-/// What the request said beyond the tensor's name.
+/// What the request said beyond the tensor's name, and what this side
+/// made of it.
 struct Asked {
-    /// The requester's replica, for a pull.
-    replica: Option<ReplicaState>,
-    /// The requester's rows of a row-keyed tensor, if it speaks rows.
-    rows: Option<peer::RowsHeader>,
-    /// Whether the requester reads frames with the entropy stage.
-    entropy: bool,
-    /// Whether the requester reads int8 first keyframes.
-    int8_keyframes: bool,
-    /// Whether the requester keeps ids and restores ids sent again.
-    ids_again: bool,
+    /// The requester's whole say.
+    ask: Ask,
     /// The largest tensor the requester decodes and this side reads whole.
     max_tensor: u64,
     /// The connection the call came on, which alone may claim the fallback.
@@ -315,29 +276,17 @@ struct Asked {
     /// [`Verdict::Settle`]): a push with its pending error, a pull with
     /// its replica made the model.
     exact: bool,
-    /// Whether the requester checks what it restores (`tlc-mirror`).
-    mirror: bool,
-    /// What the requester measured of the workers' agreement on this
-    /// gradient (`tlc-agree`).
-    agreement: Option<f64>,
 }
 
 /// What gRPC and protobuf framing add to a tensor's content in a response.
 const RESPONSE_SLACK: usize = 64 << 10;
 
-/// How a compressed response is marked for the requester.
-enum Mark {
-    /// `tensor_content` is an envelope (`tlc-envelope`): a pull's
-    /// keyframe, or any other.
-    Envelope {
-        /// Whether it is a keyframe.
-        keyframe: bool,
-        /// The hash of what the requester should restore, for a requester
-        /// that checks (`tlc-mirror`).
-        mirror: Option<u64>,
-    },
-    /// The values are left out: ids sent again (`tlc-ids-again`).
-    IdsAgain(HeaderValue),
+/// A compressed response: its gRPC body chunks, how it is marked for the
+/// requester, and whether it is a pull's keyframe.
+struct Compressed {
+    chunks: Vec<Bytes>,
+    mark: Mark,
+    keyframe: bool,
 }
 
 /// The compressed response as gRPC body chunks and its mark, or why it
@@ -350,27 +299,21 @@ fn compress(
     asked: Asked,
     collected: &Collected,
     span: &Span,
-) -> Result<(Vec<Bytes>, Mark), &'static str> {
+) -> Result<Compressed, &'static str> {
     let Asked {
-        replica,
-        rows,
-        entropy,
-        int8_keyframes,
-        ids_again,
+        ask,
         max_tensor,
         connection,
         exact,
-        mirror,
-        agreement,
     } = asked;
     let message =
         grpc::parse_single(collected.to_bytes(), MAX_RESPONSE).map_err(|_| "grpc_framing")?;
     let response = recv_tensor::decode_response(message).map_err(|_| "unparsable_response")?;
     let ids = sidecar.keep_row_ids(call, Some(classified), &response);
-    if let Some(ids) = ids.filter(|_| ids_again && policy.hop_compression()) {
+    if let Some(ids) = ids.filter(|_| ask.ids && policy.hop_compression()) {
         let token = sidecar.fallbacks.token();
         match super::ids_again::reference(sidecar, call, &response, &ids, token) {
-            Some((chunks, header)) => {
+            Some((chunks, again)) => {
                 let wire: usize = chunks.iter().map(Bytes::len).sum();
                 sidecar.stats.ids_again(collected.len(), wire);
                 sidecar.fallbacks.keep(
@@ -379,7 +322,11 @@ fn compress(
                     collected.chunks.clone(),
                     collected.trailers.clone(),
                 );
-                return Ok((chunks, Mark::IdsAgain(header)));
+                return Ok(Compressed {
+                    chunks,
+                    mark: Mark::IdsAgain(again),
+                    keyframe: false,
+                });
             }
             // These go in full: a later tensor of the step may name them.
             None => super::ids_again::sent_in_full(sidecar, call),
@@ -403,7 +350,7 @@ fn compress(
     let mut scratch = Vec::new();
     let values = tensor_bytes::as_f32(&tensor.content, &mut scratch);
     let token = sidecar.fallbacks.token();
-    let entropy = if entropy && policy.entropy() {
+    let entropy = if ask.entropy && policy.entropy() {
         EntropyStage::Zstd
     } else {
         EntropyStage::Off
@@ -411,7 +358,7 @@ fn compress(
     let by_rows = match treatment {
         Treatment::Stateless => {
             let asked = super::rows::RowsAsked {
-                rows,
+                rows: ask.rows,
                 entropy,
                 exact,
             };
@@ -435,8 +382,11 @@ fn compress(
             }
             let mut envelope = Vec::with_capacity(raw_bytes / 8 + 256);
             let requester = Requester {
-                has: replica,
-                first_keyframe: policy.keyframe_codec().filter(|_| int8_keyframes),
+                has: ask.replica.map(|h| ReplicaState {
+                    epoch: h.epoch,
+                    version: h.version,
+                }),
+                first_keyframe: policy.keyframe_codec().filter(|_| ask.int8_keyframes),
                 reads: if exact {
                     Reads::Settle
                 } else {
@@ -445,7 +395,7 @@ fn compress(
             };
             let said = Said {
                 requester,
-                agreement,
+                agreement: ask.agreement,
             };
             let memory = memory_for(sidecar, policy, call, classified, &choice, treatment, said);
             let encoding = Encoding {
@@ -453,7 +403,7 @@ fn compress(
                 memory,
                 fallback_token: token,
                 entropy,
-                mirror,
+                mirror: ask.mirror,
             };
             let encoded = sidecar
                 .contexts
@@ -498,13 +448,11 @@ fn compress(
         collected.chunks.clone(),
         collected.trailers.clone(),
     );
-    Ok((
-        chunks.to_vec(),
-        Mark::Envelope {
-            keyframe,
-            mirror: restores,
-        },
-    ))
+    Ok(Compressed {
+        chunks: chunks.to_vec(),
+        mark: Mark::Envelope { mirror: restores },
+        keyframe,
+    })
 }
 
 /// Counts the further passes an encode sent, and says so loudly the first

@@ -29,7 +29,8 @@ use tlc_proxy::body::{self, Collected, ProxyBody};
 use tlc_proxy::grpc_status;
 use tlc_proxy::upstream::Upstream;
 use tlc_wire::envelope::EnvelopeHeader;
-use tlc_wire::peer::{self, ReplicaHeader};
+use tlc_wire::negotiation::{Ask, Mark};
+use tlc_wire::peer::{self, IdsAgainHeader, ReplicaHeader};
 use tlc_wire::tf::proto::RecvTensorResponse;
 use tlc_wire::tf::{grpc, recv_tensor};
 
@@ -54,74 +55,56 @@ pub async fn recv_tensor(
         let request = Request::from_parts(parts, peeked.into_body());
         return calls::unchanged(sidecar.forward(Role::Outbound, upstream, request).await);
     };
-    parts
-        .headers
-        .insert(peer::PEER, http::HeaderValue::from_static(peer::PROTOCOL));
     let max_tensor = sidecar.options().max_tensor_bytes;
-    parts
-        .headers
-        .insert(peer::MAX_TENSOR, peer::max_tensor_header(max_tensor));
-    parts
-        .headers
-        .insert(peer::ENTROPY, http::HeaderValue::from_static("zstd"));
-    parts
-        .headers
-        .insert(peer::KEYFRAME, http::HeaderValue::from_static("int8"));
-    if policy.check().mirror {
-        parts
-            .headers
-            .insert(peer::MIRROR, http::HeaderValue::from_static("1"));
-    }
+    let mut ask = Ask {
+        max_tensor: Some(max_tensor),
+        entropy: true,
+        int8_keyframes: true,
+        mirror: policy.check().mirror,
+        ..Ask::default()
+    };
     // What this side's graphs say the tensor is: the holder's sidecar may
     // not have seen the graph (TF2's coordinator routes registrations past it).
     let known = sidecar
         .graphs
         .lookup(&call.holder_task, &call.requester_task, &call.tensor_name);
     if let Some(known) = &known {
-        let hint = peer::ClassHint {
+        ask.class = Some(peer::ClassHint {
             class: known.class,
             function: known.function.is_some(),
             accumulated: known.accumulated,
             adaptive: known.adaptive,
-        };
-        parts.headers.insert(peer::CLASS, peer::class_header(hint));
+        });
         call.tensor = known.context_name(&call.tensor, &call.tensor_name);
-        if known.rows.as_ref().is_some_and(|r| r.role == RowRole::Ids) {
-            // This side keeps them: the holder may send equal ids of the
-            // step again by reference (`ids_again`).
-            parts
-                .headers
-                .insert(peer::IDS, http::HeaderValue::from_static("1"));
-        }
-        if let Some(rows) = known.rows.as_ref().filter(|r| r.role != RowRole::Ids) {
-            let announced =
+        // This side keeps them: the holder may send equal ids of the step
+        // again by reference (`ids_again`).
+        ask.ids = known.rows.as_ref().is_some_and(|r| r.role == RowRole::Ids);
+        ask.rows = known
+            .rows
+            .as_ref()
+            .filter(|r| r.role != RowRole::Ids)
+            .map(|rows| {
+                let now = Instant::now();
                 sidecar
                     .rows
-                    .announce(&call.holder_task, &call.tensor, rows.role, Instant::now());
-            parts.headers.insert(peer::ROWS, announced.to_header());
-        }
+                    .announce(&call.holder_task, &call.tensor, rows.role, now)
+            });
     }
     let agreement_window = measures_agreement(&policy, &call, known.as_ref());
     if agreement_window.is_some() {
-        if let Some(agreement) = sidecar.contexts.agreement(&call, Instant::now()) {
-            parts
-                .headers
-                .insert(peer::AGREE, peer::agreement_header(agreement));
-        }
+        ask.agreement = sidecar.contexts.agreement(&call, Instant::now());
     }
     calls::record_call(span, &call);
-    let link = sidecar.link_meter.header(&call.holder_task, Instant::now());
-    parts.headers.insert(peer::LINK, link.to_header());
-    if let Some(acks) = sidecar.acks.header(&call.holder_task) {
-        parts.headers.insert(peer::ACK, acks);
-    }
-    if let Some(state) = sidecar.contexts.replica_state(&call, Instant::now()) {
-        let header = ReplicaHeader {
+    ask.link = Some(sidecar.link_meter.header(&call.holder_task, Instant::now()));
+    ask.acks = sidecar.acks.take(&call.holder_task);
+    ask.replica = sidecar
+        .contexts
+        .replica_state(&call, Instant::now())
+        .map(|state| ReplicaHeader {
             epoch: state.epoch,
             version: state.version,
-        };
-        parts.headers.insert(peer::REPLICA, header.to_header());
-    }
+        });
+    ask.to_headers(&mut parts.headers);
     let response = sidecar
         .forward(
             Role::Outbound,
@@ -130,8 +113,10 @@ pub async fn recv_tensor(
         )
         .await;
     let head = Instant::now();
+    let mark = Mark::parse(response.headers());
     // A step counter is an integer, never compressed: TensorFlow's own bytes.
-    let response = if !peer::has_envelope(response.headers()) && step_reads::is_step_read(&call) {
+    let enveloped = matches!(mark, Ok(Some(Mark::Envelope { .. })));
+    let response = if !enveloped && step_reads::is_step_read(&call) {
         match step_reads::watch(&sidecar.steps, &call, response).await {
             Watched::Pass(response) => response,
             Watched::Fail(response) => return (response, Outcome::Error),
@@ -139,33 +124,20 @@ pub async fn recv_tensor(
     } else {
         response
     };
-    if response.headers().contains_key(peer::IDS_AGAIN) {
-        return ids_again(sidecar, upstream, &call, response).await;
-    }
-    if !peer::has_envelope(response.headers()) {
-        // Not compressed: untouched, and timed for the link's rate.
-        let meter = Arc::clone(&sidecar.link_meter);
-        let holder = call.holder_task.clone();
-        let response = response.map(|body| {
-            body::measured(body, move |bytes| {
-                let end = Instant::now();
-                let answer = Answer {
-                    head,
-                    end,
-                    bytes,
-                    raw: true,
-                };
-                meter.record(&holder, answer);
-            })
-        });
-        if known.as_ref().is_some_and(|k| k.rows.is_some()) {
-            // Row ids are read on their way, for the rows of this step.
-            return calls::unchanged(keep_row_ids(sidecar, &call, known.as_ref(), response).await);
+    let mirror = match mark {
+        Ok(Some(Mark::Envelope { mirror })) => mirror,
+        Ok(Some(Mark::IdsAgain(again))) => {
+            return ids_again(sidecar, upstream, &call, response, again.header()).await
         }
-        return calls::unchanged(response);
-    }
+        Ok(None) => return unmarked(sidecar, &call, known.as_ref(), head, response).await,
+        Err(err) => {
+            sidecar.stats.decode_failed(call.direction);
+            warn!(tensor = %call.tensor, error = %err, "cannot read the holder's mark");
+            let response = grpc_status::response(grpc_status::INTERNAL, &format!("tlcd: {err}"));
+            return (response, Outcome::Error);
+        }
+    };
     let (mut parts, response_body) = response.into_parts();
-    let mirror = parts.headers.get(peer::MIRROR).and_then(peer::parse_mirror);
     peer::strip(&mut parts.headers);
     // Every byte of the envelope and of the tensor decoded from it is
     // charged to the in-flight budget, and stays charged until the restored
@@ -259,21 +231,9 @@ async fn ids_again(
     upstream: &Upstream,
     call: &TensorCall,
     response: Response<ProxyBody>,
+    again: &IdsAgainHeader,
 ) -> (Response<ProxyBody>, Outcome) {
     let (mut parts, body) = response.into_parts();
-    let Some(again) = parts
-        .headers
-        .get(peer::IDS_AGAIN)
-        .and_then(peer::IdsAgainHeader::parse)
-    else {
-        sidecar.stats.decode_failed(call.direction);
-        warn!(tensor = %call.tensor, "ids sent again with an unreadable tlc-ids-again header");
-        let response = grpc_status::response(
-            grpc_status::INTERNAL,
-            "tlcd: ids sent again by reference, with an unreadable reference",
-        );
-        return (response, Outcome::Error);
-    };
     peer::strip(&mut parts.headers);
     let mut charge = sidecar.budget.empty();
     let limit = usize::try_from(sidecar.options().max_tensor_bytes)
@@ -281,7 +241,7 @@ async fn ids_again(
         .saturating_add(ENVELOPE_SLACK);
     let wait = sidecar.options().memory_wait;
     let restored = match body::collect_charged(body, limit, Some((&mut charge, wait))).await {
-        Ok(collected) => super::ids_again::restore(sidecar, call, &again, &collected)
+        Ok(collected) => super::ids_again::restore(sidecar, call, again, &collected)
             .await
             .map(|chunks| (chunks, collected.trailers)),
         Err(err) => Err(format!("reading the peer's response: {err}")),
@@ -310,6 +270,36 @@ async fn ids_again(
             recover(sidecar, upstream, Some(again.token)).await
         }
     }
+}
+
+/// An answer the holder left unmarked (TensorFlow's own): handed on
+/// untouched, timed for the link's rate, its row ids read on their way
+/// where the graph says it carries some.
+async fn unmarked(
+    sidecar: &Sidecar,
+    call: &TensorCall,
+    known: Option<&crate::graph::Classified>,
+    head: Instant,
+    response: Response<ProxyBody>,
+) -> (Response<ProxyBody>, Outcome) {
+    let meter = Arc::clone(&sidecar.link_meter);
+    let holder = call.holder_task.clone();
+    let response = response.map(|body| {
+        body::measured(body, move |bytes| {
+            let end = Instant::now();
+            let answer = Answer {
+                head,
+                end,
+                bytes,
+                raw: true,
+            };
+            meter.record(&holder, answer);
+        })
+    });
+    if known.is_some_and(|k| k.rows.is_some()) {
+        return calls::unchanged(keep_row_ids(sidecar, call, known, response).await);
+    }
+    calls::unchanged(response)
 }
 
 /// `response` as it came, its row ids kept first if the graph says it
