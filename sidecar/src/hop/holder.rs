@@ -197,9 +197,10 @@ fn refused(counters: &HopCounters, path: &str, err: &str) -> Response<ProxyBody>
 }
 
 /// The holder's side, answering a call marked by a sidecar: marks the
-/// answer, and compresses its messages when `compress` allows and the
-/// answer is TensorFlow's plain gRPC (not an envelope, not already
-/// encoded).
+/// answer, and compresses its messages when `compress` allows (the policy,
+/// and the sidecar's link decision, which leaves a float tensor sent raw
+/// on a fast link as it is) and the answer is TensorFlow's plain gRPC (not
+/// an envelope, not already encoded).
 pub fn compress_response(
     mut response: Response<ProxyBody>,
     counters: &Arc<HopCounters>,
@@ -213,7 +214,6 @@ pub fn compress_response(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/grpc"));
     let eligible = compress
-        && response.extensions().get::<super::LeaveAsIs>().is_none()
         && response.status() == http::StatusCode::OK
         && grpc
         && plain(headers)

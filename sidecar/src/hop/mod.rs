@@ -92,13 +92,6 @@ pub struct HopLimits {
     pub references_bytes: usize,
 }
 
-/// Response extension: leave this answer's messages as they are, even to
-/// a peer that reads hop-compressed ones. A float tensor sent raw because
-/// its link is fast: zstd over float bytes would cost more than it saves
-/// there (the sidecar's link decision).
-#[derive(Debug, Clone, Copy)]
-pub struct LeaveAsIs;
-
 /// Hop compression's counters, both ways.
 #[derive(Debug, Default)]
 pub struct HopCounters {

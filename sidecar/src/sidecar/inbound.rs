@@ -14,11 +14,10 @@ use http::{Request, Response};
 use tracing::{debug, warn, Span};
 
 use super::boundary::{self, forward};
+use super::call::CallState;
 use super::request_key;
-use super::AlreadyCharged;
 use super::Sidecar;
 use crate::graph::Classified;
-use crate::hop::LeaveAsIs;
 use crate::link::{LinkNow, PayoffKey, Verdict};
 use crate::policy::Policy;
 use crate::sidecar::calls;
@@ -49,8 +48,9 @@ pub async fn recv_tensor(
     upstream: &Upstream,
     request: Request<ProxyBody>,
     span: &Span,
+    state: &mut CallState,
 ) -> (Response<ProxyBody>, Outcome) {
-    match stages(sidecar, upstream, request, span).await {
+    match stages(sidecar, upstream, request, span, state).await {
         Ok(answered) | Err(answered) => answered,
     }
 }
@@ -67,6 +67,7 @@ async fn stages(
     upstream: &Upstream,
     request: Request<ProxyBody>,
     span: &Span,
+    state: &mut CallState,
 ) -> Stage<(Response<ProxyBody>, Outcome)> {
     let (peer_call, request) = peer_call(sidecar, upstream, request).await?;
     // One policy for the whole call, even if an operator changes it meanwhile.
@@ -79,8 +80,10 @@ async fn stages(
     span.record("class", classified.class.name());
     let response = wanted(sidecar, &policy, &call, &classified, response)?;
     let (payoff_key, verdict, response) =
-        link_verdict(sidecar, &policy, &call, &peer_call, response)?;
-    let held = read_whole(sidecar, &call, peer_call.max_tensor, response).await?;
+        link_verdict(sidecar, &policy, &call, &peer_call, response, state)?;
+    let held = read_whole(sidecar, &call, peer_call.max_tensor, response, state).await?;
+    // From here on, the answer's body holds the charge of what was read.
+    state.charged = true;
     let exactly = Exactly {
         forced: sidecar.forced_exact(&call, policy.check().exact_at_call),
         verdict,
@@ -202,6 +205,7 @@ fn link_verdict(
     call: &TensorCall,
     peer_call: &PeerCall,
     response: Response<ProxyBody>,
+    state: &mut CallState,
 ) -> Stage<(PayoffKey, Verdict, Response<ProxyBody>)> {
     let payoff_key = PayoffKey {
         requester: call.requester_task.clone(),
@@ -221,8 +225,7 @@ fn link_verdict(
         Verdict::Explore => "link_explore",
     };
     sidecar.stats.passed(reason);
-    let mut response = response;
-    response.extensions_mut().insert(LeaveAsIs);
+    state.leave_as_is = true;
     Err(calls::unchanged(response))
 }
 
@@ -234,8 +237,9 @@ async fn read_whole(
     call: &TensorCall,
     max_tensor: u64,
     response: Response<ProxyBody>,
+    state: &mut CallState,
 ) -> Stage<Held> {
-    let (mut parts, response_body) = response.into_parts();
+    let (parts, response_body) = response.into_parts();
     let mut charge = sidecar.budget.empty();
     let limit = usize::try_from(max_tensor)
         .unwrap_or(usize::MAX)
@@ -256,7 +260,7 @@ async fn read_whole(
                 warn_too_large(sidecar, &call.tensor, read);
             }
             let body = body::holding(partial.into_body(), charge);
-            parts.extensions.insert(AlreadyCharged);
+            state.charged = true;
             return Err((Response::from_parts(parts, body), Outcome::Passed));
         }
         Err(err) => {
@@ -273,7 +277,7 @@ async fn read_whole(
             .stats
             .passed_read("memory_budget", collected.len() as u64);
         let body = body::holding(body::chunks(collected.chunks, collected.trailers), charge);
-        parts.extensions.insert(AlreadyCharged);
+        state.charged = true;
         return Err((Response::from_parts(parts, body), Outcome::Passed));
     }
     Ok(Held {
@@ -368,7 +372,6 @@ fn compressed(
         }
     };
     let body = body::holding(body::chunks(chunks, collected.trailers), charge);
-    parts.extensions.insert(AlreadyCharged);
     (Response::from_parts(parts, body), outcome)
 }
 

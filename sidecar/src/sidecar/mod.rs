@@ -19,6 +19,7 @@
 //! - `check`: `[policy.check]`, the call forced exact and the mirror check.
 
 mod boundary;
+pub mod call;
 pub mod calls;
 mod check;
 pub mod classes;
@@ -43,7 +44,6 @@ use std::time::{Duration, Instant};
 use http::{Request, Response};
 use tracing::debug;
 
-use crate::graph::tap::Registration;
 use crate::graph::GraphIndex;
 use tlc_context::pull::random_seed;
 use tlc_context::{ContextLimits, ContextTable, Contexts, TableLimits};
@@ -57,13 +57,11 @@ use classes::{ClassKey, ClassRecord};
 use fallback::FallbackCache;
 use record::Recorder;
 use stats::Stats;
-use tlc_proxy::body::{self, ProxyBody};
+use tlc_proxy::body::ProxyBody;
 use tlc_proxy::connection::ConnectionStats;
-use tlc_proxy::grpc_status;
 use tlc_proxy::tls::TlsContext;
 use tlc_proxy::upstream::Upstream;
-use tlc_proxy::{Handler, Unauthenticated};
-use tlc_wire::peer;
+use tlc_proxy::Handler;
 use warmup::{CallKey, Count};
 
 /// The gRPC method TensorFlow moves tensors with.
@@ -312,76 +310,6 @@ impl Sidecar {
         self.steps.observe(read, value, at)
     }
 
-    /// Answers one call arriving on a route with `role`. RecvTensor calls
-    /// get a span and a latency measurement ([`calls::measured`]) around
-    /// the side that handles them.
-    ///
-    /// A call still waiting for its answer when the job is found stuck
-    /// after a rebuilt session ([`StepWatch::stuck_after_rebuild`]) is
-    /// answered with `FAILED_PRECONDITION` instead, which ends the job.
-    ///
-    /// [`StepWatch::stuck_after_rebuild`]: crate::training::StepWatch::stuck_after_rebuild
-    async fn answer(
-        self: Arc<Self>,
-        role: Role,
-        upstream: &Upstream,
-        request: Request<ProxyBody>,
-    ) -> Response<ProxyBody> {
-        if request.uri().path() == CREATE_WORKER_SESSION {
-            if let Some(step) = self.steps.session_created(Instant::now()) {
-                tracing::warn!(
-                    global_step = step,
-                    "TensorFlow made a new session after training had advanced (a session rebuilt \
-                     after a failure, or a script's extra session)"
-                );
-            }
-        }
-        let mut stuck = self.stuck.subscribe();
-        stuck.mark_unchanged();
-        let _waiting = Waiting::begin(&self.waiting);
-        tokio::select! {
-            response = Arc::clone(&self).handle_call(role, upstream, request) => response,
-            Ok(()) = stuck.changed() => {
-                let message = stuck.borrow().clone().unwrap_or_default();
-                grpc_status::response(grpc_status::FAILED_PRECONDITION, &message)
-            }
-        }
-    }
-
-    async fn handle_call(
-        self: Arc<Self>,
-        role: Role,
-        upstream: &Upstream,
-        request: Request<ProxyBody>,
-    ) -> Response<ProxyBody> {
-        let path = request.uri().path();
-        if role == Role::Inbound && path == peer::FALLBACK_PATH {
-            self.stats.fallback_served();
-            return self.fallbacks.serve(&request);
-        }
-        let request = match Registration::of_path(path) {
-            // Read the graph on its way; the call goes on untouched.
-            Some(registration) => Sidecar::tap(&self, registration, request),
-            None => request,
-        };
-        if request.uri().path() != RECV_TENSOR {
-            return self.forward(role, upstream, request).await;
-        }
-        if let Some(recorder) = self.recorder.as_ref().filter(|_| role == Role::Outbound) {
-            if let Some(n) = recorder.claim() {
-                return record::record_call(recorder, n, upstream, request).await;
-            }
-        }
-        let sidecar = &*self;
-        calls::measured(&self.stats, role, |span| async move {
-            match role {
-                Role::Inbound => inbound::recv_tensor(sidecar, upstream, request, &span).await,
-                Role::Outbound => outbound::recv_tensor(sidecar, upstream, request, &span).await,
-            }
-        })
-        .await
-    }
-
     /// Sends `request` on to `upstream`: from the requester's side through
     /// hop compression (marked, compressed when the policy says so, the
     /// answer restored); from the holder's side to TensorFlow as it is,
@@ -483,59 +411,15 @@ impl Sidecar {
 }
 
 impl Handler for Sidecar {
-    /// Every call the proxy accepts comes here. A call from a client that
-    /// is not authenticated where peers must use TLS is first stripped of
-    /// whatever it claims in `tlc-*` headers, so it is served as TensorFlow
-    /// would serve it, and a fallback request from it is refused outright.
-    /// What TensorFlow sends (outbound) loses its `tlc-*` headers before
-    /// the sidecar adds its own, and what it gets back loses them once read
-    /// (`boundary`).
-    /// What streams to a peer (inbound) is charged to the in-flight budget
-    /// until written, unless the holder side charged it already: a peer
-    /// may not read what it asked for.
+    /// Every call the proxy accepts comes here, and goes through the
+    /// stages of [`call`] in their order.
     async fn handle(
         self: Arc<Self>,
         role: Role,
         upstream: &Upstream,
-        mut request: Request<ProxyBody>,
+        request: Request<ProxyBody>,
     ) -> Response<ProxyBody> {
-        if request.extensions().get::<Unauthenticated>().is_some() {
-            if request.uri().path() == peer::FALLBACK_PATH {
-                return grpc_status::response(
-                    grpc_status::PERMISSION_DENIED,
-                    "tlcd: fallbacks are served to peers authenticated by TLS only",
-                );
-            }
-            peer::strip(request.headers_mut());
-        }
-        if role == Role::Outbound {
-            // From TensorFlow: it says nothing in sidecar headers.
-            request = boundary::stripped(request);
-        }
-        let mut hop_peer = false;
-        if role == Role::Inbound {
-            match crate::hop::restore_request(&self.hop, self.stats.hop(), request).await {
-                Ok((restored, marked)) => (request, hop_peer) = (restored, marked),
-                Err(refused) => return refused,
-            }
-        }
-        let response = Arc::clone(&self).answer(role, upstream, request).await;
-        let response = if hop_peer {
-            let compress = self.policy().hop_compression();
-            crate::hop::compress_response(response, self.stats.hop(), compress)
-        } else if role == Role::Outbound {
-            // To TensorFlow: every sidecar header has been read by now.
-            boundary::stripped_response(response)
-        } else {
-            response
-        };
-        let charge =
-            role == Role::Inbound && response.extensions().get::<AlreadyCharged>().is_none();
-        if charge {
-            response.map(|b| body::charged(b, &self.budget))
-        } else {
-            response
-        }
+        call::handle(self, role, upstream, request).await
     }
 
     fn connections(&self) -> &ConnectionStats {
@@ -545,28 +429,5 @@ impl Handler for Sidecar {
     fn tls_loaded(&self, tls: &Arc<TlsContext>) {
         // A sidecar started by two proxies keeps the first one's.
         let _ = self.tls.set(Arc::clone(tls));
-    }
-}
-
-/// Marks a response whose body already holds its charge to the in-flight
-/// budget (the holder side charges what it collected): it must not be
-/// charged a second time, or calls holding charges could wait on each
-/// other for more.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct AlreadyCharged;
-
-/// One call waiting for its response head, counted while it lives.
-struct Waiting<'a>(&'a std::sync::atomic::AtomicU64);
-
-impl<'a> Waiting<'a> {
-    fn begin(count: &'a std::sync::atomic::AtomicU64) -> Waiting<'a> {
-        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Waiting(count)
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
