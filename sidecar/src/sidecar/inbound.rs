@@ -14,7 +14,7 @@ use http::{Request, Response};
 use tracing::{debug, warn, Span};
 
 use super::boundary::{self, forward};
-use super::call::CallState;
+use super::call_state::CallState;
 use super::request_key;
 use super::Sidecar;
 use crate::graph::Classified;

@@ -20,6 +20,7 @@
 
 mod boundary;
 pub mod call;
+pub mod call_state;
 pub mod calls;
 mod check;
 pub mod classes;
