@@ -76,10 +76,12 @@ async fn gradients_cross_compressed_with_error_feedback() {
     let tensors: Tensors =
         Arc::new(move |_key: &str, step: i64| (vec![250, 400], gradient(n, step)));
     let server = start_tensor_server(tensors).await;
-    // Without the bound against the recent gradient peak, which makes a
-    // push's frames more than one where the buffer outgrows half of it.
+    // Without the bounds against the recent gradient peak (calm, and the
+    // fidelity controller's while critical), which make a push's frames
+    // more than one where the buffer outgrows them.
     let mut settings = support::compressing_settings();
     settings.refine.push_max_lag = f64::INFINITY;
+    settings.refine.critical.push_max_lag = f64::INFINITY;
     let sidecar = support::compressing_sidecar();
     sidecar.set_policy(Policy::new(&settings).unwrap());
     let path = path_to(server, Arc::new(sidecar)).await;

@@ -9,7 +9,7 @@
 //! pull_pass_scale = "max"        # later passes: "max" (3LC's M = max|acc| s) or "toward" the target
 //! push_max_error = 0.5           # error buffer at most 0.5x the gradient (L2) after a push
 //! push_max_passes = 8            # frames per gradient at most (1..=8); 1 = off
-//! push_max_lag = 0.5             # and error buffer at most 0.5x the stream's recent largest gradient (L2)
+//! push_max_lag = 1               # and error buffer at most 1x the stream's recent largest gradient (L2); 0.5 while critical
 //! push_pass_scale = "max"        # later frames: "max" (3LC's M = max|acc| s) or "toward" the target
 //! pull_max_lag = inf             # and replica at most this x the source's largest update (L2) off
 //! peak_half_life = 20            # the largest gradient / update forgets over this many (inf: never)
@@ -24,13 +24,13 @@
 //! push_max_error = 0.25          # error buffer at most 0.25x the gradient after every push, sync or not
 //! push_pass_scale = "toward"
 //!
-//! [policy.refine.critical]       # the fidelity controller (off by default): a gradient stream in a critical regime
-//! push_max_lag = inf             # error buffer at most this x the recent largest gradient while critical (inf: off)
-//! window = 20                    # pushes per window; a new stream's first two windows are critical
-//! change = 0.5                   # a window's RMS gradient norm 1.5x or 1/1.5x the last makes the next critical
+//! [policy.refine.critical]       # the fidelity controller: a gradient stream in a critical regime
+//! push_max_lag = 0.5             # error buffer at most this x the recent largest gradient while critical (inf: off)
+//! window = 10                    # pushes per window; a new stream's first two windows are critical
+//! change = inf                   # a window's RMS gradient norm 1 + change or 1/(1 + change) times the last makes the next critical (inf: never)
 //! backlog = 4                    # an error buffer above 4x the window's RMS gradient makes the next critical
-//! rise = inf                     # a window's RMS gradient norm above 1 + rise times the least of the 3 before makes the next critical
-//! agreement = inf                # the workers' decoded pushes (whole gradient, per parameter task) agreeing this much, or not measured, make a push critical (inf: not asked)
+//! rise = 0.5                     # a window's RMS gradient norm above 1 + rise times the least of the 3 before makes the next critical
+//! agreement = 0.2                # the workers' decoded pushes (whole gradient, per parameter task) agreeing this much, or not measured, make a push critical (inf: not asked)
 //! ```
 //!
 //! Dense pushes refine at 3LC's own scale unless `push_pass_scale` says
@@ -74,14 +74,16 @@
 //! or climb (its first pushes, a plateau left, a rate changed), whose
 //! buffer holds a backlog, or whose workers' gradients agree (as the
 //! parameter task's sidecar measures them, `agreement`) is critical, and
-//! its lag bound tightens to the table's `push_max_lag` while it is. It
-//! is off by default. A calm bound of 1 with 0.5 while critical, critical
-//! while the whole gradient's agreement is at least 0.2 or its norm
-//! climbs by half over three windows of 10, gives the harness MLP back
-//! part of its bytes (34x -> 37.5-40.5x on the hop) and densesgd most of
-//! them (8.5x -> 10.0x) at the same accuracy, but the zoo's conv2 still
-//! loses a seed that leaves its plateau late (docs/FIDELITY.md, "The
-//! fidelity controller").
+//! its lag bound tightens to the table's `push_max_lag` while it is. A
+//! push whose stream's agreement is not measured (asynchronous training,
+//! a gradient not collected by an accumulator, an older peer) is always
+//! critical. By default the bound is 1 when calm and 0.5 while critical;
+//! a stream is critical while the whole gradient's agreement is at least
+//! 0.2, or for the window after its norm climbed by half over three
+//! windows of 10. Against a fixed bound of 0.5 that gives the harness MLP
+//! back part of its bytes (34x -> 37.5-40.5x on the hop) and densesgd
+//! most of them (8.5x -> 10.0x) at the same accuracy, level on the zoo's
+//! conv net over 20 seeds (docs/FIDELITY.md, "The fidelity controller").
 
 use serde::{Deserialize, Serialize};
 
@@ -138,13 +140,14 @@ pub struct RefineSettings {
     pub critical: CriticalSettings,
 }
 
-/// `[policy.refine.critical]`: the fidelity controller, off by default
-/// (`push_max_lag = inf`). A dense gradient
-/// stream is critical during its first two windows of pushes, and for the
-/// window after one whose RMS gradient norm changed by more than `change`
-/// either way or that ended with a backlog; while critical, its error
-/// buffer is held within `push_max_lag` times the recent largest gradient
-/// (the tighter of this and `[policy.refine] push_max_lag`).
+/// `[policy.refine.critical]`: the fidelity controller (`push_max_lag =
+/// inf` turns it off). A dense gradient stream is critical during its
+/// first two windows of pushes, for the window after one whose RMS
+/// gradient norm changed by more than `change` either way, climbed by more
+/// than `rise`, or that ended with a backlog, and while its workers agree
+/// (`agreement`); while critical, its error buffer is held within
+/// `push_max_lag` times the recent largest gradient (the tighter of this
+/// and `[policy.refine] push_max_lag`).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CriticalSettings {
@@ -172,12 +175,12 @@ pub struct CriticalSettings {
 impl Default for CriticalSettings {
     fn default() -> Self {
         CriticalSettings {
-            push_max_lag: f64::INFINITY,
-            window: 20,
-            change: 0.5,
+            push_max_lag: 0.5,
+            window: 10,
+            change: f64::INFINITY,
             backlog: 4.0,
-            rise: f64::INFINITY,
-            agreement: f64::INFINITY,
+            rise: 0.5,
+            agreement: 0.2,
         }
     }
 }
@@ -241,7 +244,7 @@ impl Default for RefineSettings {
             push_max_error: 0.5,
             push_max_passes: 8,
             push_pass_scale: PassScale::Max,
-            push_max_lag: 0.5,
+            push_max_lag: 1.0,
             pull_max_lag: f64::INFINITY,
             peak_half_life: 20.0,
             rows_pass_scale: PassScale::Toward,

@@ -26,23 +26,27 @@ fn synchronous_training_gets_its_own_targets() {
             target: 0.5,
             max_passes: 8,
             scale: PassScale::Max,
-            peak_lag: 0.5,
+            peak_lag: 1.0,
             peak_half_life: 20.0,
-            // The controller is off by default; its other keys wait.
+            // The controller: 0.5 while critical, by the workers'
+            // agreement and a rising norm.
             regimes: Regimes {
-                critical_lag: f64::INFINITY,
-                window: 20,
-                change: 0.5,
+                critical_lag: 0.5,
+                window: 10,
+                change: f64::INFINITY,
                 backlog: 4.0,
-                rise: f64::INFINITY,
-                agreement: f64::INFINITY,
+                rise: 0.5,
+                agreement: 0.2,
             },
         }
     );
     // Both push bounds take the peak lag and the controller,
     // synchronous or not; pulls have no controller.
-    assert_eq!(r.push(true, false).peak_lag, 0.5);
-    assert!(!r.push(true, false).regimes.is_on());
+    assert_eq!(r.push(true, false).peak_lag, 1.0);
+    assert!(r.push(true, false).regimes.is_on());
+    assert!(r.push(true, false).regimes.asks_agreement());
+    assert_eq!(r.push(true, false).regimes.lag(1.0, true), 0.5);
+    assert_eq!(r.push(true, false).regimes.lag(1.0, false), 1.0);
     assert_eq!(r.push(true, false).regimes, r.push(false, false).regimes);
     assert_eq!(r.push(true, true).regimes, r.push(false, false).regimes);
     assert!(!r.pull(true).regimes.is_on());
@@ -98,7 +102,7 @@ fn adaptive_gradients_get_the_tighter_bound_every_push() {
     let sync = r.push(true, true);
     assert_eq!(sync.target, 0.25, "synchronous alone would be inf");
     assert_eq!(sync.scale, PassScale::Toward);
-    assert_eq!(sync.peak_lag, 0.5);
+    assert_eq!(sync.peak_lag, 1.0);
     assert_eq!(r.push(false, true).target, 0.25);
     assert!(sync.another_pass(1, 0.3));
     assert!(!r.push(true, false).another_pass(1, 0.3));
@@ -180,7 +184,7 @@ fn the_controller_is_one_table_and_turns_off_with_inf() {
             window: 5,
             change: 1.0,
             backlog: f64::INFINITY,
-            rise: f64::INFINITY,
+            rise: 0.5,
             agreement: 0.1,
         }
     );
