@@ -274,7 +274,7 @@ fn tensors() -> Result {
         peak_norm: Some(1.25),
         regime: Some("calm".into()),
         critical_pushes: Some(40),
-        agreement: Some(0.42),
+        agreement: Some(0.12),
         replica_version: None,
         idle_seconds: 0.4,
         memory_bytes: 2097152,

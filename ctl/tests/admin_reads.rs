@@ -245,7 +245,7 @@ fn tensors_merge_sort_and_limit_across_targets() {
             "3lc",
             "compress",
             "calm",
-            "0.42",
+            "0.12",
             "1.00",
             "524288",
             "120",

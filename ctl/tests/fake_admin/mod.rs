@@ -373,7 +373,7 @@ pub fn tensor(name: &str, raw: u64, wire: u64, ratio: f64) -> Value {
         peak_norm: Some(1.25),
         regime: Some("calm".into()),
         critical_pushes: Some(40),
-        agreement: Some(0.42),
+        agreement: Some(0.12),
         replica_version: None,
         idle_seconds: 0.4,
         memory_bytes: 2097152,
