@@ -100,6 +100,21 @@ pub fn unchanged<B>(response: Response<B>) -> (Response<B>, Outcome) {
     (response, outcome)
 }
 
+/// A stage of a side's call (the holder's or the requester's `RecvTensor`):
+/// what it hands the next stage, or the call's answer. The answer is large
+/// for an `Err` (a response head), but it is moved, not copied, once per
+/// call that ends early; boxing it would allocate on the path most small
+/// tensors take.
+#[allow(clippy::result_large_err)]
+pub type Stage<T, B> = Result<T, (Response<B>, Outcome)>;
+
+/// The answer a side's stages came to, early or at their end.
+pub fn answered<B>(stages: Stage<(Response<B>, Outcome), B>) -> (Response<B>, Outcome) {
+    match stages {
+        Ok(answer) | Err(answer) => answer,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

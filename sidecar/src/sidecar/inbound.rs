@@ -50,16 +50,11 @@ pub async fn recv_tensor(
     span: &Span,
     state: &mut CallState,
 ) -> (Response<ProxyBody>, Outcome) {
-    match stages(sidecar, upstream, request, span, state).await {
-        Ok(answered) | Err(answered) => answered,
-    }
+    calls::answered(stages(sidecar, upstream, request, span, state).await)
 }
 
-/// A stage's result: what it hands the next stage, or the call's answer.
-/// The answer is large for an `Err` (a response head), but it is moved,
-/// not copied, once per call that ends early; boxing it would allocate on
-/// the path most small tensors take.
-type Stage<T> = Result<T, (Response<ProxyBody>, Outcome)>;
+/// A stage's result ([`calls::Stage`]).
+type Stage<T> = calls::Stage<T, ProxyBody>;
 
 /// The stages of [`recv_tensor`], in order.
 async fn stages(

@@ -51,14 +51,11 @@ pub async fn recv_tensor(
     request: Request<ProxyBody>,
     span: &Span,
 ) -> (Response<ProxyBody>, Outcome) {
-    match stages(sidecar, upstream, request, span).await {
-        Ok(answered) | Err(answered) => answered,
-    }
+    calls::answered(stages(sidecar, upstream, request, span).await)
 }
 
-/// A stage's result: what it hands the next stage, or the call's answer
-/// (moved once per call that ends early; see the holder's `Stage`).
-type Stage<T> = Result<T, (Response<ProxyBody>, Outcome)>;
+/// A stage's result ([`calls::Stage`]).
+type Stage<T> = calls::Stage<T, ProxyBody>;
 
 /// The stages of [`recv_tensor`], in order.
 async fn stages(
