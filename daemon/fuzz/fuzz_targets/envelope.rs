@@ -1,5 +1,5 @@
 //! A peer's envelope bytes, as the requesting sidecar reads them
-//! (`sidecar/outbound.rs`, `prepare` and `restore`): the response declares
+//! (`sidecar/requester.rs`, `prepare` and `restore`): the response declares
 //! a shape; a shape beyond this sidecar's `limits.max_tensor_mib` is
 //! refused before anything is decoded, and the element limit of the decode
 //! is exactly the declared element count. Then the envelope is parsed,

@@ -131,8 +131,8 @@ fn check_rebuilt(tensor: &FloatTensor, rebuilt: &EncodedResponse) {
 }
 
 /// Holder: the values in a raw envelope in place of the content, as
-/// `inbound::compress` sends them. Requester: the envelope read back,
-/// checked against the declared shape and decoded, as `outbound::prepare`
+/// `holder::compress` sends them. Requester: the envelope read back,
+/// checked against the declared shape and decoded, as `requester::prepare`
 /// and `restore` do; the restored response must be the original one.
 fn envelope_hop(tensor: &FloatTensor, rebuilt: &EncodedResponse) {
     let mut scratch = Vec::new();

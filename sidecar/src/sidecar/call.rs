@@ -18,7 +18,7 @@
 //! 5. **graph tap**: graph registrations read on their way;
 //! 6. anything but `RecvTensor` forwarded as it is;
 //! 7. **recorder** (outbound, when recording): the call recorded instead;
-//! 8. **holder or requester side**: [`inbound`] or [`outbound`], inside
+//! 8. **holder or requester side**: [`holder`] or [`requester`], inside
 //!    the call's span and latency measure ([`calls::measured`]);
 //! 9. **hop compress** (inbound, to a peer sidecar): the answer's messages
 //!    compressed unless the holder side said to leave them; outbound, every
@@ -42,7 +42,7 @@ use http::{Request, Response};
 
 use super::boundary;
 use super::call_state::CallState;
-use super::{calls, inbound, outbound, record, Sidecar, CREATE_WORKER_SESSION, RECV_TENSOR};
+use super::{calls, holder, record, requester, Sidecar, CREATE_WORKER_SESSION, RECV_TENSOR};
 use crate::graph::tap::Registration;
 use tlc_core::Role;
 use tlc_proxy::body::{self, ProxyBody};
@@ -174,8 +174,8 @@ async fn routed(
     let sidecar = &*sidecar;
     calls::measured(&sidecar.stats, role, |span| async move {
         match role {
-            Role::Inbound => inbound::recv_tensor(sidecar, upstream, request, &span, state).await,
-            Role::Outbound => outbound::recv_tensor(sidecar, upstream, request, &span).await,
+            Role::Inbound => holder::recv_tensor(sidecar, upstream, request, &span, state).await,
+            Role::Outbound => requester::recv_tensor(sidecar, upstream, request, &span).await,
         }
     })
     .await

@@ -1,6 +1,6 @@
 //! What the sidecar does to a call beyond forwarding it. `RecvTensor` is
 //! where tensors travel, so it is the one method the sidecar looks inside:
-//! [`outbound`] next to the task that asks, [`inbound`] next to the task
+//! [`requester`] next to the task that asks, [`holder`] next to the task
 //! that holds the tensor. Every other call is forwarded untouched.
 //!
 //! [`Sidecar`]'s fields are its own; outsiders (the daemon's endpoints,
@@ -25,12 +25,12 @@ pub mod calls;
 mod check;
 pub mod classes;
 pub mod fallback;
+pub mod holder;
 mod ids_again;
-pub mod inbound;
-pub mod outbound;
 pub mod record;
 mod registrations;
 pub mod request_key;
+pub mod requester;
 pub mod row_ids;
 pub mod rows;
 pub mod state;

@@ -211,7 +211,7 @@ pub(super) struct Checks {
     /// The holder's hash of what should be restored (`tlc-mirror`).
     pub mirror: Option<u64>,
     /// Counted in the workers' agreement, over windows of this many steps
-    /// (`outbound::measures_agreement`).
+    /// (`requester::measures_agreement`).
     pub agreement_window: Option<u32>,
 }
 
