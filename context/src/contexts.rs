@@ -101,7 +101,7 @@ pub struct Encoded {
 }
 
 /// Why a tensor could not be encoded; it then crosses as it is.
-#[derive(Debug, Error, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Error, PartialEq, Eq)]
 pub enum EncodeRefused {
     /// Its context would not fit in the table's memory budget.
     #[error("no room for the tensor's context in the memory budget")]

@@ -13,6 +13,7 @@ use support::teach;
 use support::tf::{recv, start_tensor_server, Tensors};
 use tlc_context::{PushKey, SourceKey};
 use tlc_sidecar::policy::{CodecSettings, PolicySettings};
+use tlc_sidecar::sidecar::pass::PassReason;
 use tlc_sidecar::Sidecar;
 use tlc_wire::graph::build::PartitionBuilder;
 
@@ -468,7 +469,7 @@ fn alerts_use_documented_families() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoint_serves_get_metrics_only() {
     let sidecar = Arc::new(support::compressing_sidecar());
-    sidecar.stats().passed("small");
+    sidecar.stats().passed(&PassReason::Policy(tlc_core::PassReason::Small));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = tokio_util::sync::CancellationToken::new();

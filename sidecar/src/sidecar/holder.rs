@@ -7,6 +7,7 @@
 
 #![allow(clippy::result_large_err)] // see `Stage`
 
+use super::pass::PassReason;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -148,7 +149,7 @@ async fn forwarded(
     let request = Request::from_parts(parts, peeked.into_body());
     let response = forward(upstream, request).await;
     let Some(call) = call else {
-        sidecar.stats.passed("request_unreadable");
+        sidecar.stats.passed(&PassReason::RequestUnreadable);
         return Err(calls::unchanged(response));
     };
     Ok((call, response))
@@ -181,7 +182,9 @@ fn wanted(
 ) -> Stage<Response<ProxyBody>> {
     if policy.never_compresses(call.direction, classified.class, &call.tensor) {
         // Nothing to decide from the response: stream it through.
-        sidecar.stats.passed("policy_skip");
+        sidecar
+            .stats
+            .passed(&PassReason::Policy(tlc_core::PassReason::Skipped));
         return Err(calls::unchanged(response));
     }
     if response.status() != http::StatusCode::OK || response.headers().contains_key("grpc-status") {
@@ -216,10 +219,10 @@ fn link_verdict(
         Verdict::Compress | Verdict::Probe | Verdict::Settle => {
             return Ok((payoff_key, verdict, response))
         }
-        Verdict::Pass => "link_fast",
-        Verdict::Explore => "link_explore",
+        Verdict::Pass => PassReason::LinkFast,
+        Verdict::Explore => PassReason::LinkExplore,
     };
-    sidecar.stats.passed(reason);
+    sidecar.stats.passed(&reason);
     state.leave_as_is = true;
     Err(calls::unchanged(response))
 }
@@ -247,11 +250,11 @@ async fn read_whole(
                 Peeked::Whole(_) => 0,
             };
             let reason = if read > limit {
-                "too_large"
+                PassReason::TooLarge
             } else {
-                "memory_budget"
+                PassReason::MemoryBudget
             };
-            if sidecar.stats.passed(reason) && reason == "too_large" {
+            if sidecar.stats.passed(&reason) && reason.is_loud() {
                 warn_too_large(sidecar, &call.tensor, read);
             }
             let body = body::holding(partial.into_body(), charge);
@@ -270,7 +273,7 @@ async fn read_whole(
     if charge.try_grow(collected.len() as u64).is_err() {
         sidecar
             .stats
-            .passed_read("memory_budget", collected.len() as u64);
+            .passed_read(&PassReason::MemoryBudget, collected.len() as u64);
         let body = body::holding(body::chunks(collected.chunks, collected.trailers), charge);
         state.charged = true;
         return Err((Response::from_parts(parts, body), Outcome::Passed));
@@ -358,9 +361,9 @@ fn compressed(
             (chunks, Outcome::Compressed)
         }
         Err(reason) => {
-            debug!(tensor = %call.tensor, reason, "passing through");
-            let first = sidecar.stats.passed_read(reason, collected.len() as u64);
-            if first && reason == "too_large" {
+            debug!(tensor = %call.tensor, reason = reason.label(), "passing through");
+            let first = sidecar.stats.passed_read(&reason, collected.len() as u64);
+            if first && reason.is_loud() {
                 warn_too_large(sidecar, &call.tensor, collected.len());
             }
             (collected.chunks, Outcome::Passed)

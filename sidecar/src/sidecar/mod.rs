@@ -27,6 +27,7 @@ pub mod classes;
 pub mod fallback;
 pub mod holder;
 mod ids_again;
+pub mod pass;
 pub mod record;
 mod registrations;
 pub mod request_key;

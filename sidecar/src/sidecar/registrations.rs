@@ -2,6 +2,7 @@
 //! is read by a tap ([`crate::graph::tap`]) within the sidecar's bounds,
 //! and the call goes on untouched whatever the tap makes of it.
 
+use super::pass::PassReason;
 use std::sync::Arc;
 
 use http::Request;
@@ -30,7 +31,7 @@ impl Sidecar {
         let gave_up = Box::new(move |reason: &'static str| {
             let first = weak
                 .upgrade()
-                .is_some_and(|s| s.stats.passed("graph_unread"));
+                .is_some_and(|s| s.stats.passed(&PassReason::GraphUnread));
             if first {
                 tracing::warn!(
                     reason,

@@ -9,6 +9,7 @@
 
 #![allow(clippy::result_large_err)] // see `Stage`
 
+use super::pass::PassReason;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -98,7 +99,7 @@ async fn read_call(
         Err(response) => return Err((response, Outcome::Error)),
     };
     let Some(call) = call else {
-        sidecar.stats.passed("request_unreadable");
+        sidecar.stats.passed(&PassReason::RequestUnreadable);
         let request = Request::from_parts(parts, peeked.into_body());
         let response = sidecar.forward(Role::Outbound, upstream, request).await;
         return Err(calls::unchanged(response));

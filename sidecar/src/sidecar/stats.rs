@@ -18,6 +18,7 @@
 //! bytes per direction, restored, decode failures) are those series
 //! summed, so no two readers can disagree.
 
+use super::pass::PassReason;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -274,15 +275,15 @@ impl Stats {
 
     /// Counts one response passed through for `reason`, streamed on
     /// unread (its size is not known); true for the first of its reason.
-    pub fn passed(&self, reason: &'static str) -> bool {
-        self.count_passed(reason, None) == 1
+    pub fn passed(&self, reason: &PassReason) -> bool {
+        self.count_passed(reason.label(), None) == 1
     }
 
     /// Counts one response of `bytes` body bytes that the sidecar read and
     /// then passed through for `reason`; true for the first of its reason,
     /// which a reason the operator must hear of logs.
-    pub fn passed_read(&self, reason: &'static str, bytes: u64) -> bool {
-        self.count_passed(reason, Some(bytes)) == 1
+    pub fn passed_read(&self, reason: &PassReason, bytes: u64) -> bool {
+        self.count_passed(reason.label(), Some(bytes)) == 1
     }
 
     /// Counts one response passed for `reason`; the count so far.
@@ -432,9 +433,10 @@ mod tests {
         stats.fallback_served();
         stats.fallback_served();
         // The first of a reason is told apart: the daemon logs it.
-        assert!(stats.passed("small"));
-        assert!(!stats.passed_read("small", 300));
-        assert!(stats.passed("policy_skip"));
+        let small = PassReason::Policy(tlc_core::PassReason::Small);
+        assert!(stats.passed(&small));
+        assert!(!stats.passed_read(&small, 300));
+        assert!(stats.passed(&PassReason::Policy(tlc_core::PassReason::Skipped)));
         stats.mirror_checked(true);
         assert_eq!(
             stats.summary(),

@@ -3,6 +3,7 @@
 //! (ids by reference, rows by row id, anything else through its memory)
 //! into the response the requester's sidecar restores.
 
+use crate::sidecar::pass::PassReason;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -51,29 +52,30 @@ pub(super) fn compress(
     asked: Asked,
     collected: &Collected,
     span: &Span,
-) -> Result<Compressed, &'static str> {
+) -> Result<Compressed, PassReason> {
     let Asked {
         ask,
         max_tensor,
         connection,
         exact,
     } = asked;
-    let message =
-        grpc::parse_single(collected.to_bytes(), MAX_RESPONSE).map_err(|_| "grpc_framing")?;
-    let response = recv_tensor::decode_response(message).map_err(|_| "unparsable_response")?;
+    let message = grpc::parse_single(collected.to_bytes(), MAX_RESPONSE)
+        .map_err(|_| PassReason::GrpcFraming)?;
+    let response =
+        recv_tensor::decode_response(message).map_err(|_| PassReason::UnparsableResponse)?;
     let ids = sidecar.keep_row_ids(call, Some(classified), &response);
     if let Some(ids) = ids.filter(|_| ask.ids && policy.hop_compression()) {
         if let Some(again) = by_reference(sidecar, call, (&response, &ids), collected, connection) {
             return Ok(again);
         }
     }
-    let tensor = recv_tensor::classify(&response).map_err(|reason| reason.label())?;
+    let tensor = recv_tensor::classify(&response).map_err(PassReason::Tensor)?;
     let raw_bytes = tensor.content.len();
     span.record("raw_bytes", raw_bytes);
     if raw_bytes as u64 > max_tensor {
         // Larger than the requester decodes (its `tlc-max`) or than this
         // side reads whole: it would only come back as a fallback.
-        return Err("too_large");
+        return Err(PassReason::TooLarge);
     }
     let size = (raw_bytes, tensor.dims.len());
     let (mut choice, treatment) = decide(sidecar, policy, call, classified, size)?;
@@ -97,8 +99,10 @@ pub(super) fn compress(
         DataType::DtFloat as i32,
         Bytes::from(encoded.bytes),
     )
-    .map_err(|_| "rebuild_failed")?;
-    let chunks = built.into_grpc_chunks().map_err(|_| "rebuild_failed")?;
+    .map_err(|_| PassReason::RebuildFailed)?;
+    let chunks = built
+        .into_grpc_chunks()
+        .map_err(|_| PassReason::RebuildFailed)?;
     let codec = encoded.codec.id();
     span.record("codec", codec.name());
     span.record("wire_bytes", wire_bytes);
@@ -181,7 +185,7 @@ fn encode(
     ask: &Ask,
     tensor: &recv_tensor::FloatTensor,
     how: How,
-) -> Result<EncodedTensor, &'static str> {
+) -> Result<EncodedTensor, PassReason> {
     let mut scratch = Vec::new();
     let values = tensor_bytes::as_f32(&tensor.content, &mut scratch);
     let entropy = if ask.entropy && policy.entropy() {
@@ -240,7 +244,7 @@ fn through_memory(
     (values, capacity): (&[f32], usize),
     how: How,
     entropy: EntropyStage,
-) -> Result<EncodedTensor, &'static str> {
+) -> Result<EncodedTensor, PassReason> {
     let How {
         choice,
         treatment,
@@ -275,7 +279,7 @@ fn through_memory(
     let encoded = sidecar
         .contexts
         .encode(call, values, encoding, Instant::now(), &mut envelope)
-        .map_err(|refused| refused.label())?;
+        .map_err(PassReason::Refused)?;
     account_refinement(sidecar, call, &encoded);
     Ok(EncodedTensor {
         bytes: envelope,
@@ -320,7 +324,7 @@ fn decide(
     call: &TensorCall,
     classified: &Classified,
     (raw_bytes, rank): (usize, usize),
-) -> Result<(CodecChoice, Treatment), &'static str> {
+) -> Result<(CodecChoice, Treatment), PassReason> {
     let elements = raw_bytes / 4;
     let row_keyed = classified
         .rows
@@ -341,14 +345,14 @@ fn decide(
         Decision::Compress(choice, treatment) => (choice, treatment),
         Decision::Pass(reason) => {
             sidecar.record_class(call, classified, None, elements);
-            return Err(reason.label());
+            return Err(PassReason::Policy(reason));
         }
     };
     if treatment != Treatment::Stateless && sidecar.warming_up(call, policy.warmup_steps()) {
         let codec = policy.warmup_codec();
         if codec == Codec::None {
             sidecar.record_class(call, classified, None, elements);
-            return Err("warmup");
+            return Err(PassReason::Warmup);
         }
         // Through the tensor's own memory, so that 3LC carries on from
         // what the warm-up left (an error buffer, a replica).
