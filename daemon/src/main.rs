@@ -5,33 +5,26 @@
 
 #![forbid(unsafe_code)]
 
+mod startup;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{CommandFactory, Parser};
 use serde_json::json;
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use startup::Startup;
 use tlc_core::Role;
-use tlc_daemon::admin::default_token;
-use tlc_daemon::admin::guard::Guard;
-use tlc_daemon::admin::token::AdminToken;
-use tlc_daemon::admin::{self, Admin, Readiness};
-use tlc_daemon::config::admin::AdminSettings;
 use tlc_daemon::config::layers::{FlagValue, Layers, Resolved};
-use tlc_daemon::config::{env_names, log_filter, LogFormat, Route};
+use tlc_daemon::config::{env_names, log_filter, Config, LogFormat, Route};
 use tlc_daemon::control::log::LogControl;
-use tlc_daemon::control::{watch, Control};
+use tlc_daemon::control::Control;
 use tlc_daemon::preflight::{self, StartOptions};
-use tlc_proxy::handover::{self, HandoverError, Offer, Offered, Purpose};
-use tlc_proxy::http_server;
-use tlc_proxy::{self as proxy, Proxy};
 use tlc_sidecar::policy::Policy;
 use tlc_sidecar::sidecar::record::Recorder;
 use tlc_sidecar::sidecar::Sidecar;
-use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::error;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::reload;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -306,6 +299,22 @@ fn run(mut args: Args, arenas_limited: bool) -> Result<()> {
         return check_config(&resolved);
     }
     let log = init_logging(&config.log.level, config.log.format)?;
+    let sidecar = sidecar(&config, &args, arenas_limited)?;
+    let control = Arc::new(Control::new(layers, resolved, sidecar.clone(), log));
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = threads {
+        runtime.worker_threads(threads);
+    }
+    let runtime = runtime
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(Startup::new(config, control, sidecar).serve(args.take_over))
+}
+
+/// The sidecar `config` describes, recording calls where `--record` asks;
+/// its memory bounds are logged.
+fn sidecar(config: &Config, args: &Args, arenas_limited: bool) -> Result<Arc<Sidecar>> {
     let recorder = match &args.record {
         Some(dir) => Some(
             Recorder::new(dir, args.record_limit)
@@ -334,224 +343,10 @@ fn run(mut args: Args, arenas_limited: bool) -> Result<()> {
     );
     let sidecar = Arc::new(Sidecar::new(policy, options, recorder));
     sidecar.set_recovery(config.recovery);
-    let control = Arc::new(Control::new(layers, resolved, sidecar.clone(), log));
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(threads) = threads {
-        runtime.worker_threads(threads);
-    }
-    let runtime = runtime
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(async {
-        let endpoints = CancellationToken::new();
-        let readiness = Arc::new(Readiness::default());
-        let handover_path = config.handover_path()?;
-        // A successor takes the running tlcd's listening sockets first, so
-        // that there is never a moment where nobody listens.
-        let mut inherited = match (args.take_over, &handover_path) {
-            (false, _) => None,
-            (true, None) => {
-                bail!("--take-over needs a hand-over socket, but handover_socket = \"off\"")
-            }
-            (true, Some(path)) => Some(
-                handover::take_over(path, TAKE_OVER_TIMEOUT)
-                    .await
-                    .with_context(|| {
-                        format!("--take-over: from the tlcd offering at {}", path.display())
-                    })?,
-            ),
-        };
-        let mut inherit = |purpose, addr| inherited.as_mut().and_then(|i| i.take(purpose, addr));
-        let mut offered = Vec::new();
-        // The operator endpoints first: a sidecar that cannot be watched or
-        // retuned should fail at start, not run blind.
-        let mut made_token = None;
-        if let Some(addr) = config.admin.address()? {
-            let listener = proxy::listen(addr, inherit(Purpose::Admin, addr))
-                .await
-                .with_context(|| format!("admin API: cannot listen on {addr} (admin.listen)"))?;
-            // The port actually bound names the token file (`:0` picks one).
-            let bound = listener.local_addr().context("admin API: local address")?;
-            let (token, made) = admin_token(&config.admin, bound.port())?;
-            made_token = made;
-            info!(%addr, token_file = %token.path().display(), "admin API listening");
-            let guard = Guard::new(token, bound, &config.admin.allowed_hosts);
-            let admin = Arc::new(Admin::new(
-                control.clone(),
-                readiness.clone(),
-                config.listeners(),
-                guard,
-            ));
-            offered.push((
-                Purpose::Admin,
-                proxy::listener_copy(&listener).context("duplicating a listening socket")?,
-            ));
-            tokio::spawn(http_server::serve(
-                listener,
-                admin.handler(),
-                endpoints.clone(),
-            ));
-        }
-        if let Some(addr) = config.metrics.address("metrics")? {
-            let listener = proxy::listen(addr, inherit(Purpose::Metrics, addr))
-                .await
-                .with_context(|| format!("metrics: cannot listen on {addr} (metrics.listen)"))?;
-            let handler = admin::with_probes(
-                readiness.clone(),
-                tlc_daemon::metrics::handler(sidecar.clone()),
-            );
-            offered.push((
-                Purpose::Metrics,
-                proxy::listener_copy(&listener).context("duplicating a listening socket")?,
-            ));
-            tokio::spawn(http_server::serve(listener, handler, endpoints.clone()));
-            info!(%addr, "Prometheus metrics on /metrics, probes on /healthz and /readyz");
-        }
-        let proxy = Proxy::start_with(&config.proxy_settings()?, sidecar.clone(), |addr| {
-            inherit(Purpose::Route, addr)
-        })
-        .await?;
-        for socket in proxy.listening_sockets() {
-            offered.push((
-                Purpose::Route,
-                socket.try_clone().context("a listening socket")?,
-            ));
-        }
-        readiness.set_listening();
-        if let Some(inherited) = inherited.take() {
-            inherited
-                .ready()
-                .await
-                .context("--take-over: telling the predecessor this tlcd serves")?;
-            info!("took the listening sockets over; the predecessor drains its connections");
-        }
-        let handed_over = CancellationToken::new();
-        let offer = handover_path
-            .map(|path| tokio::spawn(offer_listeners(path, offered, handed_over.clone())));
-        tokio::spawn(watch::watch(
-            control.clone(),
-            watch::POLL_INTERVAL,
-            endpoints.clone(),
-        ));
-        // Contexts are bounded by age and memory, and a training run that
-        // stopped making progress is warned about: check every few seconds.
-        let housekeeping = sidecar.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
-            loop {
-                tick.tick().await;
-                housekeeping.evict();
-            }
-        });
-        tokio::select! {
-            signal = wait_for_signal() => {
-                signal?;
-                info!("shutting down");
-                readiness.set_draining();
-                // Its copies of the listening sockets go with it: the
-                // ports are free at once, and nobody takes them over.
-                if let Some(offer) = &offer {
-                    offer.abort();
-                }
-                proxy.drain().await;
-            }
-            () = handed_over.cancelled() => {
-                readiness.set_draining();
-                // The successor serves the admin API and metrics now.
-                endpoints.cancel();
-                proxy.hand_off().await;
-            }
-        }
-        endpoints.cancel();
-        if let Some((path, token)) = made_token {
-            default_token::remove(&path, &token);
-        }
-        info!("sidecar totals {}", sidecar.stats().summary());
-        Ok(())
-    })
+    Ok(sidecar)
 }
 
-/// How long `--take-over` waits for the running tlcd to hand its sockets over.
-const TAKE_OVER_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long a running tlcd waits for a successor that took its sockets to
-/// say it serves on them.
-const SUCCESSOR_READY_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Offers `sockets` at `path` until a successor takes them, then cancels
-/// `handed_over`. A successor that fails is logged and the next one waited
-/// for; the socket file of a predecessor that has not quite left yet is
-/// waited out.
-async fn offer_listeners(
-    path: PathBuf,
-    sockets: Vec<(Purpose, std::net::TcpListener)>,
-    handed_over: CancellationToken,
-) {
-    let mut waited = Duration::ZERO;
-    let offer = loop {
-        match Offer::bind(&path) {
-            Ok(offer) => break offer,
-            Err(HandoverError::InUse { .. }) if waited < OFFER_BIND_PATIENCE => {
-                tokio::time::sleep(OFFER_BIND_RETRY).await;
-                waited += OFFER_BIND_RETRY;
-            }
-            Err(err) => {
-                warn!(error = %err, "no hand-over socket: a restart of this tlcd will break TensorFlow's connections");
-                return;
-            }
-        }
-    };
-    info!(path = %path.display(), "a successor can take the listening sockets over (tlcd --take-over)");
-    let listeners: Vec<Offered<'_>> = sockets
-        .iter()
-        .map(|(purpose, listener)| Offered {
-            purpose: *purpose,
-            listener,
-        })
-        .collect();
-    loop {
-        match offer.hand_over(&listeners, SUCCESSOR_READY_TIMEOUT).await {
-            Ok(successor) => {
-                info!(pid = successor.pid, version = %successor.tlcd, listeners = successor.listeners,
-                    "a successor took the listening sockets over");
-                // Gone before the successor offers its own at the same path.
-                drop(offer);
-                handed_over.cancel();
-                return;
-            }
-            Err(err) => warn!(error = %err, "a take-over failed; this tlcd serves on"),
-        }
-    }
-}
-
-/// How long a successor waits for its predecessor's hand-over socket to go.
-const OFFER_BIND_PATIENCE: Duration = Duration::from_secs(30);
-const OFFER_BIND_RETRY: Duration = Duration::from_millis(200);
-
-/// A token file tlcd wrote, and the token in it: removed at shutdown.
-type MadeToken = (PathBuf, Vec<u8>);
-
-/// The admin API's token: from `admin.token_file`, or made now and written
-/// where tlcctl looks for the API on `port` (then also returned, to be
-/// removed at shutdown).
-fn admin_token(settings: &AdminSettings, port: u16) -> Result<(AdminToken, Option<MadeToken>)> {
-    if let Some(path) = &settings.token_file {
-        let token = AdminToken::from_file(path)
-            .with_context(|| format!("admin API: admin.token_file = {}", path.display()))?;
-        return Ok((token, None));
-    }
-    let (path, token) = default_token::create(port).context(
-        "admin API: no admin.token_file is set and tlcd cannot write its own token; \
-         set admin.token_file (--admin-token-file, TLC_ADMIN_TOKEN_FILE) to a file holding one \
-         (a Kubernetes Secret), or admin.listen = \"off\"",
-    )?;
-    Ok((
-        AdminToken::generated(&path, token.clone()),
-        Some((path, token)),
-    ))
-}
-
+/// One `--route` flag, `LISTEN=UPSTREAM,ROLE`.
 fn parse_route(text: &str) -> Result<Route> {
     let (listen, rest) = text
         .split_once('=')
@@ -571,15 +366,4 @@ fn parse_route(text: &str) -> Result<Route> {
         upstream: upstream.parse().context("upstream")?,
         role,
     })
-}
-
-/// Waits for SIGINT or SIGTERM.
-async fn wait_for_signal() -> Result<()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("cannot listen for SIGTERM")?;
-    tokio::select! {
-        result = tokio::signal::ctrl_c() => result.context("cannot listen for SIGINT")?,
-        _ = term.recv() => {}
-    }
-    Ok(())
 }
