@@ -469,7 +469,9 @@ fn alerts_use_documented_families() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoint_serves_get_metrics_only() {
     let sidecar = Arc::new(support::compressing_sidecar());
-    sidecar.stats().passed(&PassReason::Policy(tlc_core::PassReason::Small));
+    sidecar
+        .stats()
+        .passed(&PassReason::Policy(tlc_core::PassReason::Small));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = tokio_util::sync::CancellationToken::new();
