@@ -156,7 +156,7 @@ async fn routed(
     let path = request.uri().path();
     if role == Role::Inbound && path == peer::FALLBACK_PATH {
         sidecar.stats.fallback_served();
-        return sidecar.fallbacks.serve(&request);
+        return sidecar.holder.fallbacks.serve(&request);
     }
     let request = match Registration::of_path(path) {
         // Read the graph on its way; the call goes on untouched.

@@ -19,7 +19,7 @@ impl Sidecar {
         if at == 0 {
             return false;
         }
-        count_call(&self.calls, call, u64::MAX) + 1 == at
+        count_call(&self.holder.calls, call, u64::MAX) + 1 == at
     }
 
     /// Checks `content`, the f32 bytes restored for `call`, against the

@@ -126,6 +126,7 @@ impl Sidecar {
             tensor: call.tensor.clone(),
         };
         let record = self
+            .holder
             .classes
             .get_or_insert_with(&key, Instant::now(), || ClassRecord {
                 classified: classified.clone(),

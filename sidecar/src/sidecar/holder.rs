@@ -114,7 +114,7 @@ async fn peer_call(
     };
     if !ask.acks.is_empty() {
         // Envelopes the requester restored: their originals are done with.
-        let released = sidecar.fallbacks.release(&ask.acks);
+        let released = sidecar.holder.fallbacks.release(&ask.acks);
         sidecar.stats.fallbacks_released(released);
     }
     let source = boundary::source(&request, connection);
@@ -213,6 +213,7 @@ fn link_verdict(
     };
     let link = link_to(sidecar, &call.requester_task, peer_call.ask.link);
     let verdict = sidecar
+        .holder
         .payoffs
         .verdict(&payoff_key, link, policy.link(), Instant::now());
     let reason = match verdict {
@@ -342,7 +343,7 @@ fn compressed(
             if exactly.forced {
                 sidecar.stats.forced_exact();
             }
-            let payoffs = &sidecar.payoffs;
+            let payoffs = &sidecar.holder.payoffs;
             let key = &exactly.payoff_key;
             match (exact, &mark) {
                 (true, _) if exactly.verdict == Verdict::Settle => payoffs.settled(key),

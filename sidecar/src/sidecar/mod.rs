@@ -34,6 +34,7 @@ pub mod request_key;
 pub mod requester;
 pub mod row_ids;
 pub mod rows;
+pub mod sides;
 pub mod state;
 pub mod stats;
 pub mod tensor_bytes;
@@ -55,16 +56,15 @@ use tlc_proxy::limits::budget::MemoryBudget;
 use crate::policy::Policy;
 use crate::training::recovery::RecoverySettings;
 use crate::training::{Moment, StepRead, Verdict};
-use classes::{ClassKey, ClassRecord};
 use fallback::FallbackCache;
 use record::Recorder;
+use sides::{HolderState, RequesterState};
 use stats::Stats;
 use tlc_proxy::body::ProxyBody;
 use tlc_proxy::connection::ConnectionStats;
 use tlc_proxy::tls::TlsContext;
 use tlc_proxy::upstream::Upstream;
 use tlc_proxy::Handler;
-use warmup::{CallKey, Count};
 
 /// The gRPC method TensorFlow moves tensors with.
 pub use tlc_wire::tf::RECV_TENSOR_PATH as RECV_TENSOR;
@@ -173,17 +173,12 @@ pub struct Sidecar {
     /// Every tensor context: the holder's error buffers and pull sources,
     /// the requester's replicas.
     contexts: Contexts,
-    /// Holder side: original responses kept for fallbacks.
-    fallbacks: FallbackCache,
     /// What the graphs that passed through said each tensor is.
     graphs: Arc<GraphIndex>,
-    /// Holder side: each tensor's class and treatment.
-    classes: ContextTable<ClassKey, ClassRecord>,
-    /// Holder side: steps each dense tensor has crossed in warm-up.
-    warmup: ContextTable<CallKey, Count>,
-    /// Holder side: calls of each tensor, while `[policy.check]
-    /// exact_at_call` is set.
-    calls: ContextTable<CallKey, Count>,
+    /// What the holder's side keeps for itself.
+    holder: HolderState,
+    /// What the requester's side keeps for itself.
+    requester: RequesterState,
     /// What happened so far.
     stats: Stats,
     /// Every read of the step counter seen: training progress, and a
@@ -211,10 +206,6 @@ pub struct Sidecar {
     /// Requester side: how fast each holder's answers arrive, and the
     /// decode cost (sent to holders in `tlc-link`).
     link_meter: Arc<crate::link::LinkMeter>,
-    /// Holder side: per tensor and requester, whether compressing pays.
-    payoffs: crate::link::Payoffs,
-    /// Requester side: envelopes restored, to acknowledge to their holder.
-    acks: fallback::Acks,
 }
 
 impl Default for Sidecar {
@@ -247,11 +238,15 @@ impl Sidecar {
                 },
                 seed,
             ),
-            fallbacks: FallbackCache::new(options.fallback_bytes),
             graphs: Arc::new(GraphIndex::default()),
-            classes: ContextTable::new(small_table(options.push_limits)),
-            warmup: ContextTable::new(small_table(options.push_limits)),
-            calls: ContextTable::new(small_table(options.push_limits)),
+            holder: HolderState {
+                fallbacks: FallbackCache::new(options.fallback_bytes),
+                classes: ContextTable::new(small_table(options.push_limits)),
+                warmup: ContextTable::new(small_table(options.push_limits)),
+                calls: ContextTable::new(small_table(options.push_limits)),
+                payoffs: crate::link::Payoffs::default(),
+            },
+            requester: RequesterState::default(),
             stats: Stats::default(),
             steps: crate::training::StepWatch::default(),
             stuck: tokio::sync::watch::Sender::new(None),
@@ -263,8 +258,6 @@ impl Sidecar {
             row_ids: row_ids::RowIds::new(options.fallback_bytes.clamp(1 << 20, ROW_IDS_BYTES)),
             rows: rows::RowContexts::new(options.pull_limits, options.replica_limits),
             link_meter: Arc::default(),
-            payoffs: crate::link::Payoffs::default(),
-            acks: fallback::Acks::default(),
         }
     }
 
@@ -284,9 +277,9 @@ impl Sidecar {
     /// may use; applied at the next eviction.
     pub fn set_table_limits(&self, limits: TableLimits) {
         self.contexts.set_limits(limits);
-        self.classes.set_limits(small_table(limits));
-        self.warmup.set_limits(small_table(limits));
-        self.calls.set_limits(small_table(limits));
+        self.holder.classes.set_limits(small_table(limits));
+        self.holder.warmup.set_limits(small_table(limits));
+        self.holder.calls.set_limits(small_table(limits));
     }
 
     /// How long idle contexts live and how much memory each context table
@@ -392,9 +385,9 @@ impl Sidecar {
         }
         let [push, pull, replicas] = self.contexts.evict(now);
         self.rows.evict(now);
-        let classes = self.classes.evict(now);
-        let warmup = self.warmup.evict(now);
-        let calls = self.calls.evict(now);
+        let classes = self.holder.classes.evict(now);
+        let warmup = self.holder.warmup.evict(now);
+        let calls = self.holder.calls.evict(now);
         debug!(
             ?push,
             ?pull,

@@ -161,7 +161,7 @@ fn asked(sidecar: &Sidecar, policy: &Policy, call: &mut TensorCall, span: &Span)
     }
     calls::record_call(span, call);
     ask.link = Some(sidecar.link_meter.header(&call.holder_task, Instant::now()));
-    ask.acks = sidecar.acks.take(&call.holder_task);
+    ask.acks = sidecar.requester.acks.take(&call.holder_task);
     ask.replica = sidecar
         .contexts
         .replica_state(call, Instant::now())
@@ -300,7 +300,7 @@ async fn handed_over(
             sidecar.link_meter.record_decode(restored.content_len, took);
             if let Some(token) = restored.token {
                 // Its original is no longer needed: said on the next call.
-                sidecar.acks.restored(&call.holder_task, token);
+                sidecar.requester.acks.restored(&call.holder_task, token);
             }
             if restored.keyframe {
                 sidecar.stats.keyframe(Role::Outbound);

@@ -50,18 +50,18 @@ pub struct LinkView {
 impl Sidecar {
     /// The links' rates as measured here, and the switches made on them.
     pub fn link_view(&self) -> LinkView {
-        let (switched_to_raw, switched_to_compressed) = self.payoffs.switches();
+        let (switched_to_raw, switched_to_compressed) = self.holder.payoffs.switches();
         LinkView {
             rates: self.link_meter.rates(Instant::now()),
             switched_to_raw,
             switched_to_compressed,
-            settled: self.payoffs.settles(),
+            settled: self.holder.payoffs.settles(),
         }
     }
 
     /// Originals kept for fallbacks now, and their bytes.
     pub fn fallbacks_kept(&self) -> (usize, usize) {
-        self.fallbacks.len_and_bytes()
+        self.holder.fallbacks.len_and_bytes()
     }
 
     /// What happened so far: the counters, for their totals, the summary

@@ -265,7 +265,7 @@ impl Sidecar {
     /// Puts each holder row's link decision on it, over its requesters.
     fn add_links(&self, rows: &mut [TensorRow]) {
         let mut by_tensor: HashMap<(&'static str, String), LinkSummary> = HashMap::new();
-        for (key, view) in self.payoffs.views() {
+        for (key, view) in self.holder.payoffs.views() {
             let summary = by_tensor
                 .entry((key.direction.name(), key.tensor))
                 .or_default();
@@ -294,7 +294,7 @@ impl Sidecar {
     /// adds a row for every tensor without a context (encoded without
     /// memory, or passed as it is).
     fn add_classes(&self, now: Instant, rows: &mut Vec<TensorRow>) {
-        let records = self.classes.snapshot(now, ClassRecord::clone);
+        let records = self.holder.classes.snapshot(now, ClassRecord::clone);
         let mut by_tensor: HashMap<(&'static str, String), (&'static str, String)> = HashMap::new();
         for listing in &records {
             let record = &listing.summary;

@@ -65,6 +65,6 @@ impl Sidecar {
     /// Counts one step of `call`'s tensor; true while it is still within
     /// the first `steps` (and should pass uncompressed).
     pub(crate) fn warming_up(&self, call: &TensorCall, steps: u32) -> bool {
-        steps > 0 && count_call(&self.warmup, call, u64::from(steps)) < u64::from(steps)
+        steps > 0 && count_call(&self.holder.warmup, call, u64::from(steps)) < u64::from(steps)
     }
 }

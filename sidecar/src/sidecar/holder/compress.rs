@@ -84,7 +84,7 @@ pub(super) fn compress(
         // calls left of others, the buffer empty after.
         choice.codec = Codec::None;
     }
-    let token = sidecar.fallbacks.token();
+    let token = sidecar.holder.fallbacks.token();
     let how = How {
         choice,
         treatment,
@@ -117,7 +117,10 @@ pub(super) fn compress(
         sidecar.stats.keyframe(Role::Inbound);
     }
     let (kept, trailers) = (collected.chunks.clone(), collected.trailers.clone());
-    sidecar.fallbacks.keep(token, connection, kept, trailers);
+    sidecar
+        .holder
+        .fallbacks
+        .keep(token, connection, kept, trailers);
     Ok(Compressed {
         chunks: chunks.to_vec(),
         mark: Mark::Envelope {
@@ -138,7 +141,7 @@ fn by_reference(
     collected: &Collected,
     connection: ConnectionId,
 ) -> Option<Compressed> {
-    let token = sidecar.fallbacks.token();
+    let token = sidecar.holder.fallbacks.token();
     let Some((chunks, again)) = ids_again::reference(sidecar, call, response, ids, token) else {
         ids_again::sent_in_full(sidecar, call);
         return None;
@@ -146,7 +149,10 @@ fn by_reference(
     let wire: usize = chunks.iter().map(Bytes::len).sum();
     sidecar.stats.ids_again(collected.len(), wire);
     let (kept, trailers) = (collected.chunks.clone(), collected.trailers.clone());
-    sidecar.fallbacks.keep(token, connection, kept, trailers);
+    sidecar
+        .holder
+        .fallbacks
+        .keep(token, connection, kept, trailers);
     Some(Compressed {
         chunks,
         mark: Mark::IdsAgain(again),
