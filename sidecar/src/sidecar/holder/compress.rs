@@ -91,18 +91,43 @@ pub(super) fn compress(
         token,
         exact,
     };
-    let encoded = encode(sidecar, policy, (call, classified), ask, &tensor, how)?;
+    let mut encoded = encode(sidecar, policy, (call, classified), ask, &tensor, how)?;
     let wire_bytes = encoded.bytes.len();
     let built = recv_tensor::build_response_with_content(
         &tensor.meta,
         &tensor.dims,
         DataType::DtFloat as i32,
-        Bytes::from(encoded.bytes),
+        Bytes::from(std::mem::take(&mut encoded.bytes)),
     )
     .map_err(|_| PassReason::RebuildFailed)?;
     let chunks = built
         .into_grpc_chunks()
         .map_err(|_| PassReason::RebuildFailed)?;
+    let sizes = (raw_bytes, wire_bytes);
+    account(sidecar, (call, classified), &encoded, sizes, span);
+    let (kept, trailers) = (collected.chunks.clone(), collected.trailers.clone());
+    sidecar
+        .holder
+        .fallbacks
+        .keep(token, connection, kept, trailers);
+    Ok(Compressed {
+        chunks: chunks.to_vec(),
+        mark: Mark::Envelope {
+            mirror: encoded.mirror,
+        },
+        keyframe: encoded.keyframe,
+    })
+}
+
+/// Counts a tensor encoded `raw_bytes` → `wire_bytes`, in the call's span,
+/// the counters and the tensor's class record.
+fn account(
+    sidecar: &Sidecar,
+    (call, classified): (&TensorCall, &Classified),
+    encoded: &EncodedTensor,
+    (raw_bytes, wire_bytes): (usize, usize),
+    span: &Span,
+) {
     let codec = encoded.codec.id();
     span.record("codec", codec.name());
     span.record("wire_bytes", wire_bytes);
@@ -116,18 +141,6 @@ pub(super) fn compress(
     if encoded.keyframe {
         sidecar.stats.keyframe(Role::Inbound);
     }
-    let (kept, trailers) = (collected.chunks.clone(), collected.trailers.clone());
-    sidecar
-        .holder
-        .fallbacks
-        .keep(token, connection, kept, trailers);
-    Ok(Compressed {
-        chunks: chunks.to_vec(),
-        mark: Mark::Envelope {
-            mirror: encoded.mirror,
-        },
-        keyframe: encoded.keyframe,
-    })
 }
 
 /// Ids the requester keeps (`tlc-ids`) sent as a reference to equal
