@@ -4,9 +4,14 @@
 //!
 //! `cargo bench -p tlc-codec --bench codecs` (add `-- 3lc` to filter).
 
+mod common;
+
 use std::hint::black_box;
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
+};
 use tlc_codec::{Codec, Encoder, EntropyStage, Feedback, Frame, Limits, Sparsity, TopKPercent};
 
 const ELEMENTS: usize = 4 << 20;
@@ -15,13 +20,7 @@ const SMALL: usize = 512 << 10;
 
 /// Heavy-tailed values centred on zero, typically around 1e-3.
 fn gradient_like(n: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut uniform = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        ((state >> 40) as f32 + 0.5) / (1u64 << 24) as f32
-    };
+    let mut uniform = common::uniform(seed);
     (0..n)
         .map(|_| {
             // Laplace with a log-normal-ish spread of scales.
@@ -75,31 +74,65 @@ fn bench_small(c: &mut Criterion, name: &str, codec: Codec, stage: EntropyStage)
     let mut encoder = make_encoder(codec, stage);
     let mut frame = Vec::with_capacity(SMALL * 4 + 64);
     let mut step = 0;
-    group.bench_function(BenchmarkId::new("encode", "512K"), |b| {
+    bench_encode(
+        &mut group,
+        "512K",
+        &mut encoder,
+        &tensors,
+        &mut frame,
+        &mut step,
+    );
+    bench_decode(&mut group, "512K", codec, stage, &tensors, &mut frame);
+    group.finish();
+}
+
+/// The `encode` benchmark at `size`: `encoder` on `tensors` in turn, from
+/// where `step` left off.
+fn bench_encode(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    size: &str,
+    encoder: &mut Encoder,
+    tensors: &[Vec<f32>],
+    frame: &mut Vec<u8>,
+    step: &mut usize,
+) {
+    group.bench_function(BenchmarkId::new("encode", size), |b| {
         b.iter(|| {
             frame.clear();
-            step = (step + 1) % tensors.len();
+            *step = (*step + 1) % tensors.len();
             encoder
-                .encode(black_box(&tensors[step]), &mut frame)
+                .encode(black_box(&tensors[*step]), frame)
                 .expect("encodes");
         })
     });
-    // As below: the 8th tensor through a fresh context.
+}
+
+/// The `decode` benchmark at `size`: a frame from a fixed point of the
+/// stream (the 8th tensor through a fresh context), not whatever the
+/// encode loop left in `frame`.
+fn bench_decode(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    size: &str,
+    codec: Codec,
+    stage: EntropyStage,
+    tensors: &[Vec<f32>],
+    frame: &mut Vec<u8>,
+) {
     let mut fresh = make_encoder(codec, stage);
     for step in 0..8 {
         frame.clear();
         fresh
-            .encode(&tensors[step % tensors.len()], &mut frame)
+            .encode(&tensors[step % tensors.len()], frame)
             .expect("encodes");
     }
-    let mut out = vec![0f32; SMALL];
-    group.bench_function(BenchmarkId::new("decode", "512K"), |b| {
+    let mut out = vec![0f32; tensors[0].len()];
+    group.bench_function(BenchmarkId::new("decode", size), |b| {
         b.iter(|| {
-            let parsed = Frame::parse(black_box(&frame), &Limits::default()).expect("parses");
+            let parsed =
+                Frame::parse(black_box(frame.as_slice()), &Limits::default()).expect("parses");
             parsed.decode_into(&mut out).expect("decodes");
         })
     });
-    group.finish();
 }
 
 fn bench(c: &mut Criterion) {
@@ -124,15 +157,14 @@ fn bench(c: &mut Criterion) {
         let mut encoder = make_encoder(codec, stage);
         let mut frame = Vec::with_capacity(ELEMENTS * 4 + 64);
         let mut step = 0;
-        group.bench_function(BenchmarkId::new("encode", "4M"), |b| {
-            b.iter(|| {
-                frame.clear();
-                step = (step + 1) % tensors.len();
-                encoder
-                    .encode(black_box(&tensors[step]), &mut frame)
-                    .expect("encodes");
-            })
-        });
+        bench_encode(
+            &mut group,
+            "4M",
+            &mut encoder,
+            &tensors,
+            &mut frame,
+            &mut step,
+        );
         if let Codec::ThreeLc { .. } = codec {
             // A refinement pass toward a goal (`encode_pass`): a histogram pass picks
             // the scale, then the usual two. Half the squared error may stay.
@@ -151,22 +183,7 @@ fn bench(c: &mut Criterion) {
                 })
             });
         }
-        // Decode a frame from a fixed point of the stream (the 8th tensor
-        // through a fresh context), not whatever the encode loop left.
-        let mut fresh = make_encoder(codec, stage);
-        for step in 0..8 {
-            frame.clear();
-            fresh
-                .encode(&tensors[step % tensors.len()], &mut frame)
-                .expect("encodes");
-        }
-        let mut out = vec![0f32; ELEMENTS];
-        group.bench_function(BenchmarkId::new("decode", "4M"), |b| {
-            b.iter(|| {
-                let parsed = Frame::parse(black_box(&frame), &Limits::default()).expect("parses");
-                parsed.decode_into(&mut out).expect("decodes");
-            })
-        });
+        bench_decode(&mut group, "4M", codec, stage, &tensors, &mut frame);
         group.finish();
     }
 }

@@ -14,6 +14,8 @@
 //! GB/s of f32 input for each coder alone (one context reused), and for
 //! the whole `Encoder`/`decode` path with the stage off and on.
 
+mod common;
+
 use std::time::Instant;
 
 use tlc_codec::{decode, Codec, Encoder, EntropyStage, Feedback, Frame, Limits, Sparsity};
@@ -21,13 +23,7 @@ use tlc_codec::{decode, Codec, Encoder, EntropyStage, Feedback, Frame, Limits, S
 /// Heavy-tailed values centred on zero (as in `benches/codecs.rs`), with a
 /// slowly varying per-column scale.
 fn gradient_like(n: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut uniform = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        ((state >> 40) as f32 + 0.5) / (1u64 << 24) as f32
-    };
+    let mut uniform = common::uniform(seed);
     (0..n)
         .map(|i| {
             let sign = if uniform() < 0.5 { -1.0 } else { 1.0 };

@@ -16,11 +16,7 @@ fn with_image(image: &str) -> (Option<i32>, String, String) {
         .write_stdin(POD)
         .output()
         .expect("run tlcctl");
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    common::outcome(&output)
 }
 
 #[test]

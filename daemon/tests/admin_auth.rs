@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::process::{free_addr, KillOnDrop};
+use support::process::{free_addr, spawn_tlcd, KillOnDrop};
 use tempfile::TempDir;
 
 const TOKEN_V1: &str = "first-secret-token-0123456789";
@@ -50,13 +50,9 @@ impl Tlcd {
     fn start(args: &[&str], env: &[(&str, &str)]) -> Tlcd {
         let runtime = tempfile::tempdir().expect("temp dir");
         let admin = free_addr();
-        let child = tlcd_command(admin, runtime.path(), args, env)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start tlcd");
+        let process = spawn_tlcd(&mut tlcd_command(admin, runtime.path(), args, env));
         let tlcd = Tlcd {
-            process: KillOnDrop(child),
+            process,
             admin,
             runtime,
         };

@@ -15,26 +15,18 @@ use std::time::Duration;
 
 use support::slow::{large_answers, SlowClient};
 use tlc_core::Role;
-use tlc_daemon::config::{Config, Route};
 use tlc_proxy::Proxy;
 use tlc_sidecar::Sidecar;
 
 /// Bytes of each answer.
 const SIZE: usize = 2 << 20;
 
+/// An outbound route that drains for up to 30 s, longer than any hand-off here.
 async fn proxy(upstream: std::net::SocketAddr) -> Proxy<Sidecar> {
-    let config = Config {
-        routes: vec![Route {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            upstream: upstream.into(),
-            role: Role::Outbound,
-        }],
-        drain_seconds: 30,
-        ..Default::default()
-    };
-    Proxy::start(&config.proxy_settings().unwrap(), Default::default())
-        .await
-        .unwrap()
+    support::proxy_configured(Role::Outbound, upstream, Default::default(), |config| {
+        config.drain_seconds = 30
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

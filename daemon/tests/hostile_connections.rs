@@ -13,13 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use http_body_util::Full;
 use tlc_core::Role;
-use tlc_daemon::config::{Config, Route};
 use tlc_proxy::intercept::{self, Destination};
 use tlc_proxy::limits::settings::LimitSettings;
-use tlc_proxy::tls::TlsSettings;
 use tlc_proxy::Proxy;
 use tlc_sidecar::Sidecar;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -32,42 +29,14 @@ const SECRET_REQUEST: &[u8] = b"GET /health HTTP/1.1\r\nAuthorization: Bearer s3
 const SECRET: &[u8] = b"s3cr3t";
 const HTTP1_ANSWER: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
 
-async fn start(
-    role: Role,
-    upstream: Destination,
-    sidecar: Arc<Sidecar>,
-    limits: LimitSettings,
-    tls: TlsSettings,
-) -> Proxy<Sidecar> {
-    let config = Config {
-        routes: vec![Route {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            upstream,
-            role,
-        }],
-        limits,
-        tls,
-        ..Default::default()
-    };
-    Proxy::start(&config.proxy_settings().unwrap(), sidecar)
-        .await
-        .unwrap()
-}
-
+/// A route without TLS under `limits`: how most tests here start their proxy.
 async fn plain(
     role: Role,
     upstream: SocketAddr,
     sidecar: Arc<Sidecar>,
     limits: LimitSettings,
 ) -> Proxy<Sidecar> {
-    start(
-        role,
-        upstream.into(),
-        sidecar,
-        limits,
-        TlsSettings::default(),
-    )
-    .await
+    support::proxy_configured(role, upstream, sidecar, |config| config.limits = limits).await
 }
 
 /// Refusals of `sidecar`'s listeners so far for the reason labelled `name`.
@@ -107,15 +76,7 @@ async fn within(limit: Duration, mut done: impl FnMut() -> bool) -> Option<Durat
 /// TensorFlow task does; an error says where it failed.
 async fn try_call(addr: SocketAddr) -> Result<Bytes, String> {
     let call = async {
-        let tcp = TcpStream::connect(addr)
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
-        let (mut sender, connection) =
-            hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-                .handshake(TokioIo::new(tcp))
-                .await
-                .map_err(|e| format!("handshake: {e}"))?;
-        tokio::spawn(connection);
+        let mut sender = support::try_connect(addr).await?;
         let request = http::Request::post(format!("http://{addr}/test.Echo/Call"))
             .header("content-type", "application/grpc")
             .header("te", "trailers")
@@ -125,12 +86,7 @@ async fn try_call(addr: SocketAddr) -> Result<Bytes, String> {
             .send_request(request)
             .await
             .map_err(|e| format!("call: {e}"))?;
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("body: {e}"))?;
-        Ok(body.to_bytes())
+        support::try_body(response).await
     };
     tokio::time::timeout(Duration::from_secs(3), call)
         .await
@@ -366,14 +322,11 @@ async fn opaque_bytes_cross_only_inside_mutual_tls() {
         }
     });
     let requester = Arc::new(support::compressing_sidecar());
-    let outbound = start(
-        Role::Outbound,
-        sniffer_addr.into(),
-        requester.clone(),
-        LimitSettings::default(),
-        tls(dir, "worker", &[PS]),
-    )
-    .await;
+    let outbound =
+        support::proxy_configured(Role::Outbound, sniffer_addr, requester.clone(), |c| {
+            c.tls = tls(dir, "worker", &[PS])
+        })
+        .await;
     let mut client = TcpStream::connect(outbound.local_addrs()[0]).await.unwrap();
     client.write_all(SECRET_REQUEST).await.unwrap();
     tokio::time::timeout(Duration::from_secs(4), sniffing)
@@ -400,21 +353,15 @@ async fn opaque_bytes_cross_only_inside_mutual_tls() {
         server_first_seconds: 1,
         ..Default::default()
     };
-    let inbound = start(
-        Role::Inbound,
-        http1.into(),
-        holder.clone(),
-        holder_limits,
-        tls(dir, "ps", &[WORKER]),
-    )
+    let inbound = support::proxy_configured(Role::Inbound, http1, holder.clone(), |c| {
+        c.limits = holder_limits;
+        c.tls = tls(dir, "ps", &[WORKER]);
+    })
     .await;
-    let outbound = start(
-        Role::Outbound,
-        inbound.local_addrs()[0].into(),
-        requester.clone(),
-        LimitSettings::default(),
-        tls(dir, "worker", &[PS]),
-    )
+    let to_inbound = inbound.local_addrs()[0];
+    let outbound = support::proxy_configured(Role::Outbound, to_inbound, requester.clone(), |c| {
+        c.tls = tls(dir, "worker", &[PS])
+    })
     .await;
     let mut client = TcpStream::connect(outbound.local_addrs()[0]).await.unwrap();
     client.write_all(SECRET_REQUEST).await.unwrap();
@@ -561,14 +508,9 @@ async fn a_silent_connect_costs_no_lookup() {
         ..Default::default()
     };
     let name: Destination = format!("localhost:{}", echo.port()).parse().unwrap();
-    let proxy = start(
-        Role::Outbound,
-        name,
-        sidecar.clone(),
-        limits,
-        TlsSettings::default(),
-    )
-    .await;
+    let proxy =
+        support::proxy_configured(Role::Outbound, name, sidecar.clone(), |c| c.limits = limits)
+            .await;
     let addr = proxy.local_addrs()[0];
     let before = intercept::destination::lookups();
     let mut silent = TcpStream::connect(addr).await.unwrap();

@@ -131,7 +131,7 @@ async fn registrations_declaring_250_mib_hold_what_arrived_for_a_while() {
         gather: Duration::from_secs(2),
         ..Options::default()
     };
-    let sidecar = Arc::new(Sidecar::new(support::compressing_policy(), options, None));
+    let sidecar = support::compressing_sidecar_with(options);
     let inbound = proxy(Role::Inbound, tf, sidecar.clone()).await;
     let (virtual_before, resident_before) = memory();
     let body = [prefix(250 << 20), b"abcdef".to_vec()].concat();
@@ -172,7 +172,7 @@ async fn a_registration_past_the_budget_is_not_read_but_still_forwarded() {
         in_flight_bytes: 256 << 10,
         ..Options::default()
     };
-    let sidecar = Arc::new(Sidecar::new(support::compressing_policy(), options, None));
+    let sidecar = support::compressing_sidecar_with(options);
     let inbound = proxy(Role::Inbound, tf, sidecar.clone()).await;
     let mut chunks = vec![Bytes::from(prefix(250 << 20))];
     chunks.extend((0..64).map(|_| Bytes::from(vec![7u8; 16 << 10])));

@@ -9,14 +9,14 @@ mod hostile;
 mod support;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use hostile::{
-    bomb_holder, counting_server, head_status, one_message, peak_rss, reset_peak_rss, rss,
-    unfinished_request, unfinished_sender, StallReads, RUN_GRAPH,
+    bomb_holder, counting_server, head_status, never_reading_sender, one_message, peak_rss,
+    reset_peak_rss, rss, unfinished_request, unfinished_sender, RUN_GRAPH,
 };
 use http::Request;
 use http_body_util::BodyExt;
@@ -32,6 +32,19 @@ const MIB: u64 = 1 << 20;
 /// take the same lock, so that none of them is measured with another.
 static MEASURING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// The most `sidecar` had charged to its in-flight budget, sampled every
+/// 20 ms for `watch_for`: how each test here sees what a hostile peer
+/// made it hold.
+async fn most_charged(sidecar: &Sidecar, watch_for: Duration) -> u64 {
+    let mut most = 0;
+    let watch = Instant::now();
+    while watch.elapsed() < watch_for {
+        most = most.max(sidecar.in_flight().in_use_bytes);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    most
+}
+
 /// Row 3, the holder: 4 connections x 1000 streams, each 60 KB of a
 /// hop-compressed request that never ends. Today's code gathers all of it,
 /// uncharged and without a time limit; here what is gathered is charged to
@@ -46,7 +59,7 @@ async fn unfinished_compressed_requests_are_charged_and_refused_in_time() {
         gather: Duration::from_secs(2),
         ..Options::default()
     };
-    let holder = Arc::new(Sidecar::new(support::compressing_policy(), options, None));
+    let holder = support::compressing_sidecar_with(options);
     let arrived = Arc::new(AtomicUsize::new(0));
     let tf = counting_server(Arc::clone(&arrived)).await;
     let proxy = support::proxy(Role::Inbound, tf, Arc::clone(&holder)).await;
@@ -68,12 +81,7 @@ async fn unfinished_compressed_requests_are_charged_and_refused_in_time() {
         }
     }
     // While they gather: charged, within the budget.
-    let mut most = 0;
-    let watch = Instant::now();
-    while watch.elapsed() < Duration::from_millis(1500) {
-        most = most.max(holder.in_flight().in_use_bytes);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let most = most_charged(&holder, Duration::from_millis(1500)).await;
     let grown = peak_rss().saturating_sub(before);
     eprintln!(
         "holder: {} KiB of unfinished requests charged at most; peak RSS grew {} MiB",
@@ -125,7 +133,7 @@ async fn a_request_is_charged_for_what_arrived_not_what_it_declares() {
         gather: Duration::from_secs(1),
         ..Options::default()
     };
-    let holder = Arc::new(Sidecar::new(support::compressing_policy(), options, None));
+    let holder = support::compressing_sidecar_with(options);
     let arrived = Arc::new(AtomicUsize::new(0));
     let tf = counting_server(Arc::clone(&arrived)).await;
     let proxy = support::proxy(Role::Inbound, tf, Arc::clone(&holder)).await;
@@ -170,7 +178,7 @@ async fn a_refused_compressed_request_goes_again_uncompressed_and_arrives_whole(
         gather: Duration::from_secs(2),
         ..Options::default()
     };
-    let holder = Arc::new(Sidecar::new(support::compressing_policy(), options, None));
+    let holder = support::compressing_sidecar_with(options);
     let holder_proxy = support::proxy(Role::Inbound, tf, Arc::clone(&holder)).await;
     let holder_addr = holder_proxy.local_addrs()[0];
     let requester = Arc::new(support::compressing_sidecar());
@@ -237,7 +245,7 @@ async fn the_requesters_own_gathering_is_charged_and_timed() {
         gather: Duration::from_secs(1),
         ..Options::default()
     };
-    let requester = Arc::new(Sidecar::new(support::compressing_policy(), options, None));
+    let requester = support::compressing_sidecar_with(options);
     let requester_proxy = support::proxy(
         Role::Outbound,
         holder_proxy.local_addrs()[0],
@@ -282,7 +290,7 @@ async fn an_answer_never_restores_beyond_the_cap() {
         max_tensor_bytes: CAP,
         ..Options::default()
     };
-    let requester = Arc::new(Sidecar::new(support::compressing_policy(), options, None));
+    let requester = support::compressing_sidecar_with(options);
     let proxy = support::proxy(Role::Outbound, holder, Arc::clone(&requester)).await;
     let addr = proxy.local_addrs()[0];
     let tcp = TcpStream::connect(addr).await.unwrap();
@@ -364,24 +372,12 @@ async fn restored_answers_tensorflow_does_not_read_are_charged() {
         max_tensor_bytes: 8 * MIB,
         ..Options::default()
     };
-    let requester = Arc::new(Sidecar::new(support::compressing_policy(), options, None));
+    let requester = support::compressing_sidecar_with(options);
     let proxy = support::proxy(Role::Outbound, holder, Arc::clone(&requester)).await;
     let addr = proxy.local_addrs()[0];
     reset_peak_rss();
     let before = peak_rss();
-    let stalled = Arc::new(AtomicBool::new(false));
-    let io = StallReads {
-        inner: TcpStream::connect(addr).await.unwrap(),
-        stalled: Arc::clone(&stalled),
-    };
-    let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .initial_stream_window_size(1 << 30)
-        .initial_connection_window_size(1 << 30)
-        .handshake::<_, http_body_util::Full<Bytes>>(TokioIo::new(io))
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    stalled.store(true, Ordering::SeqCst);
+    let sender = never_reading_sender(addr).await;
     let mut calls = Vec::new();
     for _ in 0..64 {
         let request = Request::post(format!("http://{addr}{RUN_GRAPH}"))
@@ -393,12 +389,7 @@ async fn restored_answers_tensorflow_does_not_read_are_charged() {
             async move { sender.send_request(request).await },
         ));
     }
-    let mut most = 0;
-    let watch = Instant::now();
-    while watch.elapsed() < Duration::from_secs(3) {
-        most = most.max(requester.in_flight().in_use_bytes);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let most = most_charged(&requester, Duration::from_secs(3)).await;
     let grown = peak_rss().saturating_sub(before);
     let restored = requester.stats().totals().hop.restored.raw_bytes;
     eprintln!(

@@ -2,6 +2,10 @@
 //! sidecar hold: each test asserts the bound (memory, connections, who gets
 //! a fallback), not only that nothing crashed.
 
+/// Only its memory readings and its client that never reads are used here.
+#[allow(dead_code)]
+#[path = "support/hostile_hop.rs"]
+mod hostile;
 mod support;
 
 use std::net::SocketAddr;
@@ -10,18 +14,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use hostile::{never_reading_sender, peak_rss, reset_peak_rss};
 use http::{HeaderMap, Request};
 use hyper::body::Incoming;
-use support::tf::{envelope_body, recv, response_body, start_tensor_server};
+use support::tf::{call_as_peer, envelope_body, recv, response_body, start_tensor_server};
 use support::Client;
 use tlc_codec::{Codec, EntropyStage, Sparsity};
 use tlc_context::encode_stateless;
 use tlc_core::Role;
-use tlc_daemon::config::{Config, Route};
 use tlc_proxy::connection::Refusal;
 use tlc_proxy::limits::settings::LimitSettings;
-use tlc_proxy::Proxy;
-use tlc_sidecar::sidecar::{Options, Sidecar};
+use tlc_sidecar::sidecar::Options;
 use tlc_wire::envelope::EnvelopeHeader;
 use tlc_wire::peer;
 use tlc_wire::tf::recv_tensor;
@@ -30,26 +33,6 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 const KEY: &str = "/job:worker/replica:0/task:0/device:CPU:0;0000000000000001;/job:ps/replica:0/task:0/device:CPU:0;edge_3_g;0:0";
-
-async fn proxy_with(
-    role: Role,
-    upstream: SocketAddr,
-    sidecar: Arc<Sidecar>,
-    limits: LimitSettings,
-) -> Proxy<Sidecar> {
-    let config = Config {
-        routes: vec![Route {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            upstream: upstream.into(),
-            role,
-        }],
-        limits,
-        ..Default::default()
-    };
-    Proxy::start(&config.proxy_settings().unwrap(), sidecar)
-        .await
-        .unwrap()
-}
 
 /// Another protocol on an intercepted port reaches its server as it would
 /// without tlcd, through a pair of sidecars, both ways and untouched; it
@@ -75,18 +58,11 @@ async fn other_protocols_are_forwarded_untouched() {
     });
     let inbound_sidecar = Arc::new(support::compressing_sidecar());
     let outbound_sidecar = Arc::new(support::compressing_sidecar());
-    let inbound = proxy_with(
-        Role::Inbound,
-        server_addr,
-        inbound_sidecar.clone(),
-        LimitSettings::default(),
-    )
-    .await;
-    let outbound = proxy_with(
+    let inbound = support::proxy(Role::Inbound, server_addr, inbound_sidecar.clone()).await;
+    let outbound = support::proxy(
         Role::Outbound,
         inbound.local_addrs()[0],
         outbound_sidecar.clone(),
-        LimitSettings::default(),
     )
     .await;
     let mut client = TcpStream::connect(outbound.local_addrs()[0]).await.unwrap();
@@ -109,20 +85,6 @@ async fn other_protocols_are_forwarded_untouched() {
 /// Tests that measure this process's memory run one at a time: the others
 /// in this file hold little.
 static MEASURING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Starts a measurement: the peak resident memory is reset to the current
-/// one (Linux `clear_refs` 5), so that an earlier test's peak is not this one's.
-fn reset_peak_rss() {
-    std::fs::write("/proc/self/clear_refs", "5").unwrap();
-}
-
-/// The peak resident memory of this process since the last reset, in bytes.
-fn peak_rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kib << 10
-}
 
 /// A holder sidecar stand-in: every RecvTensor gets `body` as an envelope;
 /// fallbacks get the original, `original_elements` ones.
@@ -166,9 +128,9 @@ async fn decoding_stays_within_the_tensor_bound_and_the_in_flight_budget() {
     };
     encode_stateless(&[0.0; 1000], codec, EntropyStage::Off, 7, &mut small).unwrap();
     let bomb = envelope_body(&[100_000_000], small);
-    let sidecar = Arc::new(Sidecar::new(support::compressing_policy(), options, None));
+    let sidecar = support::compressing_sidecar_with(options);
     let holder = start_holder(bomb, 1000).await;
-    let proxy = proxy_with(Role::Outbound, holder, sidecar.clone(), Default::default()).await;
+    let proxy = support::proxy(Role::Outbound, holder, sidecar.clone()).await;
     let client = Client::connect(proxy.local_addrs()[0]).await;
     let got = recv(&client, KEY, 1).await;
     assert_eq!(
@@ -189,9 +151,9 @@ async fn decoding_stays_within_the_tensor_bound_and_the_in_flight_budget() {
     drop(zeros);
     let wire = envelope.len();
     let body = envelope_body(&[8 << 20], envelope);
-    let sidecar = Arc::new(Sidecar::new(support::compressing_policy(), options, None));
+    let sidecar = support::compressing_sidecar_with(options);
     let holder = start_holder(body, 1).await;
-    let proxy = proxy_with(Role::Outbound, holder, sidecar.clone(), Default::default()).await;
+    let proxy = support::proxy(Role::Outbound, holder, sidecar.clone()).await;
     let addr = proxy.local_addrs()[0];
     let calls: Vec<_> = (0..12)
         .map(|step| {
@@ -250,7 +212,10 @@ async fn silent_sockets_cost_no_upstream_and_are_bounded_in_number_and_time() {
         handshake_seconds: 1,
         ..Default::default()
     };
-    let proxy = proxy_with(Role::Inbound, upstream_addr, sidecar.clone(), limits).await;
+    let proxy = support::proxy_configured(Role::Inbound, upstream_addr, sidecar.clone(), |c| {
+        c.limits = limits
+    })
+    .await;
     let addr = proxy.local_addrs()[0];
     let connections = sidecar.stats().connections();
     let refused = |why: Refusal| {
@@ -313,25 +278,12 @@ async fn a_fallback_goes_only_to_the_connection_its_envelope_went_to() {
     let served = values.clone();
     let tf = start_tensor_server(Arc::new(move |_, _| (vec![40_000], served.clone()))).await;
     let sidecar = support::metrics::compressing_unclassified();
-    let proxy = proxy_with(Role::Inbound, tf, sidecar.clone(), Default::default()).await;
+    let proxy = support::proxy(Role::Inbound, tf, sidecar.clone()).await;
     let addr = proxy.local_addrs()[0];
     let owner = Client::connect(addr).await;
     let thief = Client::connect(addr).await;
-    let as_peer = [(peer::PEER, peer::PROTOCOL)];
-    let first = owner
-        .call(
-            RECV_TENSOR_PATH,
-            &as_peer,
-            support::tf::request_body(KEY, 1),
-        )
-        .await;
-    let second = owner
-        .call(
-            RECV_TENSOR_PATH,
-            &as_peer,
-            support::tf::request_body(KEY, 2),
-        )
-        .await;
+    let first = call_as_peer(&owner, KEY, 1).await;
+    let second = call_as_peer(&owner, KEY, 2).await;
     assert!(peer::has_envelope(&first.headers), "compressed for a peer");
     let (a, b) = (token_of(&first), token_of(&second));
     assert!(
@@ -372,15 +324,11 @@ async fn a_peer_connection_closed_for_idleness_is_unseen_by_tensorflow() {
         idle_seconds: 1,
         ..Default::default()
     };
-    let inbound = proxy_with(Role::Inbound, tf, holder.clone(), idle).await;
+    let inbound =
+        support::proxy_configured(Role::Inbound, tf, holder.clone(), |c| c.limits = idle).await;
     let requester = Arc::new(support::compressing_sidecar());
-    let outbound = proxy_with(
-        Role::Outbound,
-        inbound.local_addrs()[0],
-        requester.clone(),
-        Default::default(),
-    )
-    .await;
+    let outbound =
+        support::proxy(Role::Outbound, inbound.local_addrs()[0], requester.clone()).await;
     let client = Client::connect(outbound.local_addrs()[0]).await;
     let first = recv(&client, KEY, 1).await;
     assert_eq!(first.values.len(), 40_000);
@@ -394,50 +342,6 @@ async fn a_peer_connection_closed_for_idleness_is_unseen_by_tensorflow() {
     let second = recv(&client, KEY, 2).await;
     assert_eq!(second.values.len(), 40_000);
     assert_eq!(requester.stats().totals().decode_failures, 0);
-}
-
-/// A stream whose reads stop (stay pending) once `stalled` is set: a client
-/// that asked for responses and never reads them.
-struct StallReads {
-    inner: TcpStream,
-    stalled: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl tokio::io::AsyncRead for StallReads {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        if self.stalled.load(Ordering::SeqCst) {
-            return std::task::Poll::Pending;
-        }
-        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl tokio::io::AsyncWrite for StallReads {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -462,8 +366,8 @@ async fn clients_that_never_read_hold_no_more_than_the_budget() {
         in_flight_bytes: in_flight * MIB,
         ..Options::default()
     };
-    let sidecar = Arc::new(Sidecar::new(support::compressing_policy(), options, None));
-    let proxy = proxy_with(Role::Inbound, tf, sidecar.clone(), Default::default()).await;
+    let sidecar = support::compressing_sidecar_with(options);
+    let proxy = support::proxy(Role::Inbound, tf, sidecar.clone()).await;
     let addr = proxy.local_addrs()[0];
     let _measuring = MEASURING.lock().await;
     reset_peak_rss();
@@ -471,23 +375,7 @@ async fn clients_that_never_read_hold_no_more_than_the_budget() {
     // 8 connections x 64 calls x 4 MiB = 2 GiB asked for, never read.
     let mut held = Vec::new();
     for _ in 0..8 {
-        let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let tcp = TcpStream::connect(addr).await.unwrap();
-        let io = StallReads {
-            inner: tcp,
-            stalled: stalled.clone(),
-        };
-        let (sender, connection) =
-            hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-                .initial_stream_window_size(1 << 30)
-                .initial_connection_window_size(1 << 30)
-                .handshake::<_, http_body_util::Full<Bytes>>(hyper_util::rt::TokioIo::new(io))
-                .await
-                .unwrap();
-        tokio::spawn(connection);
-        // From here on the client reads nothing: not even the first
-        // answers, which would be the client's memory, not tlcd's.
-        stalled.store(true, Ordering::SeqCst);
+        let sender = never_reading_sender(addr).await;
         let mut calls = Vec::new();
         for step in 0..64 {
             let request = Request::post(format!("http://{addr}{RECV_TENSOR_PATH}"))
@@ -529,8 +417,8 @@ async fn requesters_invented_by_a_peer_cannot_grow_the_contexts_past_their_bound
     let tf = start_tensor_server(Arc::new(move |_, _| (vec![16_384], values.clone()))).await;
     let mut options = Options::default();
     options.push_limits.max_bytes = TABLE;
-    let sidecar = Arc::new(Sidecar::new(support::compressing_policy(), options, None));
-    let proxy = proxy_with(Role::Inbound, tf, sidecar.clone(), Default::default()).await;
+    let sidecar = support::compressing_sidecar_with(options);
+    let proxy = support::proxy(Role::Inbound, tf, sidecar.clone()).await;
     let client = Client::connect(proxy.local_addrs()[0]).await;
     let headers = [
         (peer::PEER, peer::PROTOCOL),

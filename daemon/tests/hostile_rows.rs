@@ -11,20 +11,18 @@ mod support;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::{HeaderMap, Request};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use prost::Message;
 use support::metrics::key;
-use support::tf::{envelope_body, recv, response_body};
+use support::tf::{envelope_body, ids_body, recv, response_body};
 use support::{grpc_response, proxy, serve, Client};
 use tlc_codec::{Codec, Sparsity};
 use tlc_context::{RowErrors, RowMirror, Uniques};
 use tlc_core::Role;
 use tlc_wire::peer;
-use tlc_wire::tf::proto::{DataType, RecvTensorRequest};
-use tlc_wire::tf::recv_tensor::{self, ResponseMeta};
+use tlc_wire::tf::proto::RecvTensorRequest;
 use tlc_wire::tf::{grpc, RECV_TENSOR_PATH};
 
 const WORKER: &str = "/job:worker/replica:0/task:0/device:CPU:0";
@@ -50,18 +48,6 @@ fn rows(step: i64) -> Vec<f32> {
     (0..600 * DIM)
         .map(|i| ((i as f32 * 0.11 + step as f32).sin()) * 0.5)
         .collect()
-}
-
-fn ids_body(ids: &[i64]) -> Bytes {
-    let content: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
-    let built = recv_tensor::build_response_with_content(
-        &ResponseMeta::default(),
-        &[ids.len() as u64],
-        DataType::DtInt64 as i32,
-        Bytes::from(content),
-    )
-    .unwrap();
-    built.into_grpc_chunks().unwrap().concat().into()
 }
 
 /// Which rows envelope the hostile holder sends, for which ids.

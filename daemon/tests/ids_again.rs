@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use support::metrics::{key, pair};
-use support::tf::{request_body, start_raw_server};
+use support::tf::{ids_body, request_body, start_raw_server};
 use support::Client;
 use tlc_wire::tf::ids::read_ids;
-use tlc_wire::tf::proto::{DataType, RecvTensorRequest};
-use tlc_wire::tf::recv_tensor::{self, ResponseMeta};
+use tlc_wire::tf::proto::RecvTensorRequest;
+use tlc_wire::tf::recv_tensor;
 use tlc_wire::tf::{grpc, RECV_TENSOR_PATH};
 
 const WORKER: &str = "/job:worker/replica:0/task:0/device:CPU:0";
@@ -45,22 +45,7 @@ fn ids(step: i64) -> Vec<i64> {
 /// The worker's answer: the step's ids as int64, whichever of the two
 /// tensors is asked for.
 fn answer(request: &RecvTensorRequest) -> Bytes {
-    let ids = ids(request.step_id);
-    let content: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
-    let built = recv_tensor::build_response_with_content(
-        &ResponseMeta::default(),
-        &[ids.len() as u64],
-        DataType::DtInt64 as i32,
-        Bytes::from(content),
-    )
-    .unwrap();
-    built
-        .into_grpc_chunks()
-        .unwrap()
-        .iter()
-        .flat_map(|c| c.iter().copied())
-        .collect::<Vec<u8>>()
-        .into()
+    ids_body(&ids(request.step_id))
 }
 
 /// Asks for `key` at `step`; returns the ids TensorFlow would read.

@@ -12,24 +12,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::Request;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use http_body_util::Full;
 use support::process::{free_addr, KillOnDrop};
 use support::start_echo_server;
-use tokio::net::TcpStream;
 
-fn tlcd(
-    listen: SocketAddr,
-    upstream: SocketAddr,
-    socket: &Path,
-    log: &Path,
-    take_over: bool,
-) -> Child {
-    tlcd_under(&[], listen, upstream, socket, log, take_over)
-}
-
-/// [`tlcd`], started by `wrapper` (a program and its arguments, then
-/// tlcd's command line) if it is not empty.
+/// A tlcd routing `listen` to `upstream`, offering its listeners at
+/// `socket` (or taking them over from there), logging to `log`; started by
+/// `wrapper` (a program and its arguments, then tlcd's command line) if it
+/// is not empty.
 fn tlcd_under(
     wrapper: &[&str],
     listen: SocketAddr,
@@ -72,19 +62,19 @@ struct Reconnecting {
 }
 
 impl Reconnecting {
+    /// A client of `addr` that has not connected yet.
+    fn new(addr: SocketAddr) -> Reconnecting {
+        Reconnecting {
+            addr,
+            sender: None,
+            connections: 0,
+        }
+    }
+
     async fn call(&mut self, body: &'static [u8]) -> Result<Bytes, String> {
         let usable = self.sender.as_ref().is_some_and(|s| !s.is_closed());
         if !usable {
-            let tcp = TcpStream::connect(self.addr)
-                .await
-                .map_err(|e| format!("connect: {e}"))?;
-            let (sender, connection) =
-                hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-                    .handshake(TokioIo::new(tcp))
-                    .await
-                    .map_err(|e| format!("handshake: {e}"))?;
-            tokio::spawn(connection);
-            self.sender = Some(sender);
+            self.sender = Some(support::try_connect(self.addr).await?);
             self.connections += 1;
         }
         let Some(sender) = self.sender.as_mut() else {
@@ -106,12 +96,7 @@ impl Reconnecting {
             }
             Err(err) => return Err(format!("send: {err}")),
         };
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("body: {e}"))?;
-        Ok(body.to_bytes())
+        support::try_body(response).await
     }
 }
 
@@ -123,7 +108,7 @@ async fn serving(
     socket: &Path,
     log: &Path,
 ) -> KillOnDrop {
-    let running = KillOnDrop(tlcd(listen, upstream, socket, log, false));
+    let running = KillOnDrop(tlcd_under(&[], listen, upstream, socket, log, false));
     wait_for_port(listen);
     wait_for_offer(socket).await;
     running
@@ -156,11 +141,7 @@ async fn a_successor_takes_the_sockets_over_without_a_failed_call() {
 
     // Calls all the way through the hand-over.
     let calls = tokio::spawn(async move {
-        let mut client = Reconnecting {
-            addr: listen,
-            sender: None,
-            connections: 0,
-        };
+        let mut client = Reconnecting::new(listen);
         let mut answered = 0u32;
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(4) {
@@ -175,7 +156,14 @@ async fn a_successor_takes_the_sockets_over_without_a_failed_call() {
         (answered, client.connections)
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let new = tlcd(listen, upstream, &socket, &dir.path().join("new.log"), true);
+    let new = tlcd_under(
+        &[],
+        listen,
+        upstream,
+        &socket,
+        &dir.path().join("new.log"),
+        true,
+    );
     let _new = KillOnDrop(new);
 
     // The old tlcd closes its connections gracefully and exits.
@@ -197,11 +185,7 @@ async fn a_successor_takes_the_sockets_over_without_a_failed_call() {
         "{new_log}"
     );
     // And the successor serves new connections on the same port.
-    let mut fresh = Reconnecting {
-        addr: listen,
-        sender: None,
-        connections: 0,
-    };
+    let mut fresh = Reconnecting::new(listen);
     assert_eq!(
         fresh.call(b"\0\0\0\0\x01x").await.as_deref(),
         Ok(&b"\0\0\0\0\x01x"[..])
@@ -242,7 +226,14 @@ async fn a_slow_client_reads_every_byte_of_its_calls_through_a_take_over() {
     let client = support::slow::SlowClient::connect(listen, 16 << 10).await;
     let calls: Vec<_> = (0..4).map(|_| client.call()).collect();
     client.wait_for(256 << 10).await;
-    let new = tlcd(listen, upstream, &socket, &dir.path().join("new.log"), true);
+    let new = tlcd_under(
+        &[],
+        listen,
+        upstream,
+        &socket,
+        &dir.path().join("new.log"),
+        true,
+    );
     let _new = KillOnDrop(new);
     let mut failures = Vec::new();
     for call in calls {
@@ -262,7 +253,8 @@ async fn take_over_without_a_running_tlcd_fails_with_the_path() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("nobody.sock");
     let upstream = start_echo_server().await;
-    let mut child = tlcd(
+    let mut child = tlcd_under(
+        &[],
         free_addr(),
         upstream,
         &socket,
@@ -318,11 +310,7 @@ async fn a_tlcd_in_another_network_namespace_takes_nothing_over() {
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("another network namespace"), "{text}");
 
-    let mut client = Reconnecting {
-        addr: listen,
-        sender: None,
-        connections: 0,
-    };
+    let mut client = Reconnecting::new(listen);
     assert_eq!(
         client.call(b"still here").await.unwrap(),
         &b"still here"[..]
@@ -337,7 +325,8 @@ async fn sigterm_frees_the_port_but_keeps_the_connection_until_it_closes() {
     let socket = dir.path().join("handover.sock");
     let upstream = start_echo_server().await;
     let listen = free_addr();
-    let mut tlcd = KillOnDrop(tlcd(
+    let mut tlcd = KillOnDrop(tlcd_under(
+        &[],
         listen,
         upstream,
         &socket,
@@ -345,11 +334,7 @@ async fn sigterm_frees_the_port_but_keeps_the_connection_until_it_closes() {
         false,
     ));
     wait_for_port(listen);
-    let mut client = Reconnecting {
-        addr: listen,
-        sender: None,
-        connections: 0,
-    };
+    let mut client = Reconnecting::new(listen);
     assert_eq!(
         client.call(b"\0\0\0\0\x01a").await.as_deref(),
         Ok(&b"\0\0\0\0\x01a"[..])

@@ -12,11 +12,11 @@ mod support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::process::{free_addr, KillOnDrop};
+use support::process::{free_addr, spawn_tlcd, KillOnDrop};
 use support::tf::{request_body, start_tensor_server, Tensors};
 use support::{register_graph, Client};
 use tlc_codec::{Limits, Params};
@@ -66,7 +66,8 @@ impl Tlcd {
     fn start(config: &Path, upstream: SocketAddr) -> Tlcd {
         let (admin, inbound) = (free_addr(), free_addr());
         let runtime = config.parent().expect("config directory").to_path_buf();
-        let child = Command::new(env!("CARGO_BIN_EXE_tlcd"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tlcd"));
+        command
             .arg("--config")
             .arg(config)
             .args(["--route", &format!("{inbound}={upstream},inbound")])
@@ -74,13 +75,9 @@ impl Tlcd {
             .args(["--metrics-listen", "off"])
             .env("RUST_LOG", "info")
             .env(support::COMPRESSING_ENV.0, support::COMPRESSING_ENV.1)
-            .env("XDG_RUNTIME_DIR", &runtime)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start tlcd");
+            .env("XDG_RUNTIME_DIR", &runtime);
         let tlcd = Tlcd {
-            process: KillOnDrop(child),
+            process: spawn_tlcd(&mut command),
             admin,
             inbound,
             runtime,

@@ -13,7 +13,6 @@ use http::Request;
 use hyper::body::Incoming;
 use support::{grpc_response, Client};
 use tlc_core::Role;
-use tlc_daemon::config::{Config, Route};
 use tlc_proxy::Proxy;
 use tlc_sidecar::Sidecar;
 use tokio::net::TcpListener;
@@ -65,19 +64,12 @@ impl StoppableServer {
     }
 }
 
+/// A route whose drain waits at most `drain_seconds`, the setting under test.
 async fn proxy(role: Role, upstream: SocketAddr, drain_seconds: u64) -> Proxy<Sidecar> {
-    let config = Config {
-        routes: vec![Route {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            upstream: upstream.into(),
-            role,
-        }],
-        drain_seconds,
-        ..Default::default()
-    };
-    Proxy::start(&config.proxy_settings().unwrap(), Default::default())
-        .await
-        .unwrap()
+    support::proxy_configured(role, upstream, Default::default(), |config| {
+        config.drain_seconds = drain_seconds
+    })
+    .await
 }
 
 async fn echo(client: &Client, text: &'static str) -> Bytes {

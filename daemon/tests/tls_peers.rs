@@ -5,16 +5,14 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use support::tf::{recv, start_tensor_server};
+use support::tf::{call_as_peer, recv, start_tensor_server};
 use support::Client;
 use tlc_core::Role;
-use tlc_daemon::config::{Config, Route};
 use tlc_proxy::connection::Refusal;
 use tlc_proxy::tls::TlsSettings;
 use tlc_proxy::Proxy;
@@ -25,26 +23,6 @@ use tlc_wire::tf::RECV_TENSOR_PATH;
 const KEY: &str = "/job:worker/replica:0/task:0/device:CPU:0;0000000000000001;/job:ps/replica:0/task:0/device:CPU:0;edge_3_g;0:0";
 use support::certs::{make_certs, tls, PS, WORKER};
 
-async fn proxy(
-    role: Role,
-    upstream: SocketAddr,
-    sidecar: Arc<Sidecar>,
-    tls: TlsSettings,
-) -> Proxy<Sidecar> {
-    let config = Config {
-        routes: vec![Route {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            upstream: upstream.into(),
-            role,
-        }],
-        tls,
-        ..Default::default()
-    };
-    Proxy::start(&config.proxy_settings().unwrap(), sidecar)
-        .await
-        .unwrap()
-}
-
 fn values() -> Vec<f32> {
     (0..40_000).map(|i| (i as f32 * 0.01).sin()).collect()
 }
@@ -54,6 +32,15 @@ struct Job {
     dir: PathBuf,
     holder: Arc<Sidecar>,
     inbound: Proxy<Sidecar>,
+}
+
+impl Job {
+    /// An outbound route to this job's holder under `tls`, for `requester`:
+    /// the other end of every connection these tests make.
+    async fn requester_proxy(&self, requester: &Arc<Sidecar>, tls: TlsSettings) -> Proxy<Sidecar> {
+        let holder = self.inbound.local_addrs()[0];
+        support::proxy_configured(Role::Outbound, holder, requester.clone(), |c| c.tls = tls).await
+    }
 }
 
 /// A tensor server behind a holder sidecar that takes TLS from `worker`.
@@ -69,13 +56,9 @@ async fn holder_job_with(change: impl FnOnce(TlsSettings) -> TlsSettings) -> Job
     let served = values();
     let tf = start_tensor_server(Arc::new(move |_, _| (vec![40_000], served.clone()))).await;
     let holder = support::metrics::compressing_unclassified();
-    let inbound = proxy(
-        Role::Inbound,
-        tf,
-        holder.clone(),
-        change(tls(&dir, "ps", &[WORKER])),
-    )
-    .await;
+    let settings = change(tls(&dir, "ps", &[WORKER]));
+    let inbound =
+        support::proxy_configured(Role::Inbound, tf, holder.clone(), |c| c.tls = settings).await;
     Job {
         _certs: certs,
         dir,
@@ -88,13 +71,9 @@ async fn holder_job_with(change: impl FnOnce(TlsSettings) -> TlsSettings) -> Job
 async fn authenticated_peers_get_compressed_tensors() {
     let job = holder_job().await;
     let requester = Arc::new(support::compressing_sidecar());
-    let outbound = proxy(
-        Role::Outbound,
-        job.inbound.local_addrs()[0],
-        requester.clone(),
-        tls(&job.dir, "worker", &[PS]),
-    )
-    .await;
+    let outbound = job
+        .requester_proxy(&requester, tls(&job.dir, "worker", &[PS]))
+        .await;
     let client = Client::connect(outbound.local_addrs()[0]).await;
     for step in 1..=3 {
         let got = recv(&client, KEY, step).await;
@@ -155,14 +134,7 @@ async fn plaintext_callers_are_forwarded_untouched_and_get_no_fallback() {
     .await;
     // A plaintext client claiming to be a sidecar.
     let client = Client::connect(job.inbound.local_addrs()[0]).await;
-    let as_peer = [(peer::PEER, peer::PROTOCOL)];
-    let reply = client
-        .call(
-            RECV_TENSOR_PATH,
-            &as_peer,
-            support::tf::request_body(KEY, 1),
-        )
-        .await;
+    let reply = call_as_peer(&client, KEY, 1).await;
     assert!(
         !peer::has_envelope(&reply.headers),
         "no envelope for plaintext"
@@ -193,13 +165,7 @@ async fn a_certificate_the_peer_does_not_trust_gets_no_connection() {
     let mut settings = tls(stranger.path(), "worker", &[PS]);
     settings.ca = Some(job.dir.join("ca.pem"));
     let requester = Arc::new(support::compressing_sidecar());
-    let outbound = proxy(
-        Role::Outbound,
-        job.inbound.local_addrs()[0],
-        requester.clone(),
-        settings,
-    )
-    .await;
+    let outbound = job.requester_proxy(&requester, settings).await;
     // The requester's sidecar cannot reach its peer, so it does not serve
     // TensorFlow's connection: TF sees a refused connection and retries.
     let tcp = tokio::net::TcpStream::connect(outbound.local_addrs()[0])

@@ -28,6 +28,12 @@ pub fn on_stdin(args: &[&str], stdin: &str) -> (Option<i32>, String, String) {
         .write_stdin(stdin)
         .output()
         .expect("run tlcctl");
+    outcome(&output)
+}
+
+/// What a finished tlcctl run gave: exit code, stdout, stderr, the triple
+/// the tests compare.
+pub fn outcome(output: &std::process::Output) -> (Option<i32>, String, String) {
     (
         output.status.code(),
         String::from_utf8_lossy(&output.stdout).into_owned(),

@@ -185,3 +185,27 @@ impl tokio::io::AsyncWrite for StallReads {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
+
+/// An HTTP/2 connection to `addr` with 1 GiB windows whose reads stop once
+/// it is open: a TensorFlow that asks for answers and never reads them, as
+/// both `hostile_hop.rs` and `hostile_peers.rs` need.
+pub async fn never_reading_sender(
+    addr: SocketAddr,
+) -> hyper::client::conn::http2::SendRequest<http_body_util::Full<Bytes>> {
+    let stalled = Arc::new(AtomicBool::new(false));
+    let io = StallReads {
+        inner: TcpStream::connect(addr).await.unwrap(),
+        stalled: Arc::clone(&stalled),
+    };
+    let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(1 << 30)
+        .initial_connection_window_size(1 << 30)
+        .handshake::<_, http_body_util::Full<Bytes>>(TokioIo::new(io))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    // From here on the client reads nothing: not even the first answers,
+    // which would be the client's memory, not tlcd's.
+    stalled.store(true, Ordering::SeqCst);
+    sender
+}

@@ -82,6 +82,34 @@ pub async fn start_echo_server() -> SocketAddr {
     .await
 }
 
+/// Opens a prior-knowledge HTTP/2 connection to `addr`, its errors as text
+/// ("connect: …", "handshake: …"): for clients that report failures rather
+/// than unwrap them.
+pub async fn try_connect(
+    addr: SocketAddr,
+) -> Result<hyper::client::conn::http2::SendRequest<Full<Bytes>>, String> {
+    let tcp = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    tokio::spawn(connection);
+    Ok(sender)
+}
+
+/// The whole body of `response`, an error as text ("body: …"): the end of
+/// every call made with [`try_connect`].
+pub async fn try_body(response: Response<Incoming>) -> Result<Bytes, String> {
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("body: {e}"))?;
+    Ok(body.to_bytes())
+}
+
 /// A client connection with prior-knowledge HTTP/2.
 pub struct Client {
     sender: hyper::client::conn::http2::SendRequest<Full<Bytes>>,
@@ -172,6 +200,18 @@ pub fn compressing_sidecar() -> tlc_sidecar::Sidecar {
     tlc_sidecar::Sidecar::new(compressing_policy(), Default::default(), None)
 }
 
+/// A shared sidecar with [`compressing_policy`] and the bounds in
+/// `options`: for tests that tighten a budget or a limit.
+pub fn compressing_sidecar_with(
+    options: tlc_sidecar::sidecar::Options,
+) -> std::sync::Arc<tlc_sidecar::Sidecar> {
+    std::sync::Arc::new(tlc_sidecar::Sidecar::new(
+        compressing_policy(),
+        options,
+        None,
+    ))
+}
+
 /// The environment that makes a tlcd process compress whatever the link.
 pub const COMPRESSING_ENV: (&str, &str) = ("TLC_POLICY__LINK__MODE", "always");
 pub mod slow;
@@ -193,14 +233,40 @@ pub async fn proxy_at(
     upstream: SocketAddr,
     sidecar: std::sync::Arc<tlc_sidecar::Sidecar>,
 ) -> tlc_proxy::Proxy<tlc_sidecar::Sidecar> {
-    let config = tlc_daemon::config::Config {
+    start_route(listen, role, upstream.into(), sidecar, |_| {}).await
+}
+
+/// A proxy with one route from a free loopback port to `upstream`, its
+/// config changed by `configure` (limits, TLS, drain time): so that tests
+/// that need one setting do not each spell out the whole config.
+pub async fn proxy_configured(
+    role: tlc_core::Role,
+    upstream: impl Into<tlc_proxy::intercept::Destination>,
+    sidecar: std::sync::Arc<tlc_sidecar::Sidecar>,
+    configure: impl FnOnce(&mut tlc_daemon::config::Config),
+) -> tlc_proxy::Proxy<tlc_sidecar::Sidecar> {
+    let listen = "127.0.0.1:0".parse().unwrap();
+    start_route(listen, role, upstream.into(), sidecar, configure).await
+}
+
+/// Starts a proxy whose config has the one route given and what
+/// `configure` sets: the start [`proxy_at`] and [`proxy_configured`] share.
+async fn start_route(
+    listen: SocketAddr,
+    role: tlc_core::Role,
+    upstream: tlc_proxy::intercept::Destination,
+    sidecar: std::sync::Arc<tlc_sidecar::Sidecar>,
+    configure: impl FnOnce(&mut tlc_daemon::config::Config),
+) -> tlc_proxy::Proxy<tlc_sidecar::Sidecar> {
+    let mut config = tlc_daemon::config::Config {
         routes: vec![tlc_daemon::config::Route {
             listen,
-            upstream: upstream.into(),
+            upstream,
             role,
         }],
         ..Default::default()
     };
+    configure(&mut config);
     tlc_proxy::Proxy::start(&config.proxy_settings().unwrap(), sidecar)
         .await
         .unwrap()

@@ -1,7 +1,7 @@
 //! Processes and ports of tests that run real programs (tlcd, Prometheus).
 
 use std::net::SocketAddr;
-use std::process::Child;
+use std::process::{Child, Command, Stdio};
 
 /// A loopback address nothing listened on a moment ago.
 pub fn free_addr() -> SocketAddr {
@@ -18,4 +18,16 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Starts `command` (a tlcd) with its stdout dropped and its stderr shown
+/// with the test's, killed when the test ends: how tests that run a real
+/// tlcd start it.
+pub fn spawn_tlcd(command: &mut Command) -> KillOnDrop {
+    let child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start tlcd");
+    KillOnDrop(child)
 }

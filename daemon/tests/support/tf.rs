@@ -102,8 +102,32 @@ pub async fn start_raw_server(bodies: Bodies) -> SocketAddr {
     .await
 }
 
+/// The gRPC body of a response carrying `ids` as an int64 tensor: what a
+/// worker answers when asked for an embedding lookup's ids.
+pub fn ids_body(ids: &[i64]) -> Bytes {
+    let content: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
+    let built = recv_tensor::build_response_with_content(
+        &ResponseMeta::default(),
+        &[ids.len() as u64],
+        tlc_wire::tf::proto::DataType::DtInt64 as i32,
+        Bytes::from(content),
+    )
+    .unwrap();
+    built.into_grpc_chunks().unwrap().concat().into()
+}
+
 /// The gRPC body of a `RecvTensor` request (the emulated job's own).
 pub use tlc_demo::wire::request_body;
+
+/// Calls `RecvTensor` for `key` at `step` saying it is a peer sidecar
+/// (`tlc-peer`), as a requester's sidecar does: the call a holder answers
+/// with an envelope. The reply is unchecked: tests look at what came.
+pub async fn call_as_peer(client: &Client, key: &str, step: i64) -> super::Reply {
+    let as_peer = [(tlc_wire::peer::PEER, tlc_wire::peer::PROTOCOL)];
+    client
+        .call(RECV_TENSOR_PATH, &as_peer, request_body(key, step))
+        .await
+}
 
 /// A finished `RecvTensor` call.
 pub struct Received {

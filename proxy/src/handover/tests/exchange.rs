@@ -8,6 +8,15 @@ use super::*;
 
 const LONG: Duration = Duration::from_secs(10);
 
+/// An offer at a fresh socket path, and a route listener for it to offer:
+/// how the exchanges with one listener begin.
+fn offer_with_route() -> (tempfile::TempDir, PathBuf, Offer, TcpListener, SocketAddr) {
+    let (dir, path) = socket_path();
+    let offer = Offer::bind(&path).expect("bind");
+    let (route, addr) = listener();
+    (dir, path, offer, route, addr)
+}
+
 #[tokio::test]
 async fn two_listeners_are_handed_over_and_accept() {
     let (_dir, path) = socket_path();
@@ -121,9 +130,7 @@ async fn refused(offer: &Offer, offered: &[Offered<'_>], hello: &[u8]) -> (Strin
 
 #[tokio::test]
 async fn bad_hellos_are_refused_and_the_offer_stays() {
-    let (_dir, path) = socket_path();
-    let offer = Offer::bind(&path).expect("bind");
-    let (route, addr) = listener();
+    let (_dir, path, offer, route, addr) = offer_with_route();
     let offered = [Offered {
         purpose: Purpose::Route,
         listener: &route,
@@ -174,9 +181,7 @@ async fn bad_hellos_are_refused_and_the_offer_stays() {
 
 #[tokio::test]
 async fn a_successor_that_leaves_or_fails_leaves_the_listeners_serving() {
-    let (_dir, path) = socket_path();
-    let offer = Offer::bind(&path).expect("bind");
-    let (route, addr) = listener();
+    let (_dir, path, offer, route, addr) = offer_with_route();
     let offered = [Offered {
         purpose: Purpose::Route,
         listener: &route,
