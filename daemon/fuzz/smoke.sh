@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Smoke test of every fuzz target, for CI: builds all targets of
-# daemon/fuzz and codec/fuzz, writes their seeds, and runs each for a few
+# daemon/fuzz, wire/fuzz, context/fuzz, proxy/fuzz and codec/fuzz, writes
+# their seeds, and runs each for a few
 # seconds from its seeds. Fails on any crash, failed assertion, leak,
 # timeout or out-of-memory, and if a fuzz crate's Cargo.lock is stale.
 #
@@ -59,11 +60,16 @@ run() {
   grep -E '^#[0-9]+ +DONE|stat::number_of_executed_units' "$out" || true
 }
 
+# The seeds binary writes every target's seeds, whichever crate the
+# target lives in (each fuzz crate sits beside the parsers it feeds).
 build daemon/fuzz
-"daemon/fuzz/target/$host/release/seeds" "$work/daemon"
-for target in $(cd daemon/fuzz && cargo fuzz list); do
-  [ "$target" = seeds ] && continue
-  run daemon/fuzz "$target" "$work/daemon/$target"
+"daemon/fuzz/target/$host/release/seeds" "$work/seeds"
+for crate in daemon/fuzz wire/fuzz context/fuzz proxy/fuzz; do
+  [ "$crate" = daemon/fuzz ] || build "$crate"
+  for target in $(cd "$crate" && cargo fuzz list); do
+    [ "$target" = seeds ] && continue
+    run "$crate" "$target" "$work/seeds/$target"
+  done
 done
 
 build codec/fuzz

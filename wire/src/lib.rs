@@ -19,7 +19,7 @@
 //! - [`short_path`]: the short method paths two sidecars use between them.
 //!
 //! Each parser here reads a peer's bytes, so each has a fuzz target in
-//! `daemon/fuzz` and hostile-input tests.
+//! `wire/fuzz` and hostile-input tests.
 
 #![forbid(unsafe_code)]
 

@@ -14,23 +14,22 @@
 //! error says it was dropped.
 //!
 //! The limits are the daemon's own (`LimitSettings::limits` of
-//! `memory_mib = 64`, `max_tensor_mib = 1`: 1 MiB, 262144 values). Input:
+//! `memory_mib = 64`, `max_tensor_mib = 1`: 1 MiB, 262144 values, written
+//! here as the number). Input:
 //! a mode byte, the declared element count (u32, little-endian: a shape of
 //! one dimension), then the envelope. With the mode's low bit set the
 //! envelope's and every frame's CRC-32C are rewritten before parsing, so
 //! that mutations get past the checksums to the checks behind them.
-//! Seeds: `cargo run --bin seeds -- corpus`.
+//! Seeds: `daemon/fuzz`'s `seeds` binary.
 
 #![no_main]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use tlc_codec::{Codec, Limits};
-use tlc_proxy::limits::settings::LimitSettings;
 use tlc_context::pull::{ApplyError, PullSource, Replica};
 use tlc_context::{decode_push, Refinement};
 use tlc_wire::envelope::Envelope;
@@ -86,15 +85,9 @@ fn measure<T>(f: impl FnOnce() -> T) -> (T, usize) {
 /// The largest tensor content this sidecar decodes, in bytes, from its
 /// config as tlcd computes it.
 fn max_tensor_bytes() -> u64 {
-    static MAX: OnceLock<u64> = OnceLock::new();
-    *MAX.get_or_init(|| {
-        let settings = LimitSettings {
-            memory_mib: Some(64),
-            max_tensor_mib: 1,
-            ..LimitSettings::default()
-        };
-        settings.limits().expect("valid limits").max_tensor_bytes
-    })
+    // `limits.max_tensor_mib = 1` under `limits.memory_mib = 64` (its
+    // in-flight budget of 16 MiB allows up to a third of itself).
+    1 << 20
 }
 
 /// `outbound::content_bytes`: the f32 bytes `dims` declare, if at most

@@ -33,7 +33,7 @@
 //! bytes per id, 8 × the input and 64 KiB: nothing sized by what a
 //! section claims beyond the limit.
 //!
-//! Seeds: `cargo run --bin seeds -- corpus` (plans, not envelopes: any
+//! Seeds: `daemon/fuzz`'s `seeds` binary (plans, not envelopes: any
 //! bytes are a plan).
 
 #![no_main]

@@ -1,4 +1,5 @@
-//! Writes the seed corpus of every fuzz target in this crate, one directory
+//! Writes the seed corpus of every fuzz target of the workspace's fuzz
+//! crates (this one, `wire/fuzz`, `context/fuzz`, `proxy/fuzz`), one directory
 //! per target under DIR (`DIR/envelope`, `DIR/config`, ...): bytes the
 //! daemon itself writes, bytes recorded from real TensorFlow
 //! (`../tests/fixtures/`), and the examples of the README and
@@ -45,7 +46,7 @@ const KEYS: &[&str] = &[
 fn main() -> Result<()> {
     let dir = PathBuf::from(std::env::args().nth(1).ok_or("usage: seeds DIR")?);
     let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../wire/tests/fixtures");
-    let targets: [(&str, Seeds); 13] = [
+    let targets: [(&str, Seeds); 14] = [
         ("envelope", envelope()?),
         ("hop_body", hop_body(&fixtures)?),
         ("row_ids", row_ids(&fixtures)?),
@@ -54,7 +55,8 @@ fn main() -> Result<()> {
         ("recv_tensor_request", recv_tensor_request(&fixtures)?),
         ("recv_tensor_response", recv_tensor_response(&fixtures)?),
         ("rendezvous_key", rendezvous_key(&fixtures)?),
-        ("tlc_headers", tlc_headers()),
+        ("peer_headers", tlc_headers()),
+        ("fallback_call", tlc_headers()),
         ("admin_json", admin_json()),
         ("config", config()),
         ("admin_headers", admin_headers()),

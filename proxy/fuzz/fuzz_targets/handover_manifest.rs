@@ -10,7 +10,7 @@
 //! refusal's reason is at most 1024 bytes; an accepted hello's tlcd
 //! version is at most 64 bytes and the hello reads back the same; a ready
 //! line reads back the same. A line over 64 KiB is refused as too long.
-//! Seeds: the lines the tests write (`cargo run --bin seeds -- corpus`).
+//! Seeds: the lines the tests write (`daemon/fuzz`'s `seeds` binary).
 
 #![no_main]
 

@@ -23,12 +23,16 @@
 //! `hop::MAX_REQUEST` of 64 KiB, 64 bytes, the body's length); with bit 3
 //! the body's first message is the reference of every call (a packed body
 //! restored without it must not panic either). Seeds:
-//! `cargo run --bin seeds -- corpus`.
+//! `daemon/fuzz`'s `seeds` binary.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use tlc_wire::hop::{self, HopError, COMPRESSED, MAX_MESSAGE};
+
+/// The sidecar's `hop::MAX_REQUEST` (`tlc-sidecar`, which this crate does
+/// not build): the largest request it gathers to compress or restore.
+const SIDECAR_MAX_REQUEST: usize = 64 << 10;
 
 /// Bytes of a gRPC message prefix (flag and big-endian length).
 const PREFIX_LEN: usize = 5;
@@ -44,7 +48,7 @@ fuzz_target!(|input: &[u8]| {
     let body = &body[..];
     let limit = match (mode >> 1) & 3 {
         0 => usize::MAX,
-        1 => tlc_sidecar::hop::MAX_REQUEST,
+        1 => SIDECAR_MAX_REQUEST,
         2 => 64,
         _ => body.len(),
     };

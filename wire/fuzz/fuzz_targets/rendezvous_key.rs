@@ -10,7 +10,7 @@
 //! substring of it, a prefix no longer than it, and a prefix that reads
 //! back as the same task. Bytes that are not UTF-8 are read lossily (a
 //! protobuf string field holds only UTF-8). Seeds: keys from the tests and
-//! from recorded TensorFlow requests (`cargo run --bin seeds -- corpus`).
+//! from recorded TensorFlow requests (`daemon/fuzz`'s `seeds` binary).
 
 #![no_main]
 

@@ -13,7 +13,7 @@
 //! first picks `max` as the sidecar derives it (`max_tensor_bytes / 8`)
 //! for a 1 MiB, a 64 MiB or the largest `max_tensor`, or the second byte
 //! as a small bound (0 to 255). Seeds:
-//! `cargo run --bin seeds -- corpus`.
+//! `daemon/fuzz`'s `seeds` binary.
 
 #![no_main]
 
