@@ -7,7 +7,6 @@
 
 #![allow(clippy::result_large_err)] // see `Stage`
 
-use super::pass::PassReason;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -16,6 +15,7 @@ use tracing::{debug, warn, Span};
 
 use super::boundary::{self, forward};
 use super::call_state::CallState;
+use super::pass::PassReason;
 use super::request_key;
 use super::Sidecar;
 use crate::graph::Classified;

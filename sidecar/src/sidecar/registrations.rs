@@ -2,12 +2,12 @@
 //! is read by a tap ([`crate::graph::tap`]) within the sidecar's bounds,
 //! and the call goes on untouched whatever the tap makes of it.
 
-use super::pass::PassReason;
 use std::sync::Arc;
 
 use http::Request;
 use tlc_proxy::body::ProxyBody;
 
+use super::pass::PassReason;
 use super::{Sidecar, MAX_GRAPH_MESSAGE};
 use crate::graph::tap::{self, Registration};
 

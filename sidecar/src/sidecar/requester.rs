@@ -9,7 +9,6 @@
 
 #![allow(clippy::result_large_err)] // see `Stage`
 
-use super::pass::PassReason;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,6 +17,7 @@ use http::{Request, Response};
 use tracing::{warn, Span};
 
 use self::restore::{decode_charge, fail, prepare, restore, Checks, Failure, Restored};
+use super::pass::PassReason;
 use super::request_key;
 use super::{fallback, Sidecar, MAX_RESPONSE};
 use crate::graph::{Classified, RowRole};
@@ -225,9 +225,7 @@ async fn read_envelope(
     let (mut parts, response_body) = response.into_parts();
     peer::strip(&mut parts.headers);
     let mut charge = sidecar.budget.empty();
-    let limit = usize::try_from(sidecar.options().max_tensor_bytes)
-        .unwrap_or(usize::MAX)
-        .saturating_add(ENVELOPE_SLACK);
+    let limit = envelope_limit(sidecar);
     let wait = sidecar.options().memory_wait;
     match body::collect_charged(response_body, limit, Some((&mut charge, wait))).await {
         Ok(collected) => Ok((parts, collected, charge)),
@@ -332,9 +330,7 @@ async fn ids_again(
     let (mut parts, body) = response.into_parts();
     peer::strip(&mut parts.headers);
     let mut charge = sidecar.budget.empty();
-    let limit = usize::try_from(sidecar.options().max_tensor_bytes)
-        .unwrap_or(usize::MAX)
-        .saturating_add(ENVELOPE_SLACK);
+    let limit = envelope_limit(sidecar);
     let wait = sidecar.options().memory_wait;
     let restored = match body::collect_charged(body, limit, Some((&mut charge, wait))).await {
         Ok(collected) => super::ids_again::restore(sidecar, call, again, &collected)
@@ -414,9 +410,7 @@ async fn keep_row_ids(
         return response;
     }
     let (parts, body) = response.into_parts();
-    let limit = usize::try_from(sidecar.options().max_tensor_bytes)
-        .unwrap_or(usize::MAX)
-        .saturating_add(ENVELOPE_SLACK);
+    let limit = envelope_limit(sidecar);
     // Charged to the in-flight budget like every response read whole; one
     // the budget cannot hold streams through unread.
     let mut charge = sidecar.budget.empty();
@@ -441,6 +435,14 @@ async fn keep_row_ids(
 /// protobuf headers, the envelope header, frame headers): a raw frame is
 /// 4 bytes per element plus these.
 const ENVELOPE_SLACK: usize = 64 << 10;
+
+/// The most bytes of a holder's answer this side reads whole: the largest
+/// tensor it decodes (`limits.max_tensor_mib`), and its framing.
+fn envelope_limit(sidecar: &Sidecar) -> usize {
+    usize::try_from(sidecar.options().max_tensor_bytes)
+        .unwrap_or(usize::MAX)
+        .saturating_add(ENVELOPE_SLACK)
+}
 
 /// Where the fidelity controller asks for the workers' agreement: a dense
 /// gradient the graph shows collected by an accumulator (a synchronous

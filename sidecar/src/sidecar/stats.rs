@@ -18,7 +18,6 @@
 //! bytes per direction, restored, decode failures) are those series
 //! summed, so no two readers can disagree.
 
-use super::pass::PassReason;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,6 +26,7 @@ use std::time::Duration;
 use tlc_codec::CodecId;
 use tlc_proxy::connection::ConnectionStats;
 
+use super::pass::PassReason;
 use crate::counters::Families;
 use crate::hop::{HopCounters, HopTotals};
 use tlc_core::Direction;

@@ -3,7 +3,6 @@
 //! (ids by reference, rows by row id, anything else through its memory)
 //! into the response the requester's sidecar restores.
 
-use crate::sidecar::pass::PassReason;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -11,6 +10,7 @@ use tracing::{debug, warn, Span};
 
 use crate::graph::{Classified, RowRole, Training};
 use crate::policy::{CodecChoice, Decision, Policy, Treatment};
+use crate::sidecar::pass::PassReason;
 use crate::sidecar::{ids_again, tensor_bytes, Sidecar, MAX_RESPONSE};
 use tlc_codec::{Codec, EntropyStage, Feedback};
 use tlc_context::{Encoded, Encoding, Memory, Reads, ReplicaState, Requester};
