@@ -123,6 +123,7 @@ struct Asking {
 /// it), the rows and replica it holds, the workers' agreement, the link,
 /// and the envelopes it restored. Names `call` by its context.
 fn asked(sidecar: &Sidecar, policy: &Policy, call: &mut TensorCall, span: &Span) -> (Ask, Asking) {
+    let now = Instant::now();
     let mut ask = Ask {
         max_tensor: Some(sidecar.options().max_tensor_bytes),
         entropy: true,
@@ -149,22 +150,20 @@ fn asked(sidecar: &Sidecar, policy: &Policy, call: &mut TensorCall, span: &Span)
             .as_ref()
             .filter(|r| r.role != RowRole::Ids)
             .map(|rows| {
-                let now = Instant::now();
-                sidecar
-                    .rows
-                    .announce(&call.holder_task, &call.tensor, rows.role, now)
+                let (holder, tensor) = (&call.holder_task, &call.tensor);
+                sidecar.rows.announce(holder, tensor, rows.role, now)
             });
     }
     let agreement_window = measures_agreement(policy, call, known.as_ref());
     if agreement_window.is_some() {
-        ask.agreement = sidecar.contexts.agreement(call, Instant::now());
+        ask.agreement = sidecar.contexts.agreement(call, now);
     }
     calls::record_call(span, call);
-    ask.link = Some(sidecar.link_meter.header(&call.holder_task, Instant::now()));
+    ask.link = Some(sidecar.link_meter.header(&call.holder_task, now));
     ask.acks = sidecar.requester.acks.take(&call.holder_task);
     ask.replica = sidecar
         .contexts
-        .replica_state(call, Instant::now())
+        .replica_state(call, now)
         .map(|state| ReplicaHeader {
             epoch: state.epoch,
             version: state.version,

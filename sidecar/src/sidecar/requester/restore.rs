@@ -129,6 +129,7 @@ pub(super) fn restore(
         dims,
         content_len,
         token,
+        rows,
         ..
     } = prepared;
     let Some(tensor) = &response.tensor else {
@@ -138,7 +139,7 @@ pub(super) fn restore(
     let limits = Limits {
         max_elements: content_len / 4,
     };
-    let decoded = if crate::sidecar::rows::is_rows_envelope(envelope) {
+    let decoded = if rows {
         // Embedding or gradient rows by row id, with this step's ids.
         let started = Instant::now();
         let (values, codec) = sidecar
