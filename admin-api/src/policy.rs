@@ -4,6 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Number;
+/// The directions a change applies to (the words the configuration file
+/// uses too).
+pub use tlc_core::Directions;
 
 /// A codec as operators read it: its name and the parameter it has.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,30 +33,6 @@ pub struct PolicyView {
     pub min_bytes: u64,
     /// How many per-tensor overrides there are.
     pub overrides: u64,
-}
-
-/// The directions a change applies to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Directions {
-    /// Gradients only.
-    Push,
-    /// Model values only.
-    Pull,
-    /// Both (the default).
-    #[default]
-    Both,
-}
-
-impl Directions {
-    /// `push`, `pull` or `both`, as on the wire.
-    pub fn name(self) -> &'static str {
-        match self {
-            Directions::Push => "push",
-            Directions::Pull => "pull",
-            Directions::Both => "both",
-        }
-    }
 }
 
 /// The body of `POST /v1/policy`. A field left out is not sent, so tlcd's

@@ -96,6 +96,40 @@ pub struct TensorRow {
     pub break_even_rate: Option<f64>,
 }
 
+impl TensorRow {
+    /// A row for `tensor` with nothing measured yet: every count 0, every
+    /// optional field `null`. The sidecar fills in what its context knows.
+    pub fn new(direction: &str, side: &str, tensor: String, codec: CodecView) -> TensorRow {
+        TensorRow {
+            direction: direction.to_string(),
+            side: side.to_string(),
+            tensor,
+            class: None,
+            reason: None,
+            treatment: None,
+            peer: None,
+            codec,
+            elements: 0,
+            frames: 0,
+            raw_bytes: 0,
+            wire_bytes: 0,
+            ratio: 0.0,
+            last_scale: None,
+            error_norm: None,
+            peak_norm: None,
+            regime: None,
+            critical_pushes: None,
+            agreement: None,
+            replica_version: None,
+            idle_seconds: 0.0,
+            memory_bytes: 0,
+            link: None,
+            link_rate: None,
+            break_even_rate: None,
+        }
+    }
+}
+
 /// The fields rows sort by (`sort=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SortField {
@@ -237,36 +271,14 @@ mod tests {
     use super::*;
 
     fn row(tensor: &str, direction: &str, wire_bytes: u64) -> TensorRow {
+        let codec = CodecView {
+            codec: "3lc".into(),
+            sparsity: Some(1.0),
+            k: None,
+        };
         TensorRow {
-            direction: direction.into(),
-            side: "holder".into(),
-            tensor: tensor.into(),
-            class: None,
-            reason: None,
-            treatment: None,
-            peer: None,
-            codec: CodecView {
-                codec: "3lc".into(),
-                sparsity: Some(1.0),
-                k: None,
-            },
-            elements: 0,
-            frames: 0,
-            raw_bytes: 0,
             wire_bytes,
-            ratio: 0.0,
-            last_scale: None,
-            error_norm: None,
-            peak_norm: None,
-            regime: None,
-            critical_pushes: None,
-            agreement: None,
-            replica_version: None,
-            idle_seconds: 0.0,
-            memory_bytes: 0,
-            link: None,
-            link_rate: None,
-            break_even_rate: None,
+            ..TensorRow::new(direction, "holder", tensor.into(), codec)
         }
     }
 

@@ -2,7 +2,7 @@
 //!
 //! Nothing here does I/O or knows HTTP, TensorFlow or a codec. It names
 //! the two sidecars of a pair ([`Role`]), which way a tensor travels
-//! ([`Direction`]), what the graph says a tensor is ([`TensorClass`]), the
+//! ([`Direction`], and [`Directions`] for settings), what the graph says a tensor is ([`TensorClass`]), the
 //! identity of one `RecvTensor` call ([`TensorCall`]), how a call ended
 //! ([`Outcome`], [`PassReason`]), the error every setting reports
 //! ([`ConfigError`]) with the ranges of whole-number settings
@@ -27,7 +27,7 @@ pub mod settings;
 
 pub use call::TensorCall;
 pub use class::TensorClass;
-pub use direction::Direction;
+pub use direction::{Direction, Directions};
 pub use outcome::{Outcome, PassReason};
 pub use role::Role;
 pub use settings::ConfigError;

@@ -86,8 +86,8 @@ async fn a_graph_on_the_wire_teaches_both_sidecars_and_rows_cross_without_memory
         .iter()
         .find(|r| r.tensor == "emb/embedding_lookup")
         .expect("a row for the stateless tensor");
-    assert_eq!(row.class, Some("sparse"));
-    assert_eq!(row.treatment, Some("stateless"));
+    assert_eq!(row.class.as_deref(), Some("sparse"));
+    assert_eq!(row.treatment.as_deref(), Some("stateless"));
     assert_eq!(row.codec.codec, "fp16");
     assert_eq!(row.frames, 5);
     // fp16, with the entropy stage where it shrinks the frame further.

@@ -11,9 +11,8 @@ use crate::config::LogFormat;
 use tlc_context::table::TableStats;
 use tlc_core::{Direction, Role};
 use tlc_proxy::{Listener, Target};
-use tlc_sidecar::policy::{CodecView, Policy};
+use tlc_sidecar::policy::{codec_view, Policy};
 use tlc_sidecar::sidecar::stats::Sent;
-use tlc_sidecar::sidecar::tensors::TensorRow;
 use tlc_sidecar::sidecar::Sidecar;
 use tlc_sidecar::training::watch::Event;
 
@@ -29,20 +28,11 @@ pub fn config(resolved: &Resolved) -> Result<ConfigView, serde_json::Error> {
     })
 }
 
-/// A codec as operators read it.
-fn codec(view: CodecView) -> api::CodecView {
-    api::CodecView {
-        codec: view.codec.to_string(),
-        sparsity: view.sparsity.map(f64::from),
-        k: view.k.map(f64::from),
-    }
-}
-
 /// The policy in force, as operators read it.
 pub fn policy(policy: &Policy) -> PolicyView {
     PolicyView {
-        push: codec(CodecView::from(policy.codec_for(Direction::Push).codec)),
-        pull: codec(CodecView::from(policy.codec_for(Direction::Pull).codec)),
+        push: codec_view(policy.codec_for(Direction::Push).codec),
+        pull: codec_view(policy.codec_for(Direction::Pull).codec),
         min_bytes: policy.min_bytes(),
         overrides: policy.overrides() as u64,
     }
@@ -165,37 +155,6 @@ pub fn training(sidecar: &Sidecar) -> Training {
     }
 }
 
-/// One row of `/v1/tensors`.
-fn row(row: TensorRow) -> api::TensorRow {
-    api::TensorRow {
-        direction: row.direction.to_string(),
-        side: row.side.to_string(),
-        tensor: row.tensor,
-        class: row.class.map(str::to_string),
-        reason: row.reason,
-        treatment: row.treatment.map(str::to_string),
-        peer: row.peer,
-        codec: codec(row.codec),
-        elements: row.elements,
-        frames: row.frames,
-        raw_bytes: row.raw_bytes,
-        wire_bytes: row.wire_bytes,
-        ratio: row.ratio,
-        last_scale: row.last_scale.map(f64::from),
-        error_norm: row.error_norm,
-        peak_norm: row.peak_norm,
-        regime: row.regime.map(String::from),
-        critical_pushes: row.critical_pushes,
-        agreement: row.agreement,
-        replica_version: row.replica_version,
-        idle_seconds: row.idle_seconds,
-        memory_bytes: row.memory_bytes as u64,
-        link: row.link,
-        link_rate: row.link_rate,
-        break_even_rate: row.break_even_rate,
-    }
-}
-
 /// The links' rates and the decisions made on them.
 pub fn links(sidecar: &Sidecar) -> api::status::Links {
     let view = sidecar.link_view();
@@ -220,7 +179,7 @@ pub fn links(sidecar: &Sidecar) -> api::status::Links {
 pub fn tensors(sidecar: &Sidecar, query: &str) -> Result<Tensors, QueryError> {
     let query = TensorsQuery::parse(query)?;
     let sort = query.sort.unwrap_or(SortField::WireBytes);
-    let mut rows: Vec<api::TensorRow> = sidecar.tensors().into_iter().map(row).collect();
+    let mut rows = sidecar.tensors();
     rows.sort_by(|a, b| sort.compare(a, b));
     if let Some(limit) = query.limit {
         rows.truncate(usize::try_from(limit).unwrap_or(usize::MAX));

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::Value;
-use tlc_admin_api::policy::{Directions as WireDirections, PolicyRequest};
+use tlc_admin_api::policy::PolicyRequest;
 
 use super::ControlError;
 use crate::config::Config;
@@ -35,11 +35,7 @@ impl From<PolicyRequest> for PolicyChange {
         // Numbers as f32, as a direct f32 field reads them.
         let number = |n: serde_json::Number| n.as_f64().map(|f| f as f32);
         PolicyChange {
-            direction: request.direction.map(|d| match d {
-                WireDirections::Push => Directions::Push,
-                WireDirections::Pull => Directions::Pull,
-                WireDirections::Both => Directions::Both,
-            }),
+            direction: request.direction,
             tensor: request.tensor,
             codec: request.codec,
             sparsity: request.sparsity.and_then(number),

@@ -5,6 +5,7 @@
 //! allows.
 
 use serde::{Deserialize, Serialize};
+use tlc_admin_api::CodecView;
 use tlc_codec::{Codec, CodecId, Feedback, Sparsity, TopKPercent};
 use tlc_core::ConfigError;
 use tlc_wire::envelope::KEYFRAME_CODECS;
@@ -53,31 +54,18 @@ pub struct CodecChoice {
     pub feedback: Feedback,
 }
 
-/// A codec as operators read it: its name and the parameters it has.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct CodecView {
-    /// `3lc`, `topk`, `none`, ...
-    pub codec: &'static str,
-    /// 3LC's sparsity multiplier.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sparsity: Option<f32>,
-    /// Top-k's share in percent.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub k: Option<f32>,
-}
-
-impl From<Codec> for CodecView {
-    fn from(codec: Codec) -> CodecView {
-        let (sparsity, k) = match codec {
-            Codec::ThreeLc { sparsity } => (Some(sparsity.get()), None),
-            Codec::TopK { percent } => (None, Some(percent.get())),
-            _ => (None, None),
-        };
-        CodecView {
-            codec: codec.id().name(),
-            sparsity,
-            k,
-        }
+/// A codec as operators read it (the admin API's words): its name and
+/// the parameter it has.
+pub fn codec_view(codec: Codec) -> CodecView {
+    let (sparsity, k) = match codec {
+        Codec::ThreeLc { sparsity } => (Some(sparsity.get()), None),
+        Codec::TopK { percent } => (None, Some(percent.get())),
+        _ => (None, None),
+    };
+    CodecView {
+        codec: codec.id().name().to_string(),
+        sparsity: sparsity.map(f64::from),
+        k: k.map(f64::from),
     }
 }
 

@@ -51,7 +51,7 @@ mod link;
 mod refine;
 
 pub use check::CheckSettings;
-pub use codecs::{CodecChoice, CodecSettings, CodecView};
+pub use codecs::{codec_view, CodecChoice, CodecSettings};
 pub use link::{Link, LinkMode, LinkSettings};
 pub use refine::{AdaptiveTargets, Refine, RefineSettings, SynchronousTargets};
 
@@ -61,21 +61,11 @@ use globset::{Glob, GlobMatcher};
 use serde::{Deserialize, Serialize};
 use tlc_codec::{Codec, CodecId, Feedback};
 
+/// Which directions an override applies to (one word for the file and
+/// the admin API).
+pub use tlc_core::Directions;
 use tlc_core::TensorClass;
 use tlc_core::{bounds, ConfigError, Direction, PassReason};
-
-/// Which directions an override applies to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Directions {
-    /// Gradients only.
-    Push,
-    /// Model values only.
-    Pull,
-    /// Both.
-    #[default]
-    Both,
-}
 
 /// One override as written in the file.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -552,18 +542,10 @@ impl Policy {
     /// first override that matches, else the class's.
     fn choose(&self, direction: Direction, class: TensorClass, tensor: &str) -> Decision {
         let treatment = Treatment::of(direction, class);
-        let applies = |d: Directions| {
-            matches!(
-                (d, direction),
-                (Directions::Both, _)
-                    | (Directions::Push, Direction::Push)
-                    | (Directions::Pull, Direction::Pull)
-            )
-        };
         let choice = match self
             .overrides
             .iter()
-            .find(|o| applies(o.direction) && o.matcher.is_match(tensor))
+            .find(|o| o.direction.include(direction) && o.matcher.is_match(tensor))
         {
             Some(o) => o.choice,
             None => Some(self.codec_for_class(direction, class)),

@@ -6,83 +6,16 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use serde::Serialize;
-
 use super::classes::ClassRecord;
 use super::stats::ratio;
 use super::Sidecar;
 use tlc_codec::{Codec, Params};
 
-use crate::policy::{CodecView, Treatment};
+use crate::policy::{codec_view, Treatment};
+use tlc_admin_api::{CodecView, TensorRow};
 use tlc_context::push::{l2, scale_of};
 use tlc_context::{PullSource, PushContext, PushKey, ReplicaKey, SourceKey};
 use tlc_core::Direction;
-
-/// One tensor context and what went through it.
-#[derive(Debug, Clone, Serialize)]
-pub struct TensorRow {
-    /// `push` (gradients) or `pull` (model values).
-    pub direction: &'static str,
-    /// `holder`: this sidecar encodes (push contexts, pull sources);
-    /// `requester`: it decodes pulls and keeps a replica.
-    pub side: &'static str,
-    /// The tensor's node name.
-    pub tensor: String,
-    /// What the graph says it is (`dense_read`, `dense_gradient`, `sparse`,
-    /// `unknown`); holder side only.
-    pub class: Option<&'static str>,
-    /// Why: the op that decided the class.
-    pub reason: Option<String>,
-    /// `error_feedback`, `replica`, `stateless`, or `passed` (sent as
-    /// TensorFlow wrote it: small, warm-up, skipped).
-    pub treatment: Option<&'static str>,
-    /// Push contexts: the task the gradients go to.
-    pub peer: Option<String>,
-    /// Codec of the last frame.
-    #[serde(flatten)]
-    pub codec: CodecView,
-    /// Values per tensor (0 before the first).
-    pub elements: u64,
-    /// Frames encoded (holder) or envelopes applied (requester).
-    pub frames: u64,
-    /// The tensors' size as f32.
-    pub raw_bytes: u64,
-    /// Their size on the wire.
-    pub wire_bytes: u64,
-    /// `raw_bytes / wire_bytes`, 0 before the first frame.
-    pub ratio: f64,
-    /// M of the last frame, where the codec has one.
-    pub last_scale: Option<f32>,
-    /// L2 norm of the error buffer (push contexts).
-    pub error_norm: Option<f64>,
-    /// L2 norm of the gradient peak a push context's lag bound is against
-    /// (push contexts under `push_max_lag`).
-    pub peak_norm: Option<f64>,
-    /// `critical` or `calm` (push contexts under the fidelity controller).
-    pub regime: Option<&'static str>,
-    /// Gradients encoded while critical (push contexts under the fidelity
-    /// controller).
-    pub critical_pushes: Option<u64>,
-    /// What the requester last said of how much the workers' gradients of
-    /// this tensor agree, -1 to 1 (push contexts whose controller asks for
-    /// it: `[policy.refine.critical] agreement`).
-    pub agreement: Option<f64>,
-    /// Version of the replica (pull sources and replicas).
-    pub replica_version: Option<u64>,
-    /// Seconds since the context was last used.
-    pub idle_seconds: f64,
-    /// Memory the context holds.
-    pub memory_bytes: usize,
-    /// Holder side, a tensor compressed at least once: `compress`, `pass`
-    /// (crossing raw: its link is faster than compressing), or `pass:N/M`
-    /// (raw to N of its M requesters).
-    pub link: Option<String>,
-    /// The link's rate at the last decision, bytes per second (the
-    /// slowest of its requesters').
-    pub link_rate: Option<f64>,
-    /// The rate below which compressing it pays, bytes per second.
-    pub break_even_rate: Option<f64>,
-}
 
 /// What one holder-side context encoded so far.
 #[derive(Debug, Clone, PartialEq)]
@@ -130,10 +63,15 @@ fn view_of_params(params: Params) -> CodecView {
         _ => (None, None),
     };
     CodecView {
-        codec: params.codec().name(),
-        sparsity,
-        k,
+        codec: params.codec().name().to_string(),
+        sparsity: sparsity.map(f64::from),
+        k: k.map(f64::from),
     }
+}
+
+/// `calm` or `critical`, as the admin API says a push stream's regime.
+fn regime_name(critical: bool) -> String {
+    if critical { "critical" } else { "calm" }.to_string()
 }
 
 impl Sidecar {
@@ -152,34 +90,24 @@ impl Sidecar {
             )
         }) {
             let (codec, counters, norm, elements) = listing.summary;
+            let base = TensorRow::new("push", "holder", listing.key.tensor, codec_view(codec));
             rows.push(TensorRow {
-                direction: "push",
-                side: "holder",
-                class: None,
-                reason: None,
-                treatment: Some("error_feedback"),
-                tensor: listing.key.tensor,
+                treatment: Some("error_feedback".into()),
                 peer: Some(listing.key.requester_task),
-                codec: codec.into(),
                 elements: elements as u64,
                 frames: counters.frames,
                 raw_bytes: counters.raw_bytes,
                 wire_bytes: counters.wire_bytes,
                 ratio: ratio(counters.raw_bytes, counters.wire_bytes),
-                last_scale: counters.last_scale,
+                last_scale: counters.last_scale.map(f64::from),
                 error_norm: Some(norm),
                 peak_norm: (counters.peak_l2 > 0.0).then_some(counters.peak_l2),
-                regime: counters
-                    .critical
-                    .map(|critical| if critical { "critical" } else { "calm" }),
+                regime: counters.critical.map(regime_name),
                 critical_pushes: counters.critical.map(|_| counters.critical_pushes),
                 agreement: counters.agreement,
-                replica_version: None,
                 idle_seconds: listing.idle.as_secs_f64(),
-                memory_bytes: listing.memory_bytes,
-                link: None,
-                link_rate: None,
-                break_even_rate: None,
+                memory_bytes: listing.memory_bytes as u64,
+                ..base
             });
         }
         for listing in self.contexts.pull().snapshot(now, |source| {
@@ -192,32 +120,19 @@ impl Sidecar {
             )
         }) {
             let (codec, counters, last_scale, elements, state) = listing.summary;
+            let base = TensorRow::new("pull", "holder", listing.key.tensor, codec_view(codec));
             rows.push(TensorRow {
-                direction: "pull",
-                side: "holder",
-                class: None,
-                reason: None,
-                treatment: Some("replica"),
-                tensor: listing.key.tensor,
-                peer: None,
-                codec: codec.into(),
+                treatment: Some("replica".into()),
                 elements: elements as u64,
                 frames: counters.keyframes + counters.chains + counters.up_to_date,
                 raw_bytes: counters.raw_bytes,
                 wire_bytes: counters.wire_bytes,
                 ratio: ratio(counters.raw_bytes, counters.wire_bytes),
-                last_scale,
-                error_norm: None,
-                peak_norm: None,
-                regime: None,
-                critical_pushes: None,
-                agreement: None,
+                last_scale: last_scale.map(f64::from),
                 replica_version: state.map(|s| s.version),
                 idle_seconds: listing.idle.as_secs_f64(),
-                memory_bytes: listing.memory_bytes,
-                link: None,
-                link_rate: None,
-                break_even_rate: None,
+                memory_bytes: listing.memory_bytes as u64,
+                ..base
             });
         }
         for listing in self.contexts.replicas().table().snapshot(now, |replica| {
@@ -229,32 +144,21 @@ impl Sidecar {
             )
         }) {
             let (counters, elements, state, params) = listing.summary;
+            let codec = params.map_or(codec_view(Codec::None), view_of_params);
+            let base = TensorRow::new("pull", "requester", listing.key.tensor, codec);
             rows.push(TensorRow {
-                direction: "pull",
-                side: "requester",
-                class: None,
-                reason: None,
-                treatment: Some("replica"),
-                tensor: listing.key.tensor,
+                treatment: Some("replica".into()),
                 peer: Some(listing.key.holder),
-                codec: params.map_or(CodecView::from(Codec::None), view_of_params),
                 elements: elements as u64,
                 frames: counters.keyframes + counters.chains + counters.up_to_date,
                 raw_bytes: counters.raw_bytes,
                 wire_bytes: counters.wire_bytes,
                 ratio: ratio(counters.raw_bytes, counters.wire_bytes),
-                last_scale: params.as_ref().and_then(scale_of),
-                error_norm: None,
-                peak_norm: None,
-                regime: None,
-                critical_pushes: None,
-                agreement: None,
+                last_scale: params.as_ref().and_then(scale_of).map(f64::from),
                 replica_version: state.map(|s| s.version),
                 idle_seconds: listing.idle.as_secs_f64(),
-                memory_bytes: listing.memory_bytes,
-                link: None,
-                link_rate: None,
-                break_even_rate: None,
+                memory_bytes: listing.memory_bytes as u64,
+                ..base
             });
         }
         self.add_classes(now, &mut rows);
@@ -264,7 +168,7 @@ impl Sidecar {
 
     /// Puts each holder row's link decision on it, over its requesters.
     fn add_links(&self, rows: &mut [TensorRow]) {
-        let mut by_tensor: HashMap<(&'static str, String), LinkSummary> = HashMap::new();
+        let mut by_tensor: HashMap<(&str, String), LinkSummary> = HashMap::new();
         for (key, view) in self.holder.payoffs.views() {
             let summary = by_tensor
                 .entry((key.direction.name(), key.tensor))
@@ -277,7 +181,7 @@ impl Sidecar {
             }
         }
         for row in rows.iter_mut().filter(|r| r.side == "holder") {
-            let Some(summary) = by_tensor.get(&(row.direction, row.tensor.clone())) else {
+            let Some(summary) = by_tensor.get(&(row.direction.as_str(), row.tensor.clone())) else {
                 continue;
             };
             row.link = Some(match (summary.passing, summary.requesters) {
@@ -295,7 +199,7 @@ impl Sidecar {
     /// memory, or passed as it is).
     fn add_classes(&self, now: Instant, rows: &mut Vec<TensorRow>) {
         let records = self.holder.classes.snapshot(now, ClassRecord::clone);
-        let mut by_tensor: HashMap<(&'static str, String), (&'static str, String)> = HashMap::new();
+        let mut by_tensor: HashMap<(&str, String), (&str, String)> = HashMap::new();
         for listing in &records {
             let record = &listing.summary;
             by_tensor.insert(
@@ -307,8 +211,10 @@ impl Sidecar {
             );
         }
         for row in rows.iter_mut().filter(|r| r.side == "holder") {
-            if let Some((class, reason)) = by_tensor.get(&(row.direction, row.tensor.clone())) {
-                row.class = Some(class);
+            if let Some((class, reason)) =
+                by_tensor.get(&(row.direction.as_str(), row.tensor.clone()))
+            {
+                row.class = Some(class.to_string());
                 row.reason = Some(reason.clone());
             }
         }
@@ -321,32 +227,25 @@ impl Sidecar {
                 // Listed with their context above.
                 Some(Treatment::ErrorFeedback | Treatment::Replica) => continue,
             };
+            let base = TensorRow::new(
+                listing.key.direction.name(),
+                "holder",
+                listing.key.tensor,
+                codec_view(record.codec),
+            );
             rows.push(TensorRow {
-                direction: listing.key.direction.name(),
-                side: "holder",
-                tensor: listing.key.tensor,
-                class: Some(record.classified.class.name()),
+                class: Some(record.classified.class.name().into()),
                 reason: Some(record.classified.reason),
-                treatment: Some(treatment),
+                treatment: Some(treatment.into()),
                 peer: Some(listing.key.requester),
-                codec: record.codec.into(),
                 elements: record.elements,
                 frames: record.frames,
                 raw_bytes: record.raw_bytes,
                 wire_bytes: record.wire_bytes,
                 ratio: ratio(record.raw_bytes, record.wire_bytes),
-                last_scale: None,
-                error_norm: None,
-                peak_norm: None,
-                regime: None,
-                critical_pushes: None,
-                agreement: None,
-                replica_version: None,
                 idle_seconds: listing.idle.as_secs_f64(),
-                memory_bytes: listing.memory_bytes,
-                link: None,
-                link_rate: None,
-                break_even_rate: None,
+                memory_bytes: listing.memory_bytes as u64,
+                ..base
             });
         }
     }
