@@ -4,8 +4,9 @@
 //! [`Contexts::restore`] is where the requester's sidecar turns an envelope
 //! back into the tensor (decoded alone, or applied to its replica).
 //!
-//! Behind the doors are the three bounded tables ([`crate::table`]) and the
-//! epoch of this sidecar's replicas. Which treatment a tensor gets, what the
+//! Behind the doors are the bounded tables ([`crate::table`]): error
+//! buffers, pull sources, replicas, the workers' agreement meters and the
+//! row contexts ([`rows`]), and the epoch of this sidecar's replicas. Which treatment a tensor gets, what the
 //! call was and how the response travels are the caller's business.
 
 use std::num::NonZeroU64;
@@ -30,9 +31,13 @@ use crate::table::{lock, ContextTable, Evicted, TableLimits, TableStats};
 /// must not be below what it will measure.
 const CONTEXT_OVERHEAD: usize = 1 << 10;
 
+mod rows;
+
+pub use rows::{RowCounters, RowKind, RowMemory, RowTables, RowsRefused};
+
 /// The memory a tensor is encoded through, as its treatment decides.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Memory {
+pub enum Memory<'a> {
     /// A dense gradient: the error buffer kept for its requester.
     ErrorFeedback {
         /// Whether the buffer is used at all (a codec may run without).
@@ -52,6 +57,9 @@ pub enum Memory {
         /// How far the replica may lag before further versions are sent.
         refine: Refinement,
     },
+    /// Embedding rows or gradient rows, keyed by the step's ids: a mirror
+    /// of the requester's rows (pulls), an error buffer per row (pushes).
+    Rows(RowMemory<'a>),
     /// Anything else: encoded on its own, nothing remembered.
     None,
 }
@@ -59,11 +67,11 @@ pub enum Memory {
 /// How to encode one tensor: the codec, the memory its treatment keeps,
 /// and the token the requester may ask for the original response with.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Encoding {
+pub struct Encoding<'a> {
     /// The codec, with its parameters.
     pub codec: Codec,
     /// The state the tensor is encoded through.
-    pub memory: Memory,
+    pub memory: Memory<'a>,
     /// Written into the envelope, for a fallback to the original.
     pub fallback_token: u64,
     /// Whether frames may carry the entropy stage (the requester reads
@@ -109,6 +117,9 @@ pub enum EncodeRefused {
     /// The codec refused the values (non-finite, or not its kind).
     #[error("the codec refused the tensor")]
     Codec,
+    /// Its rows could not be kept (the caller encodes it without memory).
+    #[error(transparent)]
+    Rows(#[from] RowsRefused),
 }
 
 impl EncodeRefused {
@@ -117,6 +128,7 @@ impl EncodeRefused {
         match self {
             EncodeRefused::Budget => "context_budget",
             EncodeRefused::Codec => "codec_refused",
+            EncodeRefused::Rows(refused) => refused.label(),
         }
     }
 }
@@ -150,10 +162,12 @@ pub enum RestoreError {
     /// A pull envelope came for a call that is not a pull.
     #[error("pull envelope for a call that is not a pull")]
     NotAPull,
-    /// A rows envelope: restored with the call's lookup ids through
-    /// [`crate::rows`], not here.
-    #[error("{0} envelope: rows are restored with their lookup ids (tlc_context::rows)")]
-    Rows(Kind),
+    /// A rows envelope for a call without the step's lookup ids.
+    #[error("a {0} envelope whose ids this side did not see")]
+    NoIds(Kind),
+    /// A rows envelope that does not fit the ids or this side's rows.
+    #[error("{0}")]
+    Rows(String),
 }
 
 /// The bounds of the three tables.
@@ -189,6 +203,7 @@ pub struct Contexts {
     agreement_pools: ContextTable<String, AgreementPool>,
     pull: ContextTable<SourceKey, PullSource>,
     replicas: ReplicaStore,
+    rows: RowTables,
     epochs: EpochGenerator,
     pull_cache_len: usize,
 }
@@ -203,6 +218,7 @@ impl Contexts {
             agreement_pools: ContextTable::new(limits.push),
             pull: ContextTable::new(limits.pull),
             replicas: ReplicaStore::new(limits.replicas),
+            rows: RowTables::new(limits.pull, limits.replicas),
             epochs: EpochGenerator::new(seed),
             pull_cache_len: limits.pull_cache_len,
         }
@@ -296,6 +312,17 @@ impl Contexts {
                     encoded.mirror = Some(source.restored_hash(served.served, values));
                 }
             }
+            Memory::Rows(rows) => {
+                let how = (rows, codec, fallback_token, entropy);
+                let key = call.key();
+                let done = self
+                    .rows
+                    .encode(&key, values, how, (&self.epochs, now), out)?;
+                encoded.took = done.took;
+                encoded.refinements = u64::from(done.refinements);
+                // Rows are not checked: no hash for them.
+                return Ok(encoded);
+            }
             Memory::None => {
                 let started = Instant::now();
                 encode_stateless(values, codec, entropy, fallback_token, out)
@@ -314,13 +341,14 @@ impl Contexts {
     /// Restores the tensor `call` asked for from `envelope`, decoding at
     /// most `limits`: a push envelope alone (`whole` gets the values), a
     /// pull envelope into the requester's replica (`copy` gets them while
-    /// the replica is locked). After a failure the caller drops the replica
+    /// the replica is locked), a row-keyed envelope with the step's
+    /// `row_ids` (`whole`). After a failure the caller drops the replica
     /// ([`Contexts::forget_replica`]), so the next pull starts from a
     /// keyframe.
     pub fn restore<T>(
         &self,
         call: &TensorCall,
-        envelope: &[u8],
+        (envelope, row_ids): (&[u8], Option<&[i64]>),
         limits: &Limits,
         now: Instant,
         whole: impl FnOnce(Vec<f32>) -> T,
@@ -342,7 +370,14 @@ impl Contexts {
                 (content, first_frame_codec(envelope))
             }
             (Kind::Chain | Kind::Keyframe, None) => return Err(RestoreError::NotAPull),
-            (Kind::RowsPull | Kind::RowsPush, _) => return Err(RestoreError::Rows(header.kind)),
+            (Kind::RowsPull | Kind::RowsPush, _) => {
+                let ids = row_ids.ok_or(RestoreError::NoIds(header.kind))?;
+                let (values, codec) = self
+                    .rows
+                    .restore(&call.key(), (envelope, limits), ids, now)
+                    .map_err(RestoreError::Rows)?;
+                (whole(values), codec)
+            }
         };
         Ok(Restored {
             content,
@@ -418,6 +453,12 @@ impl Contexts {
         &self.replicas
     }
 
+    /// The row contexts: their counters, sizes, and what a requester
+    /// announces of its rows.
+    pub fn rows(&self) -> &RowTables {
+        &self.rows
+    }
+
     /// The next epoch a pull source would get (for tests of restarts).
     pub fn next_epoch(&self) -> NonZeroU64 {
         self.epochs.next()
@@ -430,20 +471,24 @@ impl Contexts {
         self.agreement_pools.set_limits(limits);
         self.pull.set_limits(limits);
         self.replicas.table().set_limits(limits);
+        self.rows.set_limits(limits);
     }
 
     /// Drops contexts idle too long or beyond their tables' budgets:
     /// what each table freed (push, with the agreement meters; pull;
-    /// replicas).
+    /// replicas; the row contexts are bounded the same way, and counted
+    /// apart).
     pub fn evict(&self, now: Instant) -> [Evicted; 3] {
-        [
+        let evicted = [
             self.push
                 .evict(now)
                 .and(self.agreement.evict(now))
                 .and(self.agreement_pools.evict(now)),
             self.pull.evict(now),
             self.replicas.table().evict(now),
-        ]
+        ];
+        self.rows.evict(now);
+        evicted
     }
 
     /// Size of each table (push, with the agreement meters; pull;

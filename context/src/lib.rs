@@ -3,7 +3,8 @@
 //! `tlc_wire::envelope`.
 //!
 //! - [`contexts`]: the two doors, [`Contexts::encode`] and
-//!   [`Contexts::restore`], over the tables below;
+//!   [`Contexts::restore`], over the tables below (rows included:
+//!   [`Memory::Rows`]);
 //! - [`push`]: gradients (error feedback on the worker side);
 //! - [`pull`]: model values (a shared replica per tensor on the parameter
 //!   side, one replica per holder and tensor on the worker side);
@@ -29,7 +30,7 @@ pub mod table;
 
 pub use contexts::{
     AgreementKey, ContextLimits, Contexts, EncodeRefused, Encoded, Encoding, Memory, RestoreError,
-    Restored,
+    Restored, RowCounters, RowKind, RowMemory, RowTables, RowsRefused,
 };
 pub use pull::{
     replica_hash, ApplyError, EpochGenerator, PullServed, PullSource, Reads, Replica, ReplicaKey,

@@ -3,7 +3,8 @@
 //! Nothing here does I/O or knows HTTP, TensorFlow or a codec. It names
 //! the two sidecars of a pair ([`Role`]), which way a tensor travels
 //! ([`Direction`], and [`Directions`] for settings), what the graph says a tensor is ([`TensorClass`]), the
-//! identity of one `RecvTensor` call ([`TensorCall`]), how a call ended
+//! identity of one `RecvTensor` call ([`TensorCall`]) and the key it gives
+//! every per-tensor table ([`TensorKey`]), how a call ended
 //! ([`Outcome`], [`PassReason`]), the error every setting reports
 //! ([`ConfigError`]) with the ranges of whole-number settings
 //! ([`bounds`]), where tlcd keeps its private runtime files
@@ -25,7 +26,7 @@ pub mod role;
 pub mod runtime_dir;
 pub mod settings;
 
-pub use call::TensorCall;
+pub use call::{TensorCall, TensorKey};
 pub use class::TensorClass;
 pub use direction::{Direction, Directions};
 pub use outcome::{Outcome, PassReason};

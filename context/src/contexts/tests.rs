@@ -73,7 +73,7 @@ fn restore_pull(
     requester
         .restore(
             pull,
-            envelope,
+            (envelope, None),
             &limits(),
             now,
             // An exact read's answer: the values alone, no replica.
@@ -182,7 +182,14 @@ fn a_push_keeps_its_error_buffer_and_decodes_alone() {
         .encode(&push, &values(0), encoding(memory), now, &mut envelope)
         .unwrap();
     let restored = requester
-        .restore(&push, &envelope, &limits(), now, |v| v, |_| unreachable!())
+        .restore(
+            &push,
+            (&envelope, None),
+            &limits(),
+            now,
+            |v| v,
+            |_| unreachable!(),
+        )
         .unwrap();
     assert_eq!(restored.content.len(), 1000);
     assert_eq!(restored.codec, CodecId::ThreeLc);
@@ -216,7 +223,14 @@ fn refusals_name_their_reason() {
         .encode(&pull, &values(0), encoding(memory), now, &mut envelope)
         .unwrap();
     let err = holder
-        .restore(&push, &envelope, &limits(), now, |v| v, <[f32]>::to_vec)
+        .restore(
+            &push,
+            (&envelope, None),
+            &limits(),
+            now,
+            |v| v,
+            <[f32]>::to_vec,
+        )
         .unwrap_err();
     assert!(matches!(err, RestoreError::NotAPull), "{err}");
 }
@@ -314,7 +328,14 @@ fn the_mirror_hash_is_what_the_requester_restores() {
             .encode(&push, &values(7), mirrored(memory), now, &mut envelope)
             .unwrap();
         let restored = requester
-            .restore(&push, &envelope, &limits(), now, |v| v, |_| unreachable!())
+            .restore(
+                &push,
+                (&envelope, None),
+                &limits(),
+                now,
+                |v| v,
+                |_| unreachable!(),
+            )
             .unwrap();
         assert_eq!(encoded.mirror, Some(replica_hash(&restored.content)));
         assert_ne!(

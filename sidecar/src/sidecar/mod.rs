@@ -201,8 +201,6 @@ pub struct Sidecar {
     hop: crate::hop::Hop,
     /// Both sides: row ids that crossed, for the rows of their step.
     row_ids: row_ids::RowIds,
-    /// Both sides: memory by row id for embedding and gradient rows.
-    rows: rows::RowContexts,
     /// Requester side: how fast each holder's answers arrive, and the
     /// decode cost (sent to holders in `tlc-link`).
     link_meter: Arc<crate::link::LinkMeter>,
@@ -256,7 +254,6 @@ impl Sidecar {
             recorder: recorder.map(Arc::new),
             hop,
             row_ids: row_ids::RowIds::new(options.fallback_bytes.clamp(1 << 20, ROW_IDS_BYTES)),
-            rows: rows::RowContexts::new(options.pull_limits, options.replica_limits),
             link_meter: Arc::default(),
         }
     }
@@ -384,7 +381,6 @@ impl Sidecar {
             }
         }
         let [push, pull, replicas] = self.contexts.evict(now);
-        self.rows.evict(now);
         let classes = self.holder.classes.evict(now);
         let warmup = self.holder.warmup.evict(now);
         let calls = self.holder.calls.evict(now);

@@ -149,10 +149,7 @@ fn asked(sidecar: &Sidecar, policy: &Policy, call: &mut TensorCall, span: &Span)
             .rows
             .as_ref()
             .filter(|r| r.role != RowRole::Ids)
-            .map(|rows| {
-                let (holder, tensor) = (&call.holder_task, &call.tensor);
-                sidecar.rows.announce(holder, tensor, rows.role, now)
-            });
+            .map(|rows| sidecar.announce_rows(call, rows.role, now));
     }
     let agreement_window = measures_agreement(policy, call, known.as_ref());
     if agreement_window.is_some() {
@@ -267,13 +264,16 @@ async fn decoded(
     sidecar.link_meter.record(&call.holder_task, answer);
     let prepared = prepared?;
     let known = asking.known.as_ref();
-    if prepared.rows {
-        sidecar.await_row_ids(call, known).await;
-    }
+    let row_ids = if prepared.rows {
+        sidecar.row_ids_for(call, known).await
+    } else {
+        None
+    };
     let decoding = decode_charge(&prepared);
     match charge.grow(decoding, sidecar.options().memory_wait).await {
         Ok(()) => {
-            tokio::task::block_in_place(|| restore(sidecar, call, known, (prepared, checks), span))
+            let restoring = (prepared, row_ids.as_deref(), checks);
+            tokio::task::block_in_place(|| restore(sidecar, call, restoring, span))
         }
         Err(err) => Err(fail(prepared.token, err)),
     }

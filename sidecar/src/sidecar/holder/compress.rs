@@ -13,11 +13,12 @@ use crate::policy::{CodecChoice, Decision, Policy, Treatment};
 use crate::sidecar::pass::PassReason;
 use crate::sidecar::{ids_again, tensor_bytes, Sidecar, MAX_RESPONSE};
 use tlc_codec::{Codec, EntropyStage, Feedback};
-use tlc_context::{Encoded, Encoding, Memory, Reads, ReplicaState, Requester};
+use tlc_context::{EncodeRefused, Encoded, Encoding, Memory, Reads, ReplicaState, Requester};
 use tlc_core::{Role, TensorCall};
 use tlc_proxy::body::Collected;
 use tlc_proxy::connection::ConnectionId;
 use tlc_wire::negotiation::{Ask, Mark};
+use tlc_wire::peer::RowsHeader;
 use tlc_wire::tf::proto::{DataType, RecvTensorResponse};
 use tlc_wire::tf::{grpc, recv_tensor};
 
@@ -213,31 +214,22 @@ fn encode(
         EntropyStage::Off
     };
     if how.treatment == Treatment::Stateless {
-        let asked = crate::sidecar::rows::RowsAsked {
-            rows: ask.rows,
-            entropy,
-            exact: how.exact,
-        };
-        let dims = &tensor.dims;
-        let encoded = sidecar.encode_rows(call, classified, asked, dims, values, how.token);
-        match encoded {
-            Some(Ok(rows)) => {
-                let refinements = u64::from(rows.refinements);
-                sidecar.stats.refined(call.direction, refinements);
-                // Rows are not checked: no hash for them.
-                return Ok(EncodedTensor {
-                    bytes: rows.bytes,
-                    took: rows.took,
-                    keyframe: false,
-                    mirror: None,
-                    codec: rows.codec,
-                    treatment: Treatment::RowMemory,
-                });
+        if let Some(asked) = ask.rows {
+            match by_rows(
+                sidecar,
+                call,
+                classified,
+                asked,
+                (tensor, values),
+                &how,
+                entropy,
+            ) {
+                Some(Ok(rows)) => return Ok(rows),
+                Some(Err(refused)) => {
+                    debug!(tensor = %call.tensor, reason = refused.label(), "rows without memory this time")
+                }
+                None => {}
             }
-            Some(Err(reason)) => {
-                debug!(tensor = %call.tensor, reason, "rows without memory this time")
-            }
-            None => {}
         }
     }
     let capacity = tensor.content.len() / 8 + 256;
@@ -250,6 +242,43 @@ fn encode(
         how,
         entropy,
     )
+}
+
+/// The envelope for a row-keyed tensor, by row id (`None` if it is not
+/// one this side can key: encode it without memory).
+fn by_rows(
+    sidecar: &Sidecar,
+    call: &TensorCall,
+    classified: &Classified,
+    asked: RowsHeader,
+    (tensor, values): (&recv_tensor::FloatTensor, &[f32]),
+    how: &How,
+    entropy: EntropyStage,
+) -> Option<Result<EncodedTensor, EncodeRefused>> {
+    let found = sidecar.rows_for(call, classified, how.exact)?;
+    let encoding = Encoding {
+        codec: found.codec,
+        memory: Memory::Rows(found.memory(&tensor.dims, asked)),
+        fallback_token: how.token,
+        entropy,
+        // Rows are not checked: no hash for them.
+        mirror: false,
+    };
+    let mut envelope = Vec::with_capacity(values.len() / 4 + 256);
+    let encoded = sidecar
+        .contexts
+        .encode(call, values, encoding, Instant::now(), &mut envelope);
+    Some(encoded.map(|encoded| {
+        sidecar.stats.refined(call.direction, encoded.refinements);
+        EncodedTensor {
+            bytes: envelope,
+            took: encoded.took,
+            keyframe: false,
+            mirror: None,
+            codec: found.codec,
+            treatment: Treatment::RowMemory,
+        }
+    }))
 }
 
 /// The envelope for `values` through the tensor's memory (its error
@@ -414,7 +443,7 @@ fn memory_for(
     choice: &CodecChoice,
     treatment: Treatment,
     said: Said,
-) -> Memory {
+) -> Memory<'static> {
     match treatment {
         Treatment::ErrorFeedback => Memory::ErrorFeedback {
             feedback: choice.feedback,
@@ -429,7 +458,7 @@ fn memory_for(
                 .refine()
                 .pull(sidecar.graphs.training(&call.holder_task) == Training::Synchronous),
         },
-        // Rows are encoded through their own contexts, never here.
+        // Rows are encoded through their memory in `by_rows`, never here.
         Treatment::Stateless | Treatment::RowMemory => Memory::None,
     }
 }

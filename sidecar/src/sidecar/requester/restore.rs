@@ -114,14 +114,14 @@ pub(super) fn prepare(collected: &Collected, max_tensor: u64) -> Result<Prepared
     })
 }
 
-/// The standard response TensorFlow gets for a prepared envelope, checked
-/// against the holder's `mirror` hash if it sent one and counted in the
-/// workers' agreement where asked (`checks`).
+/// The standard response TensorFlow gets for a prepared envelope (a
+/// row-keyed one with the step's `row_ids`), checked against the holder's
+/// `mirror` hash if it sent one and counted in the workers' agreement
+/// where asked (`checks`).
 pub(super) fn restore(
     sidecar: &Sidecar,
     call: &TensorCall,
-    known: Option<&crate::graph::Classified>,
-    (prepared, checks): (Prepared, Checks),
+    (prepared, row_ids, checks): (Prepared, Option<&[i64]>, Checks),
     span: &Span,
 ) -> Result<Restored, Failure> {
     let Prepared {
@@ -129,7 +129,6 @@ pub(super) fn restore(
         dims,
         content_len,
         token,
-        rows,
         ..
     } = prepared;
     let Some(tensor) = &response.tensor else {
@@ -139,31 +138,17 @@ pub(super) fn restore(
     let limits = Limits {
         max_elements: content_len / 4,
     };
-    let decoded = if rows {
-        // Embedding or gradient rows by row id, with this step's ids.
-        let started = Instant::now();
-        let (values, codec) = sidecar
-            .restore_rows(call, known, envelope, &limits)
-            .map_err(|e| fail(token, e))?;
-        Decoded {
-            content: tensor_bytes::into_bytes(values),
-            codec,
-            keyframe: false,
-            took: started.elapsed(),
-        }
-    } else {
-        sidecar
-            .contexts
-            .restore(
-                call,
-                envelope,
-                &limits,
-                Instant::now(),
-                tensor_bytes::into_bytes,
-                tensor_bytes::copy_to_bytes,
-            )
-            .map_err(|e| fail(token, e))?
-    };
+    let decoded = sidecar
+        .contexts
+        .restore(
+            call,
+            (envelope, row_ids),
+            &limits,
+            Instant::now(),
+            tensor_bytes::into_bytes,
+            tensor_bytes::copy_to_bytes,
+        )
+        .map_err(|e| fail(token, e))?;
     let Decoded {
         content,
         codec,
