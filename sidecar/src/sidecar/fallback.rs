@@ -8,7 +8,7 @@
 //! once, so the call cannot simply be repeated.
 //!
 //! An original is kept until the requester says it restored the envelope
-//! (its fallback token in `tlc-ack` on a later call, [`Acks`]), for at
+//! (its fallback token in `tlc-ack` on a later call, `super::acks`), for at
 //! most [`MAX_AGE`], and within a byte budget, whichever ends first: what
 //! the cache holds follows what requesters may still ask for, not the
 //! budget.
@@ -204,47 +204,6 @@ impl FallbackCache {
     }
 }
 
-/// The requester's side: fallback tokens of envelopes restored, per
-/// holder task, until the next call to that holder carries them
-/// (`tlc-ack`).
-#[derive(Debug, Default)]
-pub struct Acks(Mutex<HashMap<String, Vec<u64>>>);
-
-/// Tokens waiting per holder at most; older ones are left to the holder's
-/// own bounds.
-const MAX_WAITING_ACKS: usize = 4 * peer::MAX_ACKS;
-/// Holders with tokens waiting at most (a job's tasks).
-const MAX_ACK_HOLDERS: usize = 4096;
-
-impl Acks {
-    /// Notes that the envelope of `token` from `holder` was restored.
-    pub fn restored(&self, holder: &str, token: u64) {
-        let mut waiting = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if !waiting.contains_key(holder) && waiting.len() >= MAX_ACK_HOLDERS {
-            return;
-        }
-        let tokens = waiting.entry(holder.to_owned()).or_default();
-        if tokens.len() >= MAX_WAITING_ACKS {
-            tokens.remove(0);
-        }
-        tokens.push(token);
-    }
-
-    /// The tokens the next call to `holder` acknowledges (its `tlc-ack`),
-    /// taking up to [`peer::MAX_ACKS`] of them.
-    pub fn take(&self, holder: &str) -> Vec<u64> {
-        let mut waiting = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(tokens) = waiting.get_mut(holder) else {
-            return Vec::new();
-        };
-        let taken: Vec<u64> = tokens.drain(..tokens.len().min(peer::MAX_ACKS)).collect();
-        if tokens.is_empty() {
-            waiting.remove(holder);
-        }
-        taken
-    }
-}
-
 /// Asks the holder-side sidecar behind `upstream` for the original of the
 /// envelope with `token`. Returns the response as it should reach TensorFlow.
 pub async fn fetch(upstream: &Upstream, token: u64) -> Result<Response<ProxyBody>, String> {
@@ -334,20 +293,6 @@ mod tests {
         assert!(cache.take(1, A).is_none());
         assert!(cache.take(2, B).is_none(), "still only for its connection");
         assert!(cache.take(2, A).is_some());
-    }
-
-    #[test]
-    fn acks_wait_per_holder_and_leave_at_most_sixty_four_a_call() {
-        let acks = Acks::default();
-        assert!(acks.take("ps").is_empty());
-        for token in 0..100 {
-            acks.restored("ps", token);
-        }
-        acks.restored("worker", 7);
-        assert_eq!(acks.take("ps"), (0..64).collect::<Vec<_>>());
-        assert_eq!(acks.take("ps"), (64..100).collect::<Vec<_>>());
-        assert!(acks.take("ps").is_empty());
-        assert_eq!(acks.take("worker"), [7]);
     }
 
     #[test]

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use tracing::{debug, warn, Span};
 
+use super::acks;
 use super::boundary::{self, forward};
 use super::call_state::CallState;
 use super::pass::PassReason;
@@ -112,11 +113,7 @@ async fn peer_call(
         // no way to keep a fallback for this one, so it is not compressed.
         return Err(calls::unchanged(forward(upstream, request).await));
     };
-    if !ask.acks.is_empty() {
-        // Envelopes the requester restored: their originals are done with.
-        let released = sidecar.holder.fallbacks.release(&ask.acks);
-        sidecar.stats.fallbacks_released(released);
-    }
+    acks::release(sidecar, &ask);
     let source = boundary::source(&request, connection);
     // What the requester decodes, and what this side reads whole.
     let max_tensor = ask

@@ -18,6 +18,7 @@
 //! - [`warmup`]: the steps a tensor crosses uncompressed;
 //! - `check`: `[policy.check]`, the call forced exact and the mirror check.
 
+mod acks;
 mod boundary;
 pub mod call;
 pub mod call_state;

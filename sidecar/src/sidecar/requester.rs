@@ -17,6 +17,7 @@ use http::{Request, Response};
 use tracing::{warn, Span};
 
 use self::restore::{decode_charge, fail, prepare, restore, Checks, Failure, Restored};
+use super::acks;
 use super::pass::PassReason;
 use super::request_key;
 use super::{fallback, Sidecar, MAX_RESPONSE};
@@ -157,7 +158,7 @@ fn asked(sidecar: &Sidecar, policy: &Policy, call: &mut TensorCall, span: &Span)
     }
     calls::record_call(span, call);
     ask.link = Some(sidecar.link_meter.header(&call.holder_task, now));
-    ask.acks = sidecar.requester.acks.take(&call.holder_task);
+    acks::ask(sidecar, call, &mut ask);
     ask.replica = sidecar
         .contexts
         .replica_state(call, now)
@@ -296,8 +297,7 @@ async fn handed_over(
             sidecar.stats.decoded(direction, codec, took);
             sidecar.link_meter.record_decode(restored.content_len, took);
             if let Some(token) = restored.token {
-                // Its original is no longer needed: said on the next call.
-                sidecar.requester.acks.restored(&call.holder_task, token);
+                acks::restored(sidecar, call, token);
             }
             if restored.keyframe {
                 sidecar.stats.keyframe(Role::Outbound);

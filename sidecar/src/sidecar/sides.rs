@@ -5,8 +5,9 @@
 //! asks for values and holds gradients), so it keeps both.
 
 use crate::link::Payoffs;
+use crate::sidecar::acks::Acks;
 use crate::sidecar::classes::{ClassKey, ClassRecord};
-use crate::sidecar::fallback::{Acks, FallbackCache};
+use crate::sidecar::fallback::FallbackCache;
 use crate::sidecar::warmup::{CallKey, Count};
 use tlc_context::ContextTable;
 
