@@ -21,20 +21,11 @@ use tlc_core::Direction;
 use tlc_core::TensorCall;
 use tlc_wire::peer;
 
-/// One tensor as the holder side sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ClassKey {
-    /// Which way it travels.
-    pub direction: Direction,
-    /// The task asking for it.
-    pub requester: String,
-    /// Its context name.
-    pub tensor: String,
-}
-
 /// What was decided for one tensor, and what went through it without memory.
 #[derive(Debug, Clone)]
 pub struct ClassRecord {
+    /// Which way it travels.
+    pub direction: Direction,
     /// The class and why.
     pub classified: Classified,
     /// How it was last encoded; `None` while it passed as it is.
@@ -120,15 +111,11 @@ impl Sidecar {
         encoded: Option<(Treatment, Codec, usize, usize)>,
         elements: usize,
     ) {
-        let key = ClassKey {
-            direction: call.direction,
-            requester: call.requester_task.clone(),
-            tensor: call.tensor.clone(),
-        };
         let record = self
             .holder
             .classes
-            .get_or_insert_with(&key, Instant::now(), || ClassRecord {
+            .get_or_insert_with(&call.key(), Instant::now(), || ClassRecord {
+                direction: call.direction,
                 classified: classified.clone(),
                 treatment: None,
                 codec: Codec::None,

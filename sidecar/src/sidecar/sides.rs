@@ -6,21 +6,22 @@
 
 use crate::link::Payoffs;
 use crate::sidecar::acks::Acks;
-use crate::sidecar::classes::{ClassKey, ClassRecord};
+use crate::sidecar::classes::ClassRecord;
 use crate::sidecar::fallback::FallbackCache;
-use crate::sidecar::warmup::{CallKey, Count};
+use crate::sidecar::warmup::Count;
 use tlc_context::ContextTable;
+use tlc_core::TensorKey;
 
 /// The holder's side: what it sent compressed, and what it decided.
 pub struct HolderState {
     /// Original responses kept for fallbacks.
     pub(crate) fallbacks: FallbackCache,
     /// Each tensor's class and treatment.
-    pub(crate) classes: ContextTable<ClassKey, ClassRecord>,
+    pub(crate) classes: ContextTable<TensorKey, ClassRecord>,
     /// Steps each dense tensor has crossed in warm-up.
-    pub(crate) warmup: ContextTable<CallKey, Count>,
+    pub(crate) warmup: ContextTable<TensorKey, Count>,
     /// Calls of each tensor, while `[policy.check] exact_at_call` is set.
-    pub(crate) calls: ContextTable<CallKey, Count>,
+    pub(crate) calls: ContextTable<TensorKey, Count>,
     /// Per tensor and requester, whether compressing pays.
     pub(crate) payoffs: Payoffs,
 }

@@ -203,7 +203,7 @@ impl Sidecar {
         for listing in &records {
             let record = &listing.summary;
             by_tensor.insert(
-                (listing.key.direction.name(), listing.key.tensor.clone()),
+                (record.direction.name(), listing.key.tensor.clone()),
                 (
                     record.classified.class.name(),
                     record.classified.reason.clone(),
@@ -228,7 +228,7 @@ impl Sidecar {
                 Some(Treatment::ErrorFeedback | Treatment::Replica) => continue,
             };
             let base = TensorRow::new(
-                listing.key.direction.name(),
+                record.direction.name(),
                 "holder",
                 listing.key.tensor,
                 codec_view(record.codec),

@@ -14,30 +14,7 @@ use std::time::Instant;
 
 use super::Sidecar;
 use tlc_context::{ContextMemory, ContextTable};
-use tlc_core::TensorCall;
-
-/// One tensor for one requesting task: what warm-up steps and
-/// `[policy.check] exact_at_call` count calls of.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CallKey {
-    /// The task asking.
-    pub requester: String,
-    /// The holder's task.
-    pub holder: String,
-    /// The tensor's context name.
-    pub tensor: String,
-}
-
-impl CallKey {
-    /// The key of `call`'s tensor and requester.
-    pub fn of(call: &TensorCall) -> CallKey {
-        CallKey {
-            requester: call.requester_task.clone(),
-            holder: call.holder_task.clone(),
-            tensor: call.tensor.clone(),
-        }
-    }
-}
+use tlc_core::{TensorCall, TensorKey};
 
 /// Calls counted so far.
 #[derive(Debug, Clone, Copy, Default)]
@@ -45,14 +22,18 @@ pub struct Count(pub u64);
 
 impl ContextMemory for Count {
     fn memory_bytes(&self) -> usize {
-        std::mem::size_of::<CallKey>() + 64
+        std::mem::size_of::<TensorKey>() + 64
     }
 }
 
 /// Counts one call of `call`'s tensor in `table`, unless its count has
 /// reached `cap`; returns the count before this call.
-pub(crate) fn count_call(table: &ContextTable<CallKey, Count>, call: &TensorCall, cap: u64) -> u64 {
-    let count = table.get_or_insert_with(&CallKey::of(call), Instant::now(), Count::default);
+pub(crate) fn count_call(
+    table: &ContextTable<TensorKey, Count>,
+    call: &TensorCall,
+    cap: u64,
+) -> u64 {
+    let count = table.get_or_insert_with(&call.key(), Instant::now(), Count::default);
     let mut count = tlc_context::table::lock(&count);
     let before = count.0;
     if before < cap {
