@@ -8,7 +8,7 @@
 //! once, so the call cannot simply be repeated.
 //!
 //! An original is kept until the requester says it restored the envelope
-//! (its fallback token in `tlc-ack` on a later call, `super::acks`), for at
+//! (its fallback token in `tlc-ack` on a later call), for at
 //! most [`MAX_AGE`], and within a byte budget, whichever ends first: what
 //! the cache holds follows what requesters may still ask for, not the
 //! budget.
