@@ -14,14 +14,14 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 use tlc_codec::{Codec, CodecId, EntropyStage, Feedback, Limits};
-use tlc_core::TensorCall;
+use tlc_core::{TensorCall, TensorKey};
 use tlc_wire::envelope::{EnvelopeError, EnvelopeHeader, Kind, HEADER_LEN};
 
 use crate::pull::{
-    replica_hash, ApplyError, EpochGenerator, PullSource, ReplicaKey, ReplicaState, ReplicaStore,
-    Requester, Served, SourceKey,
+    replica_hash, ApplyError, EpochGenerator, PullSource, ReplicaState, ReplicaStore, Requester,
+    Served,
 };
-use crate::push::{decode_push, encode_stateless, PushContext, PushError, PushKey};
+use crate::push::{decode_push, encode_stateless, PushContext, PushError};
 use crate::refine::Refinement;
 use crate::regime::agreement::{AgreementMeter, AgreementPool};
 use crate::table::{lock, ContextTable, Evicted, TableLimits, TableStats};
@@ -108,6 +108,20 @@ pub struct Encoded {
     pub mirror: Option<u64>,
 }
 
+impl Encoded {
+    /// An encode that did nothing worth counting: the start of every
+    /// memory's own account.
+    const NOTHING: Encoded = Encoded {
+        took: Duration::ZERO,
+        keyframe: false,
+        refinements: 0,
+        drift_reset: None,
+        settled: false,
+        critical: false,
+        mirror: None,
+    };
+}
+
 /// Why a tensor could not be encoded; it then crosses as it is.
 #[derive(Debug, Clone, Copy, Error, PartialEq, Eq)]
 pub enum EncodeRefused {
@@ -183,25 +197,15 @@ pub struct ContextLimits {
     pub pull_cache_len: usize,
 }
 
-/// The tensor a requester measures the workers' agreement on: one meter
-/// for the pushes of every holder.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct AgreementKey {
-    /// The task asking for the gradients (a parameter task).
-    pub requester_task: String,
-    /// The node name, the same from every worker.
-    pub tensor: String,
-}
-
 /// Every tensor context of one sidecar: the holder's error buffers and pull
 /// sources, the requester's replicas and agreement meters.
 pub struct Contexts {
-    push: ContextTable<PushKey, PushContext>,
+    push: ContextTable<TensorKey, PushContext>,
     /// Bounded as the push table is (gradient state, on the other side).
-    agreement: ContextTable<AgreementKey, AgreementMeter>,
+    agreement: ContextTable<TensorKey, AgreementMeter>,
     /// The whole gradient's agreement, by requester task.
     agreement_pools: ContextTable<String, AgreementPool>,
-    pull: ContextTable<SourceKey, PullSource>,
+    pull: ContextTable<TensorKey, PullSource>,
     replicas: ReplicaStore,
     rows: RowTables,
     epochs: EpochGenerator,
@@ -241,101 +245,124 @@ impl Contexts {
             entropy,
             mirror,
         } = encoding;
-        let raw_bytes = 4 * values.len();
-        let mut encoded = Encoded {
-            took: Duration::ZERO,
-            keyframe: false,
-            refinements: 0,
-            drift_reset: None,
-            settled: false,
-            critical: false,
-            mirror: None,
-        };
         let start = out.len();
-        match memory {
+        let how = (codec, fallback_token, entropy);
+        let mut encoded = match memory {
             Memory::ErrorFeedback {
                 feedback,
                 refine,
                 agreement,
             } => {
-                let key = PushKey {
-                    requester_task: call.requester_task.clone(),
-                    holder_task: call.holder_task.clone(),
-                    tensor: call.tensor.clone(),
-                };
-                // An error buffer the size of the tensor, once used.
-                let context = self
-                    .push
-                    .get_or_insert_within(&key, now, raw_bytes + CONTEXT_OVERHEAD, || {
-                        PushContext::new(codec, feedback)
-                    })
-                    .ok_or(EncodeRefused::Budget)?;
-                let mut context = lock(&context);
-                context.set_entropy_stage(entropy);
-                context.hear_agreement(agreement);
-                let started = Instant::now();
-                let pushed = context
-                    .encode(values, codec, refine, fallback_token, out)
-                    .map_err(|_| EncodeRefused::Codec)?;
-                encoded.took = started.elapsed();
-                encoded.refinements = u64::from(pushed.frames - 1);
-                encoded.critical = pushed.critical;
+                let memory = (feedback, refine, agreement);
+                self.encode_push(call, values, memory, how, now, out)?
             }
             Memory::Replica { requester, refine } => {
-                let key = SourceKey {
-                    holder: call.holder_task.clone(),
-                    tensor: call.tensor.clone(),
-                };
-                // A replica the size of the tensor, and its cached deltas.
-                let source = self
-                    .pull
-                    .get_or_insert_within(&key, now, 2 * raw_bytes + CONTEXT_OVERHEAD, || {
-                        PullSource::new(self.epochs.next(), self.pull_cache_len)
-                    })
-                    .ok_or(EncodeRefused::Budget)?;
-                let mut source = lock(&source);
-                source.set_entropy_stage(entropy);
-                let started = Instant::now();
-                let before = source.counters();
-                let served = source
-                    .serve(values, requester, codec, refine, fallback_token, out)
-                    .map_err(|_| EncodeRefused::Codec)?;
-                let after = source.counters();
-                encoded.took = started.elapsed();
-                encoded.keyframe = matches!(served.served, Served::Keyframe(_));
-                encoded.refinements = after.refinements - before.refinements;
-                encoded.settled = after.settles > before.settles;
-                if after.drift_resets > before.drift_resets {
-                    encoded.drift_reset = Some(before.drift_resets == 0);
-                }
-                if mirror {
-                    encoded.mirror = Some(source.restored_hash(served.served, values));
-                }
+                let source = (requester, refine, mirror);
+                self.encode_pull(call, values, source, how, now, out)?
             }
             Memory::Rows(rows) => {
                 let how = (rows, codec, fallback_token, entropy);
-                let key = call.key();
                 let done = self
                     .rows
-                    .encode(&key, values, how, (&self.epochs, now), out)?;
-                encoded.took = done.took;
-                encoded.refinements = u64::from(done.refinements);
+                    .encode(&call.key(), values, how, (&self.epochs, now), out)?;
                 // Rows are not checked: no hash for them.
-                return Ok(encoded);
+                return Ok(Encoded {
+                    took: done.took,
+                    refinements: u64::from(done.refinements),
+                    ..Encoded::NOTHING
+                });
             }
             Memory::None => {
                 let started = Instant::now();
                 encode_stateless(values, codec, entropy, fallback_token, out)
                     .map_err(|_| EncodeRefused::Codec)?;
-                encoded.took = started.elapsed();
+                Encoded {
+                    took: started.elapsed(),
+                    ..Encoded::NOTHING
+                }
             }
-        }
+        };
         // A push envelope (a gradient, or a tensor without memory) is
         // checked by its own decode; a pull above, by the replica it leaves.
         if mirror && encoded.mirror.is_none() {
             encoded.mirror = decoded_hash(&out[start..], values.len());
         }
         Ok(encoded)
+    }
+
+    /// A gradient through the error buffer `call`'s holder keeps for its
+    /// requester.
+    fn encode_push(
+        &self,
+        call: &TensorCall,
+        values: &[f32],
+        (feedback, refine, agreement): (Feedback, Refinement, Option<f64>),
+        (codec, fallback_token, entropy): (Codec, u64, EntropyStage),
+        now: Instant,
+        out: &mut Vec<u8>,
+    ) -> Result<Encoded, EncodeRefused> {
+        // An error buffer the size of the tensor, once used.
+        let expected = 4 * values.len() + CONTEXT_OVERHEAD;
+        let context = self
+            .push
+            .get_or_insert_within(&call.key(), now, expected, || {
+                PushContext::new(codec, feedback)
+            })
+            .ok_or(EncodeRefused::Budget)?;
+        let mut context = lock(&context);
+        context.set_entropy_stage(entropy);
+        context.hear_agreement(agreement);
+        let started = Instant::now();
+        let pushed = context
+            .encode(values, codec, refine, fallback_token, out)
+            .map_err(|_| EncodeRefused::Codec)?;
+        Ok(Encoded {
+            took: started.elapsed(),
+            refinements: u64::from(pushed.frames - 1),
+            critical: pushed.critical,
+            ..Encoded::NOTHING
+        })
+    }
+
+    /// A model value through the replica every requester shares, as a
+    /// delta from the version this requester holds (or a keyframe).
+    fn encode_pull(
+        &self,
+        call: &TensorCall,
+        values: &[f32],
+        (requester, refine, mirror): (Requester, Refinement, bool),
+        (codec, fallback_token, entropy): (Codec, u64, EntropyStage),
+        now: Instant,
+        out: &mut Vec<u8>,
+    ) -> Result<Encoded, EncodeRefused> {
+        // One source for every requester: the pull encoded once. A replica
+        // the size of the tensor, and its cached deltas.
+        let key = call.key().for_every_requester();
+        let expected = 8 * values.len() + CONTEXT_OVERHEAD;
+        let source = self
+            .pull
+            .get_or_insert_within(&key, now, expected, || {
+                PullSource::new(self.epochs.next(), self.pull_cache_len)
+            })
+            .ok_or(EncodeRefused::Budget)?;
+        let mut source = lock(&source);
+        source.set_entropy_stage(entropy);
+        let started = Instant::now();
+        let before = source.counters();
+        let served = source
+            .serve(values, requester, codec, refine, fallback_token, out)
+            .map_err(|_| EncodeRefused::Codec)?;
+        let after = source.counters();
+        Ok(Encoded {
+            took: started.elapsed(),
+            keyframe: matches!(served.served, Served::Keyframe(_)),
+            refinements: after.refinements - before.refinements,
+            settled: after.settles > before.settles,
+            drift_reset: (after.drift_resets > before.drift_resets)
+                .then_some(before.drift_resets == 0),
+            mirror: mirror.then(|| source.restored_hash(served.served, values)),
+            ..Encoded::NOTHING
+        })
     }
 
     /// Restores the tensor `call` asked for from `envelope`, decoding at
@@ -439,12 +466,12 @@ impl Contexts {
     }
 
     /// The holder's error buffers.
-    pub fn push(&self) -> &ContextTable<PushKey, PushContext> {
+    pub fn push(&self) -> &ContextTable<TensorKey, PushContext> {
         &self.push
     }
 
     /// The holder's pull sources.
-    pub fn pull(&self) -> &ContextTable<SourceKey, PullSource> {
+    pub fn pull(&self) -> &ContextTable<TensorKey, PullSource> {
         &self.pull
     }
 
@@ -505,11 +532,11 @@ impl Contexts {
     }
 }
 
-fn agreement_key(call: &TensorCall) -> AgreementKey {
-    AgreementKey {
-        requester_task: call.requester_task.clone(),
-        tensor: call.tensor.clone(),
-    }
+/// The tensor a requester measures the workers' agreement on: one meter
+/// for the pushes of every holder (the node name is the same from every
+/// worker).
+fn agreement_key(call: &TensorCall) -> TensorKey {
+    call.key().for_every_holder()
 }
 
 /// A holder's or tensor's name as the agreement meters tell them apart (a
@@ -523,12 +550,8 @@ fn name_hash(name: &str) -> u64 {
 }
 
 /// The replica a pull from a parameter task goes into; `None` for a push.
-fn replica_key(call: &TensorCall) -> Option<ReplicaKey> {
-    (call.direction == tlc_core::Direction::Pull).then(|| ReplicaKey {
-        holder: call.holder_task.clone(),
-        requester: call.requester_task.clone(),
-        tensor: call.tensor.clone(),
-    })
+fn replica_key(call: &TensorCall) -> Option<TensorKey> {
+    (call.direction == tlc_core::Direction::Pull).then(|| call.key())
 }
 
 /// The codec of a pull envelope's first frame, read from the frame header

@@ -29,14 +29,14 @@ pub mod rows;
 pub mod table;
 
 pub use contexts::{
-    AgreementKey, ContextLimits, Contexts, EncodeRefused, Encoded, Encoding, Memory, RestoreError,
-    Restored, RowCounters, RowKind, RowMemory, RowTables, RowsRefused,
+    ContextLimits, Contexts, EncodeRefused, Encoded, Encoding, Memory, RestoreError, Restored,
+    RowCounters, RowKind, RowMemory, RowTables, RowsRefused,
 };
 pub use pull::{
-    replica_hash, ApplyError, EpochGenerator, PullServed, PullSource, Reads, Replica, ReplicaKey,
-    ReplicaState, ReplicaStore, Requester, ServeError, SourceKey,
+    replica_hash, ApplyError, EpochGenerator, PullServed, PullSource, Reads, Replica, ReplicaState,
+    ReplicaStore, Requester, ServeError,
 };
-pub use push::{decode_push, encode_stateless, PushContext, PushError, PushKey};
+pub use push::{decode_push, encode_stateless, PushContext, PushError};
 pub use refine::{PassScale, Refinement};
 pub use regime::agreement::{AgreementMeter, AgreementPool, Round};
 pub use regime::{RegimeDetector, Regimes};

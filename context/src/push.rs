@@ -18,19 +18,6 @@ use tlc_wire::envelope::{
     Envelope, EnvelopeError, EnvelopeHeader, Kind, HEADER_LEN, MAX_PUSH_FRAMES,
 };
 
-/// Which push context a gradient goes through.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PushKey {
-    /// The task asking for the gradient, e.g. `/job:ps/replica:0/task:0`.
-    pub requester_task: String,
-    /// The task holding it, e.g. `/job:worker/replica:0/task:1` (one
-    /// sidecar may carry several tasks' calls).
-    pub holder_task: String,
-    /// The node name part of the rendezvous tensor name (`edge_12_w1/grad`
-    /// gives `w1/grad`): edge ids differ between workers, node names do not.
-    pub tensor: String,
-}
-
 /// Running totals of one push context, for metrics and the admin API.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct PushCounters {

@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 
 use tlc_codec::{Codec, DecodeError, Feedback, Limits, Sparsity};
 use tlc_context::pull::{
-    replica_hash, EpochGenerator, KeyframeReason, PullSource, ReplicaKey, ReplicaState,
-    ReplicaStore, Served, Update, DEFAULT_CACHE_LEN,
+    replica_hash, EpochGenerator, KeyframeReason, PullSource, ReplicaState, ReplicaStore, Served,
+    Update, DEFAULT_CACHE_LEN,
 };
-use tlc_context::push::{decode_push, PushContext, PushKey};
+use tlc_context::push::{decode_push, PushContext};
 use tlc_context::table::{ContextTable, TableLimits};
 use tlc_context::{ApplyError, Refinement};
+use tlc_core::TensorKey;
 use tlc_wire::envelope::EnvelopeError;
 
 const HOLDER: &str = "/job:ps/replica:0/task:0";
@@ -83,7 +84,7 @@ impl Holder {
 /// One pull by `worker`: the request carries its state, the holder
 /// serves, the worker applies; both replicas must then be bit-identical.
 fn pull(holder: &mut Holder, worker: &ReplicaStore, value: &[f32], now: Instant) -> Served {
-    let key = ReplicaKey {
+    let key = TensorKey {
         holder: HOLDER.into(),
         requester: WORKER.into(),
         tensor: TENSOR.into(),
@@ -276,7 +277,7 @@ fn a_steady_model_converges() {
 
 #[test]
 fn push_contexts_in_a_table_keep_error_feedback_through_envelopes() {
-    let table: ContextTable<PushKey, PushContext> = ContextTable::new(limits());
+    let table: ContextTable<TensorKey, PushContext> = ContextTable::new(limits());
     let mut noise = Noise(11);
     let now = Instant::now();
     let n = 2000;
@@ -286,9 +287,9 @@ fn push_contexts_in_a_table_keep_error_feedback_through_envelopes() {
     let mut decoded = Vec::new();
     for step in 0..30 {
         for (p, task) in ps.iter().enumerate() {
-            let key = PushKey {
-                requester_task: (*task).into(),
-                holder_task: WORKER.into(),
+            let key = TensorKey {
+                holder: WORKER.into(),
+                requester: (*task).into(),
                 tensor: "gradients/dense/MatMul_grad/MatMul_1".into(),
             };
             let ctx =
@@ -314,9 +315,9 @@ fn push_contexts_in_a_table_keep_error_feedback_through_envelopes() {
         }
     }
     for (p, task) in ps.iter().enumerate() {
-        let key = PushKey {
-            requester_task: (*task).into(),
-            holder_task: WORKER.into(),
+        let key = TensorKey {
+            holder: WORKER.into(),
+            requester: (*task).into(),
             tensor: "gradients/dense/MatMul_grad/MatMul_1".into(),
         };
         let ctx = table.get(&key, now).unwrap();
@@ -334,7 +335,7 @@ fn push_contexts_in_a_table_keep_error_feedback_through_envelopes() {
 #[test]
 fn hostile_envelopes_are_typed_errors() {
     let store = ReplicaStore::new(limits());
-    let key = ReplicaKey {
+    let key = TensorKey {
         holder: HOLDER.into(),
         requester: WORKER.into(),
         tensor: TENSOR.into(),

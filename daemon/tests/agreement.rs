@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use support::tf::{recv, start_tensor_server, Tensors};
 use support::{teach, Client};
-use tlc_context::PushKey;
 use tlc_core::Role;
+use tlc_core::TensorKey;
 use tlc_sidecar::policy::Policy;
 use tlc_sidecar::Sidecar;
 use tlc_wire::graph::build::PartitionBuilder;
@@ -61,9 +61,9 @@ fn settings() -> tlc_sidecar::policy::PolicySettings {
 /// What worker `w`'s sidecar holds of the stream: the agreement it last
 /// heard and whether its next push is critical.
 fn heard(holder: &Sidecar, w: usize) -> (Option<f64>, Option<bool>) {
-    let key = PushKey {
-        requester_task: PS_TASK.into(),
-        holder_task: WORKERS[w].1.into(),
+    let key = TensorKey {
+        holder: WORKERS[w].1.into(),
+        requester: PS_TASK.into(),
         tensor: TENSOR.into(),
     };
     holder

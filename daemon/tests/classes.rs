@@ -252,7 +252,7 @@ async fn one_sidecar_carrying_two_requesters_keeps_their_replicas_apart() {
     // One shared source on the holder: one encode serves both.
     assert_eq!(path.holder.table_sizes().pull.contexts, 1);
     for requester in [W0_TASK, W1_TASK] {
-        let key = tlc_context::ReplicaKey {
+        let key = tlc_core::TensorKey {
             holder: PS_TASK.into(),
             requester: requester.into(),
             tensor: "w/read".into(),

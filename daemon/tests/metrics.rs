@@ -8,10 +8,10 @@ mod support;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use support::metrics::{get, holder_with, http, key, pair, Exposition};
+use support::metrics::{get, holder_with, http, key, pair, Exposition, MetricsEndpoint};
 use support::teach;
 use support::tf::{recv, start_tensor_server, Tensors};
-use tlc_context::{PushKey, SourceKey};
+use tlc_core::TensorKey;
 use tlc_sidecar::policy::{CodecSettings, PolicySettings};
 use tlc_sidecar::sidecar::pass::PassReason;
 use tlc_sidecar::Sidecar;
@@ -282,8 +282,9 @@ async fn exposition_matches_the_sidecars_counters() {
         h.value("tlc_contexts", &[("table", "push")]),
         Some(LAYERS as f64)
     );
-    let source = SourceKey {
+    let source = TensorKey {
         holder: PS_TASK.into(),
+        requester: String::new(),
         tensor: "dense/kernel/read".into(),
     };
     let (counters, state) = holder
@@ -316,9 +317,9 @@ async fn exposition_matches_the_sidecars_counters() {
     assert_eq!(top.len(), 20);
     for i in LAYERS - 19..LAYERS {
         let tensor = format!("layer_{i}/grad");
-        let key = PushKey {
-            requester_task: PS_TASK.into(),
-            holder_task: WORKER_TASK.into(),
+        let key = TensorKey {
+            holder: WORKER_TASK.into(),
+            requester: PS_TASK.into(),
             tensor: tensor.clone(),
         };
         let counters = holder
@@ -472,14 +473,8 @@ async fn endpoint_serves_get_metrics_only() {
     sidecar
         .stats()
         .passed(&PassReason::Policy(tlc_core::PassReason::Small));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let server = tokio::spawn(tlc_daemon::metrics::serve(
-        listener,
-        sidecar.clone(),
-        shutdown.clone(),
-    ));
+    let endpoint = MetricsEndpoint::start(sidecar).await;
+    let addr = endpoint.addr;
     let answers = tokio::task::spawn_blocking(move || {
         (
             get(addr, "/metrics").unwrap(),
@@ -503,11 +498,7 @@ async fn endpoint_serves_get_metrics_only() {
     );
     assert_eq!(missing.status, 404);
     assert_eq!(post.status, 405);
-    shutdown.cancel();
-    tokio::time::timeout(std::time::Duration::from_secs(5), server)
-        .await
-        .unwrap()
-        .unwrap();
+    endpoint.stop().await;
 }
 
 /// The reader is strict: each of these breaks one rule it checks.

@@ -5,17 +5,15 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-use support::metrics::compressing_unclassified;
+use support::metrics::{compressing_unclassified, key, pair};
 use support::tf::{recv, response_body, start_tensor_server, Tensors};
 use support::{teach, Client};
-use tlc_context::{replica_hash, PushKey, ReplicaKey, SourceKey};
+use tlc_context::replica_hash;
 use tlc_core::Role;
-use tlc_proxy::Proxy;
+use tlc_core::TensorKey;
 use tlc_sidecar::policy::Policy;
-use tlc_sidecar::Sidecar;
 use tlc_wire::graph::build::PartitionBuilder;
 use tlc_wire::tf::rendezvous::TaskName;
 
@@ -27,36 +25,11 @@ const PS_TASK: &str = "/job:ps/replica:0/task:0";
 const WORKER0_TASK: &str = "/job:worker/replica:0/task:0";
 const WORKER1_TASK: &str = "/job:worker/replica:0/task:1";
 
-fn key(src: &str, dst: &str, edge: u32, node: &str) -> String {
-    format!("{src};0000000000000001;{dst};edge_{edge}_{node};0:0")
-}
-
-fn source_key() -> SourceKey {
-    SourceKey {
+fn source_key() -> TensorKey {
+    TensorKey {
         holder: PS_TASK.into(),
+        requester: String::new(),
         tensor: "dense/kernel/read".into(),
-    }
-}
-
-/// A requester sidecar → holder sidecar → tensor server chain.
-struct Path {
-    requester: Arc<Sidecar>,
-    holder: Arc<Sidecar>,
-    client: Client,
-    _proxies: (Proxy<Sidecar>, Proxy<Sidecar>),
-}
-
-async fn path_to(server: SocketAddr, holder: Arc<Sidecar>) -> Path {
-    let inbound = support::proxy(Role::Inbound, server, holder.clone()).await;
-    let requester = Arc::new(support::compressing_sidecar());
-    let outbound =
-        support::proxy(Role::Outbound, inbound.local_addrs()[0], requester.clone()).await;
-    let client = Client::connect(outbound.local_addrs()[0]).await;
-    Path {
-        requester,
-        holder,
-        client,
-        _proxies: (outbound, inbound),
     }
 }
 
@@ -84,7 +57,7 @@ async fn gradients_cross_compressed_with_error_feedback() {
     settings.refine.critical.push_max_lag = f64::INFINITY;
     let sidecar = support::compressing_sidecar();
     sidecar.set_policy(Policy::new(&settings).unwrap());
-    let path = path_to(server, Arc::new(sidecar)).await;
+    let path = pair(server, Arc::new(sidecar)).await;
     // The parameter task asks worker 0 for a gradient: a push, collected
     // by an accumulator (synchronous training), so 3LC's single pass.
     let key = key(WORKER0, PS, 12, "gradients/dense/MatMul_grad/MatMul_1");
@@ -134,9 +107,9 @@ async fn gradients_cross_compressed_with_error_feedback() {
         }
     }
     // Error feedback: what was sent plus what is still pending is what was produced.
-    let key = PushKey {
-        requester_task: PS_TASK.into(),
-        holder_task: WORKER0_TASK.into(),
+    let key = TensorKey {
+        holder: WORKER0_TASK.into(),
+        requester: PS_TASK.into(),
         tensor: "gradients/dense/MatMul_grad/MatMul_1".into(),
     };
     let residual = path
@@ -186,14 +159,14 @@ async fn model_values_share_one_encode_and_replicas_agree() {
             .accumulated_gradient("dense/kernel", "edge_10_grad", WORKER1_TASK),
     );
     // Two workers, each with its own sidecar, pull from one parameter task.
-    let worker0 = path_to(server, holder.clone()).await;
-    let worker1 = path_to(server, holder.clone()).await;
+    let worker0 = pair(server, holder.clone()).await;
+    let worker1 = pair(server, holder.clone()).await;
     for step in 0..15 {
         for (worker, edge, path) in [(WORKER0, 7, &worker0), (WORKER1, 9, &worker1)] {
             // Edge ids differ between workers for the same variable.
             let key = key(PS, worker, edge, "dense/kernel/read");
             let got = recv(&path.client, &key, step).await;
-            let replica_key = ReplicaKey {
+            let replica_key = TensorKey {
                 holder: PS_TASK.into(),
                 requester: TaskName::of_device(worker).unwrap().prefix(),
                 tensor: "dense/kernel/read".into(),
@@ -277,7 +250,7 @@ async fn the_graph_picks_the_synchronous_or_asynchronous_pull_bound() {
                 partition.dense_gradient("dense/kernel", "edge_8_grad", WORKER0_TASK)
             },
         );
-        let path = path_to(server, holder.clone()).await;
+        let path = pair(server, holder.clone()).await;
         let mut drift = 0f64;
         for step in 0..12 {
             let got = recv(&path.client, &key, step).await;
@@ -306,7 +279,7 @@ async fn small_tensors_and_calls_without_a_peer_pass_unchanged() {
         (vec![n as u64], gradient(n, step))
     });
     let server = start_tensor_server(tensors).await;
-    let path = path_to(server, compressing_unclassified()).await;
+    let path = pair(server, compressing_unclassified()).await;
     let small = key(WORKER0, PS, 3, "small_bias");
     let got = recv(&path.client, &small, 1).await;
     assert_eq!(

@@ -11,7 +11,8 @@ use futures_util::future::try_join_all;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use tlc_context::{replica_hash, ReplicaKey, SourceKey};
+use tlc_context::replica_hash;
+use tlc_core::TensorKey;
 
 use super::data::Dataset;
 use super::graph::{worker_task, Graph, PS_TASK};
@@ -199,8 +200,9 @@ fn check_replicas(
             mismatches += 1;
             continue;
         };
-        let source_key = SourceKey {
+        let source_key = TensorKey {
             holder: PS_TASK.into(),
+            requester: String::new(),
             tensor: var.read_node.clone(),
         };
         let holder = pods
@@ -209,7 +211,7 @@ fn check_replicas(
             .inspect_pull_source(&source_key, |source| source.replica_hash());
         let agree = match holder {
             Some(holder) => {
-                let key = ReplicaKey {
+                let key = TensorKey {
                     holder: PS_TASK.into(),
                     requester: worker_task(0),
                     tensor: var.read_node.clone(),

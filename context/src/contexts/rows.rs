@@ -396,6 +396,29 @@ mod tests {
         }
     }
 
+    /// Gathered rows of shape `dims` for `ids`, lossless, no refinement.
+    fn gathered<'a>(ids: &'a [i64], dims: &'a [u64], asked: RowsHeader) -> RowMemory<'a> {
+        RowMemory {
+            ids,
+            dims,
+            kind: RowKind::Gathered,
+            asked,
+            keyframe: Codec::None,
+            refine: Refinement::OFF,
+        }
+    }
+
+    /// `memory`'s rows with lossless deltas, no entropy stage.
+    fn lossless(memory: RowMemory<'_>) -> Encoding<'_> {
+        Encoding {
+            codec: Codec::None,
+            memory: Memory::Rows(memory),
+            fallback_token: 5,
+            entropy: EntropyStage::Off,
+            mirror: false,
+        }
+    }
+
     /// Encodes `values` (rows of 2 for `ids`) through `holder`'s rows for
     /// a requester that announced `asked`, and restores them on
     /// `requester` with the same ids.
@@ -408,21 +431,7 @@ mod tests {
         let now = Instant::now();
         let asked = requester.rows().announce(&call.key(), true, now);
         let dims = [ids.len() as u64, 2];
-        let memory = RowMemory {
-            ids,
-            dims: &dims,
-            kind: RowKind::Gathered,
-            asked,
-            keyframe: Codec::None,
-            refine: Refinement::OFF,
-        };
-        let encoding = Encoding {
-            codec: Codec::None,
-            memory: Memory::Rows(memory),
-            fallback_token: 5,
-            entropy: EntropyStage::Off,
-            mirror: false,
-        };
+        let encoding = lossless(gathered(ids, &dims, asked));
         let mut envelope = Vec::new();
         holder
             .encode(call, values, encoding, now, &mut envelope)
@@ -461,21 +470,8 @@ mod tests {
         let call = gathered_call(1);
         let values = [1.0, 2.0, 3.0, 4.0];
         let now = Instant::now();
-        let memory = RowMemory {
-            ids: &[1, 2],
-            dims: &[2, 2],
-            kind: RowKind::Gathered,
-            asked: requester.rows().announce(&call.key(), true, now),
-            keyframe: Codec::None,
-            refine: Refinement::OFF,
-        };
-        let encoding = Encoding {
-            codec: Codec::None,
-            memory: Memory::Rows(memory),
-            fallback_token: 5,
-            entropy: EntropyStage::Off,
-            mirror: false,
-        };
+        let asked = requester.rows().announce(&call.key(), true, now);
+        let encoding = lossless(gathered(&[1, 2], &[2, 2], asked));
         let mut envelope = Vec::new();
         assert!(holder
             .encode(&call, &values, encoding, now, &mut envelope)
@@ -488,14 +484,7 @@ mod tests {
         let other = requester.restore(&call, (&envelope, Some(&[1, 3])), &limits, now, whole, copy);
         assert!(matches!(other, Err(RestoreError::Rows(_))));
         // A shape that is not [ids, ...] is refused before any table.
-        let memory = RowMemory {
-            dims: &[4],
-            ..memory
-        };
-        let encoding = Encoding {
-            memory: Memory::Rows(memory),
-            ..encoding
-        };
+        let encoding = lossless(gathered(&[1, 2], &[4], asked));
         let refused = holder.encode(&call, &values, encoding, now, &mut Vec::new());
         assert_eq!(
             refused,

@@ -63,6 +63,17 @@ fn limits() -> Limits {
     Limits { max_elements: 1000 }
 }
 
+/// The requester's side of a push envelope (decoded alone).
+fn restore_push(
+    requester: &Contexts,
+    push: &TensorCall,
+    envelope: &[u8],
+    now: Instant,
+) -> Result<Restored<Vec<f32>>, RestoreError> {
+    let copy = |_: &[f32]| -> Vec<f32> { unreachable!("a push has no replica") };
+    requester.restore(push, (envelope, None), &limits(), now, |v| v, copy)
+}
+
 /// The requester's side of a pull envelope, its values copied out.
 fn restore_pull(
     requester: &Contexts,
@@ -89,8 +100,9 @@ fn pull_source(
     pull: &TensorCall,
     now: Instant,
 ) -> std::sync::Arc<std::sync::Mutex<PullSource>> {
-    let key = SourceKey {
+    let key = TensorKey {
         holder: pull.holder_task.clone(),
+        requester: String::new(),
         tensor: pull.tensor.clone(),
     };
     holder.pull().get(&key, now).unwrap()
@@ -181,16 +193,7 @@ fn a_push_keeps_its_error_buffer_and_decodes_alone() {
     holder
         .encode(&push, &values(0), encoding(memory), now, &mut envelope)
         .unwrap();
-    let restored = requester
-        .restore(
-            &push,
-            (&envelope, None),
-            &limits(),
-            now,
-            |v| v,
-            |_| unreachable!(),
-        )
-        .unwrap();
+    let restored = restore_push(&requester, &push, &envelope, now).unwrap();
     assert_eq!(restored.content.len(), 1000);
     assert_eq!(restored.codec, CodecId::ThreeLc);
     assert_eq!(holder.sizes()[0].contexts, 1);
@@ -327,16 +330,7 @@ fn the_mirror_hash_is_what_the_requester_restores() {
         let encoded = holder
             .encode(&push, &values(7), mirrored(memory), now, &mut envelope)
             .unwrap();
-        let restored = requester
-            .restore(
-                &push,
-                (&envelope, None),
-                &limits(),
-                now,
-                |v| v,
-                |_| unreachable!(),
-            )
-            .unwrap();
+        let restored = restore_push(&requester, &push, &envelope, now).unwrap();
         assert_eq!(encoded.mirror, Some(replica_hash(&restored.content)));
         assert_ne!(
             restored.content,

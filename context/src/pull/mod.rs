@@ -29,9 +29,9 @@ mod tests;
 #[cfg(test)]
 mod tests_keyframe;
 
-pub use replica::{ApplyError, Replica, ReplicaCounters, ReplicaKey, ReplicaStore};
+pub use replica::{ApplyError, Replica, ReplicaCounters, ReplicaStore};
 pub use request::{KeyframeReason, PullCounters, PullServed, Reads, Requester, Served, Update};
-pub use source::{drift, PullSource, ServeError, SourceKey, MAX_DRIFT};
+pub use source::{drift, PullSource, ServeError, MAX_DRIFT};
 
 /// How many updates' deltas a [`PullSource`] keeps by default (each
 /// update is one delta, or several with refinement).

@@ -8,20 +8,8 @@ use tlc_codec::{DecodeError, Limits, Params};
 
 use super::{add_delta, replica_hash, ReplicaState};
 use crate::table::{lock, ContextMemory, ContextTable, TableLimits};
+use tlc_core::TensorKey;
 use tlc_wire::envelope::{Envelope, EnvelopeError, Kind};
-
-/// Which replica a requester-side sidecar keeps.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ReplicaKey {
-    /// The holder's identity, e.g. its task `/job:ps/replica:0/task:0`.
-    pub holder: String,
-    /// The task the replica is for: one sidecar may carry several tasks'
-    /// calls (TF2's coordinator routes them all), and each task's replica
-    /// moves at its own pace.
-    pub requester: String,
-    /// The node name part of the rendezvous tensor name.
-    pub tensor: String,
-}
 
 /// Why an envelope could not be applied to a replica. The variants say
 /// whether the replica survived: all but [`ApplyError::Dropped`] leave it
@@ -251,7 +239,7 @@ impl ContextMemory for Replica {
 /// The requester side's replicas, by (holder, tensor), bounded like any
 /// [`ContextTable`].
 pub struct ReplicaStore {
-    table: ContextTable<ReplicaKey, Replica>,
+    table: ContextTable<TensorKey, Replica>,
 }
 
 impl ReplicaStore {
@@ -264,7 +252,7 @@ impl ReplicaStore {
 
     /// The state to put in a request for `key`, or `None` to ask for a
     /// keyframe.
-    pub fn state(&self, key: &ReplicaKey, now: Instant) -> Option<ReplicaState> {
+    pub fn state(&self, key: &TensorKey, now: Instant) -> Option<ReplicaState> {
         self.table.get(key, now).and_then(|r| lock(&r).state())
     }
 
@@ -273,7 +261,7 @@ impl ReplicaStore {
     /// locked, typically to copy them into the response for TensorFlow.
     pub fn apply<T>(
         &self,
-        key: &ReplicaKey,
+        key: &TensorKey,
         envelope: &[u8],
         limits: &Limits,
         now: Instant,
@@ -285,14 +273,14 @@ impl ReplicaStore {
     }
 
     /// [`replica_hash`] of `key`'s replica, if there is one.
-    pub fn replica_hash(&self, key: &ReplicaKey, now: Instant) -> Option<u64> {
+    pub fn replica_hash(&self, key: &TensorKey, now: Instant) -> Option<u64> {
         self.table
             .get(key, now)
             .and_then(|r| lock(&r).replica_hash())
     }
 
     /// The table, for eviction, stats and listings.
-    pub fn table(&self) -> &ContextTable<ReplicaKey, Replica> {
+    pub fn table(&self) -> &ContextTable<TensorKey, Replica> {
         &self.table
     }
 }

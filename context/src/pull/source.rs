@@ -533,13 +533,3 @@ impl ContextMemory for PullSource {
             + self.first_keyframe.as_ref().map_or(0, |(_, f)| f.len())
     }
 }
-
-/// Which pull source a holder-side sidecar keeps: one per holding task and
-/// tensor, shared by every requester.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SourceKey {
-    /// The task holding the tensor.
-    pub holder: String,
-    /// The node name part of the rendezvous tensor name.
-    pub tensor: String,
-}

@@ -6,6 +6,7 @@ use tlc_codec::{Codec, DecodeError, Encoder, Feedback, Limits, Sparsity};
 
 use crate::refine::Refinement;
 use crate::table::TableLimits;
+use tlc_core::TensorKey;
 use tlc_wire::envelope::{write_envelope, Envelope, EnvelopeError, EnvelopeHeader, HEADER_LEN};
 
 fn three_lc() -> Codec {
@@ -499,7 +500,7 @@ fn replica_store_applies_under_its_key() {
         max_bytes: 1 << 20,
         max_age: Duration::from_secs(60),
     });
-    let key = ReplicaKey {
+    let key = TensorKey {
         holder: "/job:ps/replica:0/task:0".into(),
         requester: "/job:worker/replica:0/task:0".into(),
         tensor: "w1/read".into(),

@@ -1,5 +1,6 @@
 //! For the metrics tests: a strict reader of the OpenMetrics text format,
-//! a plain HTTP/1.0 GET, and a requester → holder sidecar pair.
+//! a plain HTTP/1.0 GET, a sidecar's metrics endpoint, and a requester →
+//! holder sidecar pair.
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Write};
@@ -403,6 +404,43 @@ pub fn http(addr: SocketAddr, method: &str, target: &str) -> std::io::Result<Htt
 /// A GET, see [`http`].
 pub fn get(addr: SocketAddr, target: &str) -> std::io::Result<HttpAnswer> {
     http(addr, "GET", target)
+}
+
+/// `sidecar`'s metrics endpoint, served on a free loopback port until
+/// [`MetricsEndpoint::stop`].
+pub struct MetricsEndpoint {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    shutdown: tokio_util::sync::CancellationToken,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl MetricsEndpoint {
+    /// Serves `sidecar`'s metrics on a free loopback port.
+    pub async fn start(sidecar: Arc<Sidecar>) -> MetricsEndpoint {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let server = tokio::spawn(tlc_daemon::metrics::serve(
+            listener,
+            sidecar,
+            shutdown.clone(),
+        ));
+        MetricsEndpoint {
+            addr,
+            shutdown,
+            server,
+        }
+    }
+
+    /// Stops serving: the server must end within 5 seconds.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(5), self.server)
+            .await
+            .unwrap()
+            .unwrap();
+    }
 }
 
 /// A requester sidecar → holder sidecar → server chain, as TensorFlow's

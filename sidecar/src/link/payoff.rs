@@ -51,7 +51,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tlc_context::table::lock;
-use tlc_core::Direction;
+use tlc_core::{Direction, TensorKey};
 
 use crate::policy::Link;
 use crate::training::bounded::Bounded;
@@ -70,11 +70,11 @@ const EXPLORE_BYTES: std::ops::RangeInclusive<u64> = (64 << 10)..=(8 << 20);
 /// At most one tensor sent raw to explore per requester this often.
 pub const EXPLORE_EVERY: Duration = Duration::from_secs(2);
 
-/// Which tensor, to which requester.
+/// Which tensor, to which requester, asked by whom.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PayoffKey {
-    /// The requesting task.
-    pub requester: String,
+    /// The tensor between this holder and the requesting task.
+    pub tensor: TensorKey,
     /// Who asked, as the holder knows it whatever the call says of itself
     /// (its TLS identity, else its connection): decisions are kept apart
     /// per source, so that a connection naming another requester's task,
@@ -82,8 +82,6 @@ pub struct PayoffKey {
     pub source: String,
     /// Push or pull.
     pub direction: Direction,
-    /// The tensor's context name.
-    pub tensor: String,
 }
 
 /// What to do with one tensor now.
@@ -183,7 +181,7 @@ type Requester = (String, String);
 
 impl PayoffKey {
     fn requester_of(&self) -> Requester {
-        (self.requester.clone(), self.source.clone())
+        (self.tensor.requester.clone(), self.source.clone())
     }
 }
 

@@ -203,10 +203,9 @@ fn link_verdict(
     state: &mut CallState,
 ) -> Stage<(PayoffKey, Verdict, Response<ProxyBody>)> {
     let payoff_key = PayoffKey {
-        requester: call.requester_task.clone(),
+        tensor: call.key(),
         source: peer_call.source.clone(),
         direction: call.direction,
-        tensor: call.tensor.clone(),
     };
     let link = link_to(sidecar, &call.requester_task, peer_call.ask.link);
     let verdict = sidecar

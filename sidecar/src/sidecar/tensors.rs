@@ -14,8 +14,9 @@ use tlc_codec::{Codec, Params};
 use crate::policy::{codec_view, Treatment};
 use tlc_admin_api::{CodecView, TensorRow};
 use tlc_context::push::{l2, scale_of};
-use tlc_context::{PullSource, PushContext, PushKey, ReplicaKey, SourceKey};
+use tlc_context::{PullSource, PushContext};
 use tlc_core::Direction;
+use tlc_core::TensorKey;
 
 /// What one holder-side context encoded so far.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,6 +82,16 @@ impl Sidecar {
     pub fn tensors(&self) -> Vec<TensorRow> {
         let now = Instant::now();
         let mut rows = Vec::new();
+        self.add_push_contexts(now, &mut rows);
+        self.add_pull_sources(now, &mut rows);
+        self.add_replicas(now, &mut rows);
+        self.add_classes(now, &mut rows);
+        self.add_links(&mut rows);
+        rows
+    }
+
+    /// A row for each of the holder's error buffers.
+    fn add_push_contexts(&self, now: Instant, rows: &mut Vec<TensorRow>) {
         for listing in self.contexts.push().snapshot(now, |context| {
             (
                 context.codec(),
@@ -93,7 +104,7 @@ impl Sidecar {
             let base = TensorRow::new("push", "holder", listing.key.tensor, codec_view(codec));
             rows.push(TensorRow {
                 treatment: Some("error_feedback".into()),
-                peer: Some(listing.key.requester_task),
+                peer: Some(listing.key.requester),
                 elements: elements as u64,
                 frames: counters.frames,
                 raw_bytes: counters.raw_bytes,
@@ -110,6 +121,10 @@ impl Sidecar {
                 ..base
             });
         }
+    }
+
+    /// A row for each of the holder's pull sources.
+    fn add_pull_sources(&self, now: Instant, rows: &mut Vec<TensorRow>) {
         for listing in self.contexts.pull().snapshot(now, |source| {
             (
                 source.codec(),
@@ -135,6 +150,10 @@ impl Sidecar {
                 ..base
             });
         }
+    }
+
+    /// A row for each of the requester's replicas.
+    fn add_replicas(&self, now: Instant, rows: &mut Vec<TensorRow>) {
         for listing in self.contexts.replicas().table().snapshot(now, |replica| {
             (
                 replica.counters(),
@@ -161,9 +180,6 @@ impl Sidecar {
                 ..base
             });
         }
-        self.add_classes(now, &mut rows);
-        self.add_links(&mut rows);
-        rows
     }
 
     /// Puts each holder row's link decision on it, over its requesters.
@@ -171,7 +187,7 @@ impl Sidecar {
         let mut by_tensor: HashMap<(&str, String), LinkSummary> = HashMap::new();
         for (key, view) in self.holder.payoffs.views() {
             let summary = by_tensor
-                .entry((key.direction.name(), key.tensor))
+                .entry((key.direction.name(), key.tensor.tensor))
                 .or_default();
             summary.requesters += 1;
             summary.passing += u32::from(view.passing);
@@ -311,7 +327,7 @@ impl Sidecar {
     /// `None` if there is none.
     pub fn inspect_push_context<R>(
         &self,
-        key: &PushKey,
+        key: &TensorKey,
         look: impl FnOnce(&PushContext) -> R,
     ) -> Option<R> {
         let context = self.contexts.push().get(key, Instant::now())?;
@@ -323,7 +339,7 @@ impl Sidecar {
     /// replica), under its lock; `None` if there is none.
     pub fn inspect_pull_source<R>(
         &self,
-        key: &SourceKey,
+        key: &TensorKey,
         look: impl FnOnce(&PullSource) -> R,
     ) -> Option<R> {
         let source = self.contexts.pull().get(key, Instant::now())?;
@@ -333,7 +349,7 @@ impl Sidecar {
 
     /// The hash of the requester's replica of `key`, to compare with the
     /// holder's; `None` without one.
-    pub fn replica_hash(&self, key: &ReplicaKey) -> Option<u64> {
+    pub fn replica_hash(&self, key: &TensorKey) -> Option<u64> {
         self.contexts.replicas().replica_hash(key, Instant::now())
     }
 }

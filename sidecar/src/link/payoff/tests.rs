@@ -14,10 +14,13 @@ fn auto() -> Link {
 
 fn key(direction: Direction) -> PayoffKey {
     PayoffKey {
-        requester: "/job:worker/replica:0/task:0".into(),
+        tensor: TensorKey::new(
+            "/job:ps/replica:0/task:0",
+            "/job:worker/replica:0/task:0",
+            "w",
+        ),
         source: "connection 1".into(),
         direction,
-        tensor: "w".into(),
     }
 }
 
@@ -148,8 +151,12 @@ fn a_passing_push_carries_the_error_a_lossy_call_left_on_the_next_call() {
 fn a_requesters_tensors_cross_raw_together_or_not_at_all() {
     let payoffs = Payoffs::default();
     let large = key(Direction::Push);
+    let large_key = large.tensor.clone();
     let small = PayoffKey {
-        tensor: "bias".into(),
+        tensor: TensorKey {
+            tensor: "bias".into(),
+            ..large_key
+        },
         ..key(Direction::Push)
     };
     // 1 MB at break-even 969 MB/s; 4 KiB encoded in 20 µs, so at
@@ -179,7 +186,10 @@ fn a_requesters_tensors_cross_raw_together_or_not_at_all() {
     // Another requester's tensors are a group of their own: this one
     // passes at 700 MB/s (settling its push first).
     let other = PayoffKey {
-        requester: "/job:worker/replica:0/task:1".into(),
+        tensor: TensorKey {
+            requester: "/job:worker/replica:0/task:1".into(),
+            ..small.tensor.clone()
+        },
         ..small.clone()
     };
     payoffs.record(&other, 4 << 10, 128, Duration::from_micros(20));
