@@ -42,8 +42,6 @@ pub async fn restore_request(
     counters: &HopCounters,
     request: Request<ProxyBody>,
 ) -> Result<(Request<ProxyBody>, bool), Response<ProxyBody>> {
-    let deadline = Instant::now() + hop.limits.gather;
-    let budget = &hop.limits.budget;
     let connection = ConnectionId::of(&request);
     let (mut parts, body) = request.into_parts();
     let marked = peer::speaks_hop(&parts.headers);
@@ -64,40 +62,68 @@ pub async fn restore_request(
     };
     if !compressed {
         // Read a small request whole: it is the reference for the next.
-        return match gather(body, MAX_REFERENCE + 5, budget, deadline).await {
-            Ok(Gathered::Whole(collected, charge)) => {
-                let data = collected.to_bytes();
-                if let Some(message) = single_message(&data) {
-                    hop.held.keep(connection, message);
-                }
-                let body = body::holding(body::chunks(vec![data], collected.trailers), charge);
-                Ok((Request::from_parts(parts, body), true))
-            }
-            Ok(Gathered::Stopped(_, partial)) => {
-                Ok((Request::from_parts(parts, partial.into_body()), true))
-            }
-            Err(err) => Err(refused(counters, parts.uri.path(), &err.to_string())),
-        };
+        return keep_as_reference(hop, counters, connection, (parts, body)).await;
     }
     parts.headers.remove(GRPC_ENCODING);
     parts.headers.remove(CONTENT_LENGTH);
     let reference = match reference_id {
-        Some(id) => match hop.held.get(connection, id) {
-            Some(reference) => Some(reference),
-            None => {
-                let mut response = grpc_status::response(
-                    grpc_status::UNAVAILABLE,
-                    "tlcd: the compressed request's reference is no longer held",
-                );
-                peer::mark_hop(response.headers_mut());
-                response
-                    .headers_mut()
-                    .insert(peer::HOP_MISS, HeaderValue::from_static("1"));
-                return Err(response);
-            }
-        },
+        Some(id) => Some(hop.held.get(connection, id).ok_or_else(reference_missed)?),
         None => None,
     };
+    restore_compressed(hop, counters, connection, (parts, body), reference).await
+}
+
+/// An uncompressed request from a sidecar, read whole if it is small: it
+/// is the reference the sidecar's next request of the same method may be
+/// sent against.
+async fn keep_as_reference(
+    hop: &Hop,
+    counters: &HopCounters,
+    connection: ConnectionId,
+    (parts, body): (http::request::Parts, ProxyBody),
+) -> Result<(Request<ProxyBody>, bool), Response<ProxyBody>> {
+    let deadline = Instant::now() + hop.limits.gather;
+    match gather(body, MAX_REFERENCE + 5, &hop.limits.budget, deadline).await {
+        Ok(Gathered::Whole(collected, charge)) => {
+            let data = collected.to_bytes();
+            if let Some(message) = single_message(&data) {
+                hop.held.keep(connection, message);
+            }
+            let body = body::holding(body::chunks(vec![data], collected.trailers), charge);
+            Ok((Request::from_parts(parts, body), true))
+        }
+        Ok(Gathered::Stopped(_, partial)) => {
+            Ok((Request::from_parts(parts, partial.into_body()), true))
+        }
+        Err(err) => Err(refused(counters, parts.uri.path(), &err.to_string())),
+    }
+}
+
+/// The answer to a compressed request whose reference is no longer held:
+/// it has the requester's sidecar send the request again without one.
+fn reference_missed() -> Response<ProxyBody> {
+    let mut response = grpc_status::response(
+        grpc_status::UNAVAILABLE,
+        "tlcd: the compressed request's reference is no longer held",
+    );
+    peer::mark_hop(response.headers_mut());
+    response
+        .headers_mut()
+        .insert(peer::HOP_MISS, HeaderValue::from_static("1"));
+    response
+}
+
+/// A compressed request read whole within the gather bounds and restored
+/// (against `reference`), held in the budget until TensorFlow has read it.
+async fn restore_compressed(
+    hop: &Hop,
+    counters: &HopCounters,
+    connection: ConnectionId,
+    (parts, body): (http::request::Parts, ProxyBody),
+    reference: Option<Bytes>,
+) -> Result<(Request<ProxyBody>, bool), Response<ProxyBody>> {
+    let deadline = Instant::now() + hop.limits.gather;
+    let budget = &hop.limits.budget;
     let path = parts.uri.path();
     let (mut collected, mut charge) = match gather(body, MAX_REQUEST, budget, deadline).await {
         Ok(Gathered::Whole(collected, charge)) => (collected, charge),

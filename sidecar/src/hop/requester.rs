@@ -114,19 +114,36 @@ pub async fn forward(
         let response = forward_as_is(upstream, Request::from_parts(parts, body)).await;
         return answered(hop, counters, addr, response);
     }
+    match gathered(hop, counters, upstream, (parts, body), known.short_paths).await {
+        Ok(whole) => send_compressed(hop, counters, upstream, whole).await,
+        Err(response) => response,
+    }
+}
+
+/// The request read whole, to compress; else (too long, the budget spent,
+/// TensorFlow slow to send it) the answer to it sent as it came, or to a
+/// body that could not be read.
+async fn gathered(
+    hop: &Hop,
+    counters: &Arc<HopCounters>,
+    upstream: &Upstream,
+    (parts, body): (http::request::Parts, ProxyBody),
+    short_paths: bool,
+) -> Result<Whole, Response<ProxyBody>> {
+    let addr = upstream.addr();
     let deadline = Instant::now() + hop.limits.gather;
-    let gathered = match gather(body, MAX_REQUEST, &hop.limits.budget, deadline).await {
+    match gather(body, MAX_REQUEST, &hop.limits.budget, deadline).await {
         Ok(Gathered::Whole(collected, charge)) => {
             let data = collected.to_bytes();
             let key = single_message(&data).map(|m| SentKey::of(addr, parts.uri.path(), m));
-            Whole {
+            Ok(Whole {
                 head: copy_head(&parts),
                 data,
                 trailers: collected.trailers,
                 key,
-                short_paths: known.short_paths,
+                short_paths,
                 _charge: charge,
-            }
+            })
         }
         Ok(Gathered::Stopped(why, partial)) => {
             // Too long, the budget spent or TensorFlow slow to send it:
@@ -134,16 +151,26 @@ pub async fn forward(
             debug!(upstream = %addr, ?why, "request not gathered; sending it as it comes");
             let request = Request::from_parts(parts, partial.into_body());
             let response = forward_as_is(upstream, request).await;
-            return answered(hop, counters, addr, response);
+            Err(answered(hop, counters, addr, response))
         }
-        Err(err) => {
-            return grpc_status::response(
-                grpc_status::UNAVAILABLE,
-                &format!("tlcd: reading the request: {err}"),
-            )
-        }
-    };
-    let mut gathered = gathered;
+        Err(err) => Err(grpc_status::response(
+            grpc_status::UNAVAILABLE,
+            &format!("tlcd: reading the request: {err}"),
+        )),
+    }
+}
+
+/// Sends a gathered request compressed (by reference where the holder's
+/// sidecar holds the last one), again with the full path or without the
+/// reference where the holder's sidecar asks, and as it came where the
+/// holder will not take it compressed or is no sidecar after all.
+async fn send_compressed(
+    hop: &Hop,
+    counters: &Arc<HopCounters>,
+    upstream: &Upstream,
+    mut gathered: Whole,
+) -> Response<ProxyBody> {
+    let addr = upstream.addr();
     let reference = gathered.key.as_ref().and_then(|k| hop.sent.get(k));
     let referenced = reference.is_some();
     let (request, mut compressed) = gathered.request(reference.clone(), counters);
