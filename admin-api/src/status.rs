@@ -183,6 +183,10 @@ pub struct Training {
     pub last_rewind: Option<StepEvent>,
     /// `recovery.on_model_reset` in force: `fail` or `warn`.
     pub on_model_reset: String,
+    /// Jobs failed because their calls were stuck after a rebuilt
+    /// session (`recovery.stall_fail_seconds`).
+    #[serde(default)]
+    pub stalls_failed: u64,
 }
 
 /// A step counter that went back.

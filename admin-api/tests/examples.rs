@@ -147,6 +147,7 @@ fn status_example() -> Status {
             last_reset: None,
             last_rewind: None,
             on_model_reset: "fail".into(),
+            stalls_failed: 0,
         },
         contexts: Contexts {
             push: table(4, 4771840),

@@ -335,6 +335,7 @@ pub fn status(push_raw: u64, push_wire: u64) -> Value {
             last_reset: None,
             last_rewind: None,
             on_model_reset: "fail".into(),
+            stalls_failed: 0,
         },
         contexts: Contexts {
             push: table(4, 4771840),

@@ -2,7 +2,7 @@
 //! configuration: the types of `tlc_admin_api`, filled in.
 
 use tlc_admin_api as api;
-use tlc_admin_api::status::{Contexts, DirectionTotals, StepEvent, TableSize, Totals, Training};
+use tlc_admin_api::status::{Contexts, DirectionTotals, TableSize, Totals, Training};
 use tlc_admin_api::tensors::QueryError;
 use tlc_admin_api::{ConfigView, PolicyView, SortField, Tensors, TensorsQuery};
 
@@ -14,7 +14,6 @@ use tlc_proxy::{Listener, Target};
 use tlc_sidecar::policy::{codec_view, Policy};
 use tlc_sidecar::sidecar::stats::Sent;
 use tlc_sidecar::sidecar::Sidecar;
-use tlc_sidecar::training::watch::Event;
 
 /// `GET /v1/config`: the configuration and the origin of each value.
 pub fn config(resolved: &Resolved) -> Result<ConfigView, serde_json::Error> {
@@ -132,27 +131,7 @@ pub fn totals(sidecar: &Sidecar) -> Totals {
 
 /// What the step watch saw: the global step, and the times it went back.
 pub fn training(sidecar: &Sidecar) -> Training {
-    let view = sidecar.training_view(std::time::Instant::now());
-    let event = |e: Event| StepEvent {
-        holder: e.holder,
-        counter: e.counter,
-        from: e.from,
-        to: e.to,
-        unix_time: e.unix_time,
-        action: e.action.map(str::to_string),
-    };
-    Training {
-        global_step: view.global_step,
-        seconds_since_advanced: view.seconds_since_advanced,
-        advanced_unix_time: view.advanced_unix_time,
-        resets: view.resets,
-        resets_failed: view.resets_failed,
-        resets_warned: view.resets_warned,
-        rewinds: view.rewinds,
-        last_reset: view.last_reset.map(event),
-        last_rewind: view.last_rewind.map(event),
-        on_model_reset: view.on_model_reset.to_string(),
-    }
+    sidecar.training_view(std::time::Instant::now())
 }
 
 /// The links' rates and the decisions made on them.

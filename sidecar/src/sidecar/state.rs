@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::stats::Stats;
 use super::Sidecar;
-use crate::training::TrainingView;
+use tlc_admin_api::status::Training;
 use tlc_context::table::TableStats;
 use tlc_proxy::tls::ReloadStats;
 
@@ -94,7 +94,7 @@ impl Sidecar {
     }
 
     /// Training progress as the step counter reads showed it, at `now`.
-    pub fn training_view(&self, now: Instant) -> TrainingView {
+    pub fn training_view(&self, now: Instant) -> Training {
         self.steps.view(now)
     }
 }

@@ -27,4 +27,4 @@ pub mod watch;
 #[cfg(test)]
 mod tests;
 
-pub use watch::{Moment, StepRead, StepWatch, TrainingView, Verdict};
+pub use watch::{Moment, StepRead, StepWatch, Verdict};

@@ -117,7 +117,7 @@ fn back_to_the_start_is_a_reset_that_fails_every_reader() {
     assert_eq!((view.resets, view.resets_failed, view.rewinds), (1, 1, 0));
     let event = view.last_reset.unwrap();
     assert_eq!(
-        (event.from, event.to, event.action),
+        (event.from, event.to, event.action.as_deref()),
         (99, 0, Some("failed"))
     );
     assert_eq!(event.holder, PS);
@@ -139,7 +139,7 @@ fn a_warned_reset_passes_and_counts_once() {
     let view = watch.view(Instant::now());
     assert_eq!((view.resets, view.resets_warned, view.rewinds), (1, 1, 0));
     assert_eq!(view.global_step, Some(3), "training again from the start");
-    assert_eq!(view.last_reset.unwrap().action, Some("warned"));
+    assert_eq!(view.last_reset.unwrap().action.as_deref(), Some("warned"));
     // Put to "fail" later, a second reset fails.
     watch.configure(RecoverySettings {
         on_model_reset: OnModelReset::Fail,
@@ -162,7 +162,10 @@ fn back_to_a_point_after_the_start_is_a_rewind() {
     let view = watch.view(Instant::now());
     assert_eq!((view.resets, view.rewinds), (0, 1));
     let event = view.last_rewind.unwrap();
-    assert_eq!((event.from, event.to, event.action), (149, 50, None));
+    assert_eq!(
+        (event.from, event.to, event.action.as_deref()),
+        (149, 50, None)
+    );
     assert_eq!(view.global_step, Some(52));
     // Back to the lowest value ever seen after all: a reset.
     assert!(matches!(

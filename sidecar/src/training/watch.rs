@@ -34,7 +34,7 @@
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
+use tlc_admin_api::status::{StepEvent, Training};
 use tracing::{error, warn};
 
 use super::bounded::Bounded;
@@ -88,52 +88,6 @@ impl Moment {
     }
 }
 
-/// A counter that went back.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Event {
-    /// The task holding the counter.
-    pub holder: String,
-    /// The counter (`global_step`).
-    pub counter: String,
-    /// The value the requester read before.
-    pub from: i64,
-    /// The value it read now.
-    pub to: i64,
-    /// When, in seconds since the Unix epoch.
-    pub unix_time: f64,
-    /// For a reset: `failed` (the job was failed) or `warned`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub action: Option<&'static str>,
-}
-
-/// What the watch saw, for the admin API and metrics.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TrainingView {
-    /// The step counter's value as last read (the highest read since the
-    /// counter last went back); `None` before any read.
-    pub global_step: Option<i64>,
-    /// Seconds since it last advanced; `None` if it never did.
-    pub seconds_since_advanced: Option<f64>,
-    /// When it last advanced, in seconds since the Unix epoch.
-    pub advanced_unix_time: Option<f64>,
-    /// Resets seen, whatever was done.
-    pub resets: u64,
-    /// Resets answered by failing the job.
-    pub resets_failed: u64,
-    /// Resets let through with an error logged.
-    pub resets_warned: u64,
-    /// Rewinds (checkpoint restores) seen.
-    pub rewinds: u64,
-    /// The last reset.
-    pub last_reset: Option<Event>,
-    /// The last rewind.
-    pub last_rewind: Option<Event>,
-    /// `recovery.on_model_reset` in force.
-    pub on_model_reset: &'static str,
-    /// Jobs failed because they were stuck after a rebuilt session.
-    pub stalls_failed: u64,
-}
-
 /// A step counter: one node on one holder incarnation.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct CounterKey {
@@ -181,14 +135,14 @@ struct State {
     resets_failed: u64,
     resets_warned: u64,
     rewinds: u64,
-    last_reset: Option<Event>,
-    last_rewind: Option<Event>,
+    last_reset: Option<StepEvent>,
+    last_rewind: Option<StepEvent>,
 }
 
 /// What a read turned out to be, logged once the lock is released.
 enum Seen {
-    Reset(Event, String),
-    Rewind(Event),
+    Reset(StepEvent, String),
+    Rewind(StepEvent),
 }
 
 /// Every step counter read this sidecar saw; see the module's doc.
@@ -357,9 +311,9 @@ impl StepWatch {
     }
 
     /// What the watch saw, at `now`.
-    pub fn view(&self, now: Instant) -> TrainingView {
+    pub fn view(&self, now: Instant) -> Training {
         let state = self.lock();
-        TrainingView {
+        Training {
             global_step: state.step,
             seconds_since_advanced: state
                 .advanced
@@ -371,7 +325,7 @@ impl StepWatch {
             rewinds: state.rewinds,
             last_reset: state.last_reset.clone(),
             last_rewind: state.last_rewind.clone(),
-            on_model_reset: state.settings.on_model_reset.name(),
+            on_model_reset: state.settings.on_model_reset.name().to_string(),
             stalls_failed: state.stalls_failed,
         }
     }
@@ -405,7 +359,7 @@ impl State {
         let mut verdict = Verdict::Pass;
         let mut seen = None;
         if let Some((from, _)) = went_back {
-            let mut event = Event {
+            let mut event = StepEvent {
                 holder: key.holder.clone(),
                 counter: counter_name(&key.node).to_owned(),
                 from,
@@ -419,12 +373,12 @@ impl State {
                 let message = reset_message(&event, self.settings.on_model_reset);
                 if fail {
                     self.resets_failed += 1;
-                    event.action = Some("failed");
+                    event.action = Some("failed".into());
                     counter.failed = Some(message.clone());
                     verdict = Verdict::Fail(message.clone());
                 } else {
                     self.resets_warned += 1;
-                    event.action = Some("warned");
+                    event.action = Some("warned".into());
                 }
                 self.last_reset = Some(event.clone());
                 seen = Some(Seen::Reset(event, message));
@@ -475,7 +429,7 @@ fn short_task(task: &str) -> String {
 }
 
 /// What a reset is called, in the log and in the error TensorFlow gets.
-fn reset_message(event: &Event, action: OnModelReset) -> String {
+fn reset_message(event: &StepEvent, action: OnModelReset) -> String {
     let what = format!(
         "tlcd: TensorFlow re-initialised the model mid-run: {} on {} went back from {} to {} \
          (a session was rebuilt after a broken connection and there is no checkpoint to restore).",
