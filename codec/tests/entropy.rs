@@ -7,16 +7,11 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use tlc_codec::{decode, DecodeError, Encoder, EntropyStage, Feedback, Frame};
+use tlc_codec::{DecodeError, Encoder, EntropyStage, Feedback, Frame};
 
 const THREELC: u8 = 7;
 const INT8: u8 = 3;
 const FLAG_ENTROPY: u8 = 0x02;
-
-fn decoded(bytes: &[u8]) -> Result<Vec<f32>, DecodeError> {
-    let mut out = Vec::new();
-    decode(bytes, &LIMITS, &mut out).map(|_| out)
-}
 
 fn entropy_error(bytes: &[u8]) -> &'static str {
     match decoded(bytes) {

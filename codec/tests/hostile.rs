@@ -23,12 +23,6 @@ fn parse(bytes: &[u8]) -> Result<Frame<'_>, DecodeError> {
     Frame::parse(bytes, &LIMITS)
 }
 
-/// Full decode; on success the values.
-fn decoded(bytes: &[u8]) -> Result<Vec<f32>, DecodeError> {
-    let mut out = Vec::new();
-    decode(bytes, &LIMITS, &mut out).map(|_| out)
-}
-
 fn corrupt(bytes: &[u8]) -> &'static str {
     match decoded(bytes) {
         Err(DecodeError::CorruptPayload(why)) => why,
@@ -45,6 +39,19 @@ fn bad_params(bytes: &[u8]) -> String {
 
 fn three_lc(elements: u64, payload: Vec<u8>) -> RawFrame {
     RawFrame::new(THREELC, elements, params2(1.0, 1.5), payload)
+}
+
+/// The valid 3LC frame of 7 values (`[1, 0, 0, -1, 0, 0, 0]`), with
+/// `edit` made to it.
+fn valid_with(edit: impl FnOnce(&mut RawFrame)) -> RawFrame {
+    let mut frame = three_lc(7, vec![202, 94]);
+    edit(&mut frame);
+    frame
+}
+
+/// Why `frame` does not parse (the test fails if it does).
+fn parse_error(frame: &RawFrame) -> DecodeError {
+    parse(&frame.bytes()).unwrap_err()
 }
 
 /// One valid frame of every codec, from the encoder.
@@ -210,22 +217,17 @@ fn truncated_at_every_length() {
 #[test]
 fn bad_magic() {
     for magic in [*b"TLCG", *b"tlcf", [0; 4], *b"PK\x03\x04"] {
-        let mut frame = three_lc(7, vec![202, 94]);
-        frame.magic = magic;
-        assert_eq!(
-            parse(&frame.bytes()).unwrap_err(),
-            DecodeError::BadMagic(magic)
-        );
+        let frame = valid_with(|f| f.magic = magic);
+        assert_eq!(parse_error(&frame), DecodeError::BadMagic(magic));
     }
 }
 
 #[test]
 fn bad_version() {
     for version in [0, 2, 255] {
-        let mut frame = three_lc(7, vec![202, 94]);
-        frame.version = version;
+        let frame = valid_with(|f| f.version = version);
         assert_eq!(
-            parse(&frame.bytes()).unwrap_err(),
+            parse_error(&frame),
             DecodeError::UnsupportedVersion(version)
         );
     }
@@ -235,10 +237,7 @@ fn bad_version() {
 fn unknown_codec_id() {
     for codec in [9, 10, 127, 255] {
         let frame = RawFrame::new(codec, 0, vec![], vec![]);
-        assert_eq!(
-            parse(&frame.bytes()).unwrap_err(),
-            DecodeError::UnknownCodec(codec)
-        );
+        assert_eq!(parse_error(&frame), DecodeError::UnknownCodec(codec));
     }
 }
 
@@ -248,25 +247,17 @@ fn bad_dtype() {
     for dtype in [0, 2, 14, 19, 255] {
         let mut frame = RawFrame::new(NONE, 1, vec![], vec![0; 4]);
         frame.dtype = dtype;
-        assert_eq!(
-            parse(&frame.bytes()).unwrap_err(),
-            DecodeError::UnsupportedDtype(dtype)
-        );
+        assert_eq!(parse_error(&frame), DecodeError::UnsupportedDtype(dtype));
     }
 }
 
 #[test]
 fn reserved_flags() {
     for flags in [0x04, 0x06, 0x80, 0xff] {
-        let mut frame = three_lc(7, vec![202, 94]);
-        frame.flags = flags;
-        assert_eq!(
-            parse(&frame.bytes()).unwrap_err(),
-            DecodeError::ReservedFlags(flags)
-        );
+        let frame = valid_with(|f| f.flags = flags);
+        assert_eq!(parse_error(&frame), DecodeError::ReservedFlags(flags));
     }
-    let mut frame = three_lc(7, vec![202, 94]);
-    frame.flags = 0x01;
+    let frame = valid_with(|f| f.flags = 0x01);
     assert!(parse(&frame.bytes()).unwrap().header.feedback);
 }
 

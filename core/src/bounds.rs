@@ -49,6 +49,11 @@ pub struct Range {
 }
 
 impl Range {
+    /// `min` to `max`, in the unit `note` says.
+    pub const fn new(min: u64, max: u64, note: &'static str) -> Range {
+        Range { min, max, note }
+    }
+
     /// `Ok` if `value` is in the range, else the error naming `key`.
     pub fn check(&self, key: &str, value: u64) -> Result<(), ConfigError> {
         if (self.min..=self.max).contains(&value) {
@@ -72,165 +77,74 @@ impl Range {
 }
 
 /// `drain_seconds`: in-flight calls get at most an hour on shutdown.
-pub const DRAIN_SECONDS: Range = Range {
-    min: 0,
-    max: 3600,
-    note: "seconds",
-};
+pub const DRAIN_SECONDS: Range = Range::new(0, 3600, "seconds");
 
 /// `contexts.memory_mib`, per table.
-pub const MEMORY_MIB: Range = Range {
-    min: 1,
-    max: 1 << 20,
-    note: "MiB, 1 TiB",
-};
+pub const MEMORY_MIB: Range = Range::new(1, 1 << 20, "MiB, 1 TiB");
 
 /// `contexts.idle_seconds`.
-pub const IDLE_SECONDS: Range = Range {
-    min: 1,
-    max: 7 * 24 * 3600,
-    note: "seconds, 7 days",
-};
+pub const IDLE_SECONDS: Range = Range::new(1, 7 * 24 * 3600, "seconds, 7 days");
 
 /// `contexts.pull_cache`: deltas kept per pulled tensor, about one per
 /// worker of an asynchronous job.
-pub const PULL_CACHE: Range = Range {
-    min: 1,
-    max: 4096,
-    note: "deltas",
-};
+pub const PULL_CACHE: Range = Range::new(1, 4096, "deltas");
 
 /// `contexts.fallback_mib`.
-pub const FALLBACK_MIB: Range = Range {
-    min: 1,
-    max: 1 << 20,
-    note: "MiB, 1 TiB",
-};
+pub const FALLBACK_MIB: Range = Range::new(1, 1 << 20, "MiB, 1 TiB");
 
 /// `limits.memory_mib`: below 64 MiB a sidecar cannot hold one ordinary
 /// tensor per table.
-pub const LIMITS_MEMORY_MIB: Range = Range {
-    min: 64,
-    max: 1 << 20,
-    note: "MiB, 1 TiB",
-};
+pub const LIMITS_MEMORY_MIB: Range = Range::new(64, 1 << 20, "MiB, 1 TiB");
 
 /// `limits.max_tensor_mib`.
-pub const MAX_TENSOR_MIB: Range = Range {
-    min: 1,
-    max: 2048,
-    note: "MiB, TensorFlow's largest message",
-};
+pub const MAX_TENSOR_MIB: Range = Range::new(1, 2048, "MiB, TensorFlow's largest message");
 
 /// `limits.max_connections`, per listener.
-pub const MAX_CONNECTIONS: Range = Range {
-    min: 1,
-    max: 65_536,
-    note: "connections",
-};
+pub const MAX_CONNECTIONS: Range = Range::new(1, 65_536, "connections");
 
 /// `limits.handshake_seconds`.
-pub const HANDSHAKE_SECONDS: Range = Range {
-    min: 1,
-    max: 300,
-    note: "seconds",
-};
+pub const HANDSHAKE_SECONDS: Range = Range::new(1, 300, "seconds");
 
 /// `limits.idle_seconds`; 0 keeps idle connections forever.
-pub const CONNECTION_IDLE_SECONDS: Range = Range {
-    min: 0,
-    max: 7 * 24 * 3600,
-    note: "seconds, 7 days; 0: never",
-};
+pub const CONNECTION_IDLE_SECONDS: Range =
+    Range::new(0, 7 * 24 * 3600, "seconds, 7 days; 0: never");
 
 /// `limits.memory_wait_seconds`.
-pub const MEMORY_WAIT_SECONDS: Range = Range {
-    min: 1,
-    max: 600,
-    note: "seconds",
-};
+pub const MEMORY_WAIT_SECONDS: Range = Range::new(1, 600, "seconds");
 
 /// `limits.max_opaque_connections`, per listener; 0 refuses them all.
-pub const MAX_OPAQUE_CONNECTIONS: Range = Range {
-    min: 0,
-    max: 65_536,
-    note: "connections; 0: none",
-};
+pub const MAX_OPAQUE_CONNECTIONS: Range = Range::new(0, 65_536, "connections; 0: none");
 
 /// `limits.opaque_idle_seconds`.
-pub const OPAQUE_IDLE_SECONDS: Range = Range {
-    min: 1,
-    max: 7 * 24 * 3600,
-    note: "seconds, 7 days",
-};
+pub const OPAQUE_IDLE_SECONDS: Range = Range::new(1, 7 * 24 * 3600, "seconds, 7 days");
 
 /// `limits.close_seconds`.
-pub const CLOSE_SECONDS: Range = Range {
-    min: 1,
-    max: 600,
-    note: "seconds",
-};
+pub const CLOSE_SECONDS: Range = Range::new(1, 600, "seconds");
 
 /// `limits.server_first_seconds`.
-pub const SERVER_FIRST_SECONDS: Range = Range {
-    min: 1,
-    max: 300,
-    note: "seconds",
-};
+pub const SERVER_FIRST_SECONDS: Range = Range::new(1, 300, "seconds");
 
 /// `limits.gather_seconds`.
-pub const GATHER_SECONDS: Range = Range {
-    min: 1,
-    max: 3600,
-    note: "seconds",
-};
+pub const GATHER_SECONDS: Range = Range::new(1, 3600, "seconds");
 
 /// `limits.hop_references_mib`.
-pub const HOP_REFERENCES_MIB: Range = Range {
-    min: 1,
-    max: 1024,
-    note: "MiB",
-};
+pub const HOP_REFERENCES_MIB: Range = Range::new(1, 1024, "MiB");
 
 /// `policy.min_bytes`: a tensor is at most a 2 GiB message, so a larger
 /// threshold could only mean "never compress" (say `codec = "none"`).
-pub const MIN_BYTES: Range = Range {
-    min: 0,
-    max: 2 << 30,
-    note: "bytes, 2 GiB",
-};
+pub const MIN_BYTES: Range = Range::new(0, 2 << 30, "bytes, 2 GiB");
 
 /// `policy.link.margin`.
-pub const LINK_MARGIN: Range = Range {
-    min: 1,
-    max: 100,
-    note: "times the break-even rate",
-};
+pub const LINK_MARGIN: Range = Range::new(1, 100, "times the break-even rate");
 
 /// `policy.link.assume_rate_mbit`.
-pub const ASSUME_RATE_MBIT: Range = Range {
-    min: 0,
-    max: 10_000_000,
-    note: "Mbit/s, 0 = measure",
-};
+pub const ASSUME_RATE_MBIT: Range = Range::new(0, 10_000_000, "Mbit/s, 0 = measure");
 
 /// `policy.warmup_steps`.
-pub const WARMUP_STEPS: Range = Range {
-    min: 0,
-    max: 1_000_000,
-    note: "steps",
-};
+pub const WARMUP_STEPS: Range = Range::new(0, 1_000_000, "steps");
 
 /// `policy.overrides`: every tensor is matched against each in turn.
-pub const OVERRIDES: Range = Range {
-    min: 0,
-    max: 1024,
-    note: "entries",
-};
+pub const OVERRIDES: Range = Range::new(0, 1024, "entries");
 
 /// `recovery.stall_warn_seconds` and `stall_fail_seconds`; 0 turns each off.
-pub const STALL_WARN_SECONDS: Range = Range {
-    min: 0,
-    max: 7 * 24 * 3600,
-    note: "seconds, 7 days; 0: never",
-};
+pub const STALL_WARN_SECONDS: Range = Range::new(0, 7 * 24 * 3600, "seconds, 7 days; 0: never");

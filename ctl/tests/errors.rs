@@ -2,38 +2,32 @@
 
 mod common;
 
-use common::{fails, gradient, tlcctl, Scratch};
+use std::path::Path;
+
+use common::{codec, fails, gradient, tlcctl, Scratch};
 
 /// Encodes a small 3lc file of `chunks` tensors and returns its bytes.
 fn frames(s: &Scratch, chunks: usize) -> Vec<u8> {
     let input = s.f32_file("in.f32", &gradient(100 * chunks, 11));
     let out = s.path("good.tlc");
-    tlcctl()
-        .args(["codec", "encode", "--codec", "3lc", "--chunk", "100"])
-        .arg(&input)
-        .arg(&out)
-        .assert()
-        .success();
+    let flags = ["--codec", "3lc", "--chunk", "100"];
+    codec("encode", &flags, &input, &out).assert().success();
     std::fs::read(out).unwrap()
+}
+
+/// The error line of `tlcctl codec ACTION FLAGS... INPUT` writing to
+/// `s`'s `out`.
+fn codec_fails(s: &Scratch, action: &str, flags: &[&str], input: &Path) -> String {
+    fails(&mut codec(action, flags, input, &s.path("out")))
 }
 
 #[test]
 fn missing_input_file() {
     let s = Scratch::new();
-    let line = fails(
-        tlcctl()
-            .args(["codec", "encode"])
-            .arg(s.path("nope.f32"))
-            .arg(s.path("out")),
-    );
+    let line = codec_fails(&s, "encode", &[], &s.path("nope.f32"));
     assert!(line.contains("nope.f32"), "{line}");
     assert!(!s.path("out").exists());
-    let line = fails(
-        tlcctl()
-            .args(["codec", "decode"])
-            .arg(s.path("nope"))
-            .arg(s.path("o")),
-    );
+    let line = codec_fails(&s, "decode", &[], &s.path("nope"));
     assert!(line.contains("cannot read"), "{line}");
 }
 
@@ -42,12 +36,7 @@ fn length_not_a_multiple_of_four() {
     let s = Scratch::new();
     let path = s.path("odd.f32");
     std::fs::write(&path, [0u8; 10]).unwrap();
-    let line = fails(
-        tlcctl()
-            .args(["codec", "encode"])
-            .arg(&path)
-            .arg(s.path("out")),
-    );
+    let line = codec_fails(&s, "encode", &[], &path);
     assert!(
         line.contains("odd.f32") && line.contains("10 bytes"),
         "{line}"
@@ -59,12 +48,7 @@ fn length_not_a_multiple_of_four() {
 fn length_not_a_multiple_of_the_chunk() {
     let s = Scratch::new();
     let input = s.f32_file("in.f32", &gradient(10, 1));
-    let line = fails(
-        tlcctl()
-            .args(["codec", "encode", "--chunk", "3"])
-            .arg(&input)
-            .arg(s.path("out")),
-    );
+    let line = codec_fails(&s, "encode", &["--chunk", "3"], &input);
     assert!(
         line.contains("--chunk 3") && line.contains("10 values"),
         "{line}"
@@ -75,11 +59,11 @@ fn length_not_a_multiple_of_the_chunk() {
 fn sparsity_out_of_range() {
     let s = Scratch::new();
     let input = s.f32_file("in.f32", &gradient(10, 1));
-    let line = fails(
-        tlcctl()
-            .args(["codec", "encode", "--codec", "3lc", "--sparsity", "2.5"])
-            .arg(&input)
-            .arg(s.path("out")),
+    let line = codec_fails(
+        &s,
+        "encode",
+        &["--codec", "3lc", "--sparsity", "2.5"],
+        &input,
     );
     assert!(line.contains("out of range [1.0, 2.0)"), "{line}");
 }
@@ -104,13 +88,7 @@ fn settings_for_the_wrong_codec() {
         (&["--codec", "gzip"], "unknown codec 'gzip'"),
     ];
     for (flags, want) in cases {
-        let line = fails(
-            tlcctl()
-                .args(["codec", "encode"])
-                .args(flags)
-                .arg(&input)
-                .arg(s.path("out")),
-        );
+        let line = codec_fails(&s, "encode", flags, &input);
         assert!(line.contains(want), "{flags:?}: {line}");
     }
 }
@@ -121,12 +99,7 @@ fn non_finite_input_names_the_tensor() {
     let mut x = gradient(30, 1);
     x[25] = f32::NAN;
     let input = s.f32_file("in.f32", &x);
-    let line = fails(
-        tlcctl()
-            .args(["codec", "encode", "--codec", "3lc", "--chunk", "10"])
-            .arg(&input)
-            .arg(s.path("out")),
-    );
+    let line = codec_fails(&s, "encode", &["--codec", "3lc", "--chunk", "10"], &input);
     assert!(
         line.contains("tensor 2") && line.contains("non-finite"),
         "{line}"
@@ -143,7 +116,7 @@ fn corrupted_frame_fails_the_checksum() {
     let bad = s.path("bad.tlc");
     std::fs::write(&bad, &bytes).unwrap();
     let out = s.path("out.f32");
-    let line = fails(tlcctl().args(["codec", "decode"]).arg(&bad).arg(&out));
+    let line = fails(&mut codec("decode", &[], &bad, &out));
     assert!(line.contains("checksum mismatch"), "{line}");
     assert!(line.contains("byte offset"), "{line}");
     assert!(!out.exists(), "no half-written output");
@@ -158,12 +131,7 @@ fn truncated_frame() {
     for cut in [1, 5, bytes.len() / 2 + 3] {
         let bad = s.path("cut.tlc");
         std::fs::write(&bad, &bytes[..bytes.len() - cut]).unwrap();
-        let line = fails(
-            tlcctl()
-                .args(["codec", "decode"])
-                .arg(&bad)
-                .arg(s.path("out")),
-        );
+        let line = codec_fails(&s, "decode", &[], &bad);
         assert!(line.contains("truncated"), "{line}");
         assert!(
             line.contains("frame 1") || line.contains("frame 0"),
@@ -190,12 +158,7 @@ fn element_limit() {
     let bytes = frames(&s, 1);
     let path = s.path("one.tlc");
     std::fs::write(&path, bytes).unwrap();
-    let line = fails(
-        tlcctl()
-            .args(["codec", "decode", "--max-elements", "99"])
-            .arg(&path)
-            .arg(s.path("out")),
-    );
+    let line = codec_fails(&s, "decode", &["--max-elements", "99"], &path);
     assert!(line.contains("above the limit of 99"), "{line}");
 }
 

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{gradient, inspect_json, read_f32, tlcctl, Scratch};
+use common::{codec, gradient, inspect_json, read_f32, tlcctl, Scratch};
 use serde_json::Value;
 
 /// Encodes `values` with `flags`, decodes, and returns (decoded, frame info).
@@ -10,20 +10,11 @@ fn round_trip(scratch: &Scratch, values: &[f32], flags: &[&str]) -> (Vec<f32>, V
     let input = scratch.f32_file("in.f32", values);
     let frames = scratch.path("out.tlc");
     let output = scratch.path("back.f32");
-    tlcctl()
-        .args(["codec", "encode"])
-        .args(flags)
-        .arg(&input)
-        .arg(&frames)
+    codec("encode", flags, &input, &frames)
         .assert()
         .success()
         .stdout("");
-    tlcctl()
-        .args(["codec", "decode"])
-        .arg(&frames)
-        .arg(&output)
-        .assert()
-        .success();
+    codec("decode", &[], &frames, &output).assert().success();
     (read_f32(&output), inspect_json(&frames))
 }
 
@@ -201,12 +192,7 @@ fn empty_input_gives_empty_output() {
     let s = Scratch::new();
     let empty = s.f32_file("empty.tlc", &[]);
     let out = s.path("out.f32");
-    tlcctl()
-        .args(["codec", "decode"])
-        .arg(&empty)
-        .arg(&out)
-        .assert()
-        .success();
+    codec("decode", &[], &empty, &out).assert().success();
     assert_eq!(std::fs::read(&out).unwrap().len(), 0);
     assert!(inspect_json(&empty).is_empty());
 }
@@ -216,12 +202,8 @@ fn inspect_table_lists_frames() {
     let s = Scratch::new();
     let input = s.f32_file("in.f32", &gradient(300, 7));
     let frames = s.path("out.tlc");
-    tlcctl()
-        .args(["codec", "encode", "--codec", "int8", "--chunk", "100"])
-        .arg(&input)
-        .arg(&frames)
-        .assert()
-        .success();
+    let flags = ["--codec", "int8", "--chunk", "100"];
+    codec("encode", &flags, &input, &frames).assert().success();
     let output = tlcctl()
         .args(["codec", "inspect"])
         .arg(&frames)

@@ -18,8 +18,9 @@ use hostile::{
     bomb_holder, counting_server, head_status, never_reading_sender, one_message, peak_rss,
     reset_peak_rss, rss, unfinished_request, unfinished_sender, RUN_GRAPH,
 };
-use http::Request;
+use http::{Request, Response};
 use http_body_util::BodyExt;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use support::Client;
 use tlc_core::Role;
@@ -45,6 +46,56 @@ async fn most_charged(sidecar: &Sidecar, watch_for: Duration) -> u64 {
     most
 }
 
+/// A holder's sidecar, in front of a TensorFlow that counts the calls
+/// reaching it: an in-flight budget of `budget` bytes, and a compressed
+/// request gathered for `gather` at most.
+struct CountingHolder {
+    sidecar: Arc<Sidecar>,
+    /// Calls that reached TensorFlow.
+    arrived: Arc<AtomicUsize>,
+    /// Where peers reach the holder's proxy.
+    addr: SocketAddr,
+    _proxy: tlc_proxy::Proxy<Sidecar>,
+}
+
+impl CountingHolder {
+    async fn start(budget: u64, gather: Duration) -> CountingHolder {
+        let options = Options {
+            in_flight_bytes: budget,
+            gather,
+            ..Options::default()
+        };
+        let sidecar = support::compressing_sidecar_with(options);
+        let arrived = Arc::new(AtomicUsize::new(0));
+        let tf = counting_server(Arc::clone(&arrived)).await;
+        let proxy = support::proxy(Role::Inbound, tf, Arc::clone(&sidecar)).await;
+        CountingHolder {
+            sidecar,
+            arrived,
+            addr: proxy.local_addrs()[0],
+            _proxy: proxy,
+        }
+    }
+}
+
+/// The answer to `call`, which must come within `limit` (`late` says what
+/// it means if not) and refuse it as TensorFlow refuses an encoding it
+/// does not know: `UNIMPLEMENTED`, so that a requester sends it again
+/// uncompressed.
+async fn refused_within(
+    call: tokio::task::JoinHandle<hyper::Result<Response<Incoming>>>,
+    limit: Duration,
+    late: &str,
+) -> Response<Incoming> {
+    let response = tokio::time::timeout(limit, call)
+        .await
+        .expect(late)
+        .unwrap()
+        .unwrap();
+    assert_eq!(head_status(&response).as_deref(), Some("12"));
+    response
+}
+
 /// Row 3, the holder: 4 connections x 1000 streams, each 60 KB of a
 /// hop-compressed request that never ends. Today's code gathers all of it,
 /// uncharged and without a time limit; here what is gathered is charged to
@@ -54,16 +105,8 @@ async fn most_charged(sidecar: &Sidecar, watch_for: Duration) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unfinished_compressed_requests_are_charged_and_refused_in_time() {
     const BUDGET: u64 = 16 * MIB;
-    let options = Options {
-        in_flight_bytes: BUDGET,
-        gather: Duration::from_secs(2),
-        ..Options::default()
-    };
-    let holder = support::compressing_sidecar_with(options);
-    let arrived = Arc::new(AtomicUsize::new(0));
-    let tf = counting_server(Arc::clone(&arrived)).await;
-    let proxy = support::proxy(Role::Inbound, tf, Arc::clone(&holder)).await;
-    let addr = proxy.local_addrs()[0];
+    let holder = CountingHolder::start(BUDGET, Duration::from_secs(2)).await;
+    let addr = holder.addr;
     let _measuring = MEASURING.lock().await;
     reset_peak_rss();
     let before = peak_rss();
@@ -81,7 +124,7 @@ async fn unfinished_compressed_requests_are_charged_and_refused_in_time() {
         }
     }
     // While they gather: charged, within the budget.
-    let most = most_charged(&holder, Duration::from_millis(1500)).await;
+    let most = most_charged(&holder.sidecar, Duration::from_millis(1500)).await;
     let grown = peak_rss().saturating_sub(before);
     eprintln!(
         "holder: {} KiB of unfinished requests charged at most; peak RSS grew {} MiB",
@@ -97,23 +140,23 @@ async fn unfinished_compressed_requests_are_charged_and_refused_in_time() {
     // TensorFlow refuses an unknown encoding; none reached TensorFlow.
     let mut refused = 0;
     for call in calls {
-        let response = tokio::time::timeout(Duration::from_secs(5), call)
-            .await
-            .expect("a call still gathered past limits.gather_seconds")
-            .unwrap()
-            .unwrap();
-        assert_eq!(head_status(&response).as_deref(), Some("12"));
+        let late = "a call still gathered past limits.gather_seconds";
+        let response = refused_within(call, Duration::from_secs(5), late).await;
         assert!(!response.headers().contains_key("tlc-hop"));
         refused += 1;
     }
     assert_eq!(refused, 4000);
-    assert_eq!(arrived.load(Ordering::SeqCst), 0);
-    assert_eq!(holder.in_flight().in_use_bytes, 0, "every charge came back");
+    assert_eq!(holder.arrived.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        holder.sidecar.in_flight().in_use_bytes,
+        0,
+        "every charge came back"
+    );
     let grown = peak_rss().saturating_sub(before);
     eprintln!("holder: peak RSS grew {} MiB in all", grown >> 20);
     // The budget, and hyper's windows (16 MiB a connection from a peer).
     assert!(grown < 160 * MIB, "peak RSS grew {} MiB", grown >> 20);
-    let hop = holder.stats().totals().hop;
+    let hop = holder.sidecar.stats().totals().hop;
     assert_eq!(
         hop.refused.gather_budget + hop.refused.gather_time,
         4000,
@@ -128,16 +171,8 @@ async fn unfinished_compressed_requests_are_charged_and_refused_in_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_is_charged_for_what_arrived_not_what_it_declares() {
     let _measuring = MEASURING.lock().await;
-    let options = Options {
-        in_flight_bytes: 16 * MIB,
-        gather: Duration::from_secs(1),
-        ..Options::default()
-    };
-    let holder = support::compressing_sidecar_with(options);
-    let arrived = Arc::new(AtomicUsize::new(0));
-    let tf = counting_server(Arc::clone(&arrived)).await;
-    let proxy = support::proxy(Role::Inbound, tf, Arc::clone(&holder)).await;
-    let addr = proxy.local_addrs()[0];
+    let holder = CountingHolder::start(16 * MIB, Duration::from_secs(1)).await;
+    let addr = holder.addr;
     let mut sender = unfinished_sender(addr).await;
     let headers = [
         ("tlc-hop", "1"),
@@ -148,19 +183,15 @@ async fn a_request_is_charged_for_what_arrived_not_what_it_declares() {
     let call = tokio::spawn(async move { sender.send_request(request).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        holder.in_flight().in_use_bytes,
+        holder.sidecar.in_flight().in_use_bytes,
         1024,
         "what arrived, in KiB"
     );
-    let response = tokio::time::timeout(Duration::from_secs(3), call)
-        .await
-        .expect("refused once its gather time is up")
-        .unwrap()
-        .unwrap();
-    assert_eq!(head_status(&response).as_deref(), Some("12"));
-    assert_eq!(holder.in_flight().in_use_bytes, 0);
-    assert_eq!(holder.stats().totals().hop.refused.gather_time, 1);
-    assert_eq!(arrived.load(Ordering::SeqCst), 0);
+    let late = "refused once its gather time is up";
+    refused_within(call, Duration::from_secs(3), late).await;
+    assert_eq!(holder.sidecar.in_flight().in_use_bytes, 0);
+    assert_eq!(holder.sidecar.stats().totals().hop.refused.gather_time, 1);
+    assert_eq!(holder.arrived.load(Ordering::SeqCst), 0);
 }
 
 /// Row 3, what a real requester makes of the holder's refusal: a peer
@@ -276,6 +307,34 @@ async fn the_requesters_own_gathering_is_charged_and_timed() {
     call.abort();
 }
 
+/// A requester's sidecar, behind its proxy, whose holder answers with
+/// `messages` messages that each restore to 1 MiB: an in-flight budget of
+/// `budget` bytes, and `cap` bytes restored per answer at most.
+struct BombedRequester {
+    sidecar: Arc<Sidecar>,
+    /// Where TensorFlow reaches the requester's proxy.
+    addr: SocketAddr,
+    _proxy: tlc_proxy::Proxy<Sidecar>,
+}
+
+impl BombedRequester {
+    async fn start(messages: usize, budget: u64, cap: u64) -> BombedRequester {
+        let holder = bomb_holder(messages).await;
+        let options = Options {
+            in_flight_bytes: budget,
+            max_tensor_bytes: cap,
+            ..Options::default()
+        };
+        let sidecar = support::compressing_sidecar_with(options);
+        let proxy = support::proxy(Role::Outbound, holder, Arc::clone(&sidecar)).await;
+        BombedRequester {
+            sidecar,
+            addr: proxy.local_addrs()[0],
+            _proxy: proxy,
+        }
+    }
+}
+
 /// Row 5: 2000 messages of 49 bytes that restore to 1 MiB each (98 KB
 /// that today become 2 GiB for TensorFlow). The answer restores at most
 /// `max_tensor_bytes`, then fails with `RESOURCE_EXHAUSTED`: whole
@@ -284,15 +343,8 @@ async fn the_requesters_own_gathering_is_charged_and_timed() {
 async fn an_answer_never_restores_beyond_the_cap() {
     const CAP: u64 = 8 * MIB;
     let _measuring = MEASURING.lock().await;
-    let holder = bomb_holder(2000).await;
-    let options = Options {
-        in_flight_bytes: 64 * MIB,
-        max_tensor_bytes: CAP,
-        ..Options::default()
-    };
-    let requester = support::compressing_sidecar_with(options);
-    let proxy = support::proxy(Role::Outbound, holder, Arc::clone(&requester)).await;
-    let addr = proxy.local_addrs()[0];
+    let requester = BombedRequester::start(2000, 64 * MIB, CAP).await;
+    let addr = requester.addr;
     let tcp = TcpStream::connect(addr).await.unwrap();
     let (mut sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .handshake::<_, http_body_util::Full<Bytes>>(TokioIo::new(tcp))
@@ -354,7 +406,7 @@ async fn an_answer_never_restores_beyond_the_cap() {
     assert!(pending.is_empty(), "no truncated message");
     let trailers = trailers.expect("a clean gRPC status, not a reset");
     assert_eq!(trailers["grpc-status"], "8", "RESOURCE_EXHAUSTED");
-    let hop = requester.stats().totals().hop;
+    let hop = requester.sidecar.stats().totals().hop;
     assert_eq!(hop.refused.answer_too_large, 1, "{hop:?}");
     assert!(hop.restored.raw_bytes <= CAP);
 }
@@ -366,15 +418,8 @@ async fn an_answer_never_restores_beyond_the_cap() {
 async fn restored_answers_tensorflow_does_not_read_are_charged() {
     const BUDGET: u64 = 32 * MIB;
     let _measuring = MEASURING.lock().await;
-    let holder = bomb_holder(6).await;
-    let options = Options {
-        in_flight_bytes: BUDGET,
-        max_tensor_bytes: 8 * MIB,
-        ..Options::default()
-    };
-    let requester = support::compressing_sidecar_with(options);
-    let proxy = support::proxy(Role::Outbound, holder, Arc::clone(&requester)).await;
-    let addr = proxy.local_addrs()[0];
+    let requester = BombedRequester::start(6, BUDGET, 8 * MIB).await;
+    let addr = requester.addr;
     reset_peak_rss();
     let before = peak_rss();
     let sender = never_reading_sender(addr).await;
@@ -389,9 +434,9 @@ async fn restored_answers_tensorflow_does_not_read_are_charged() {
             async move { sender.send_request(request).await },
         ));
     }
-    let most = most_charged(&requester, Duration::from_secs(3)).await;
+    let most = most_charged(&requester.sidecar, Duration::from_secs(3)).await;
     let grown = peak_rss().saturating_sub(before);
-    let restored = requester.stats().totals().hop.restored.raw_bytes;
+    let restored = requester.sidecar.stats().totals().hop.restored.raw_bytes;
     eprintln!(
         "unread answers: {} MiB restored, {} MiB charged at most, peak RSS grew {} MiB",
         restored >> 20,

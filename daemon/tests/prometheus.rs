@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::metrics::{get, key, pair};
+use support::metrics::{get, key, pair, MetricsEndpoint};
 use support::process::{free_addr, KillOnDrop};
 use support::register_graph;
 use support::tf::{recv, start_tensor_server, Tensors};
@@ -172,14 +172,8 @@ async fn prometheus_scrapes_the_sidecar() {
     assert_eq!(frames, 12.0);
     let memory = holder.options().memory;
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let target = listener.local_addr().unwrap();
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let server = tokio::spawn(tlc_daemon::metrics::serve(
-        listener,
-        holder.clone(),
-        shutdown.clone(),
-    ));
+    let endpoint = MetricsEndpoint::start(holder.clone()).await;
+    let target = endpoint.addr;
 
     let dir = tempfile::tempdir().unwrap();
     let web = free_addr();
@@ -266,9 +260,5 @@ async fn prometheus_scrapes_the_sidecar() {
     .await
     .unwrap();
     drop(dir);
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(5), server)
-        .await
-        .unwrap()
-        .unwrap();
+    endpoint.stop().await;
 }

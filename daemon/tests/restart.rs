@@ -114,6 +114,12 @@ async fn serving(
     running
 }
 
+/// A tlcd that takes over the listeners offered at `socket`, logging to
+/// `log`.
+fn successor(listen: SocketAddr, upstream: SocketAddr, socket: &Path, log: &Path) -> KillOnDrop {
+    KillOnDrop(tlcd_under(&[], listen, upstream, socket, log, true))
+}
+
 /// Waits until a tlcd offers its listeners at `socket` (once it serves).
 async fn wait_for_offer(socket: &Path) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -156,15 +162,7 @@ async fn a_successor_takes_the_sockets_over_without_a_failed_call() {
         (answered, client.connections)
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let new = tlcd_under(
-        &[],
-        listen,
-        upstream,
-        &socket,
-        &dir.path().join("new.log"),
-        true,
-    );
-    let _new = KillOnDrop(new);
+    let _new = successor(listen, upstream, &socket, &dir.path().join("new.log"));
 
     // The old tlcd closes its connections gracefully and exits.
     exits(&mut old.0, Duration::from_secs(15), "the predecessor").await;
@@ -226,15 +224,7 @@ async fn a_slow_client_reads_every_byte_of_its_calls_through_a_take_over() {
     let client = support::slow::SlowClient::connect(listen, 16 << 10).await;
     let calls: Vec<_> = (0..4).map(|_| client.call()).collect();
     client.wait_for(256 << 10).await;
-    let new = tlcd_under(
-        &[],
-        listen,
-        upstream,
-        &socket,
-        &dir.path().join("new.log"),
-        true,
-    );
-    let _new = KillOnDrop(new);
+    let _new = successor(listen, upstream, &socket, &dir.path().join("new.log"));
     let mut failures = Vec::new();
     for call in calls {
         match call.await.unwrap() {

@@ -27,6 +27,19 @@ pub fn worker_task(index: usize) -> String {
     format!("/job:worker/replica:0/task:{index}")
 }
 
+/// The rendezvous key of tensor `node` sent from task `src` (in its
+/// `incarnation`) to task `dst` on edge `edge`, as TensorFlow writes it.
+fn key(src: &str, incarnation: u64, dst: &str, edge: usize, node: &str) -> String {
+    RendezvousKey {
+        src_device: device(src),
+        src_incarnation: incarnation,
+        dst_device: device(dst),
+        tensor_name: format!("edge_{edge}_{node}"),
+        frame_iter: FrameIter::default(),
+    }
+    .to_string()
+}
+
 /// One trainable variable and the names its tensors travel under.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Variable {
@@ -110,35 +123,17 @@ impl Graph {
     /// The key under which worker `worker` asks the parameter task for
     /// variable `var`.
     pub fn pull_key(&self, worker: usize, var: usize) -> String {
-        RendezvousKey {
-            src_device: device(PS_TASK),
-            src_incarnation: self.incarnations[0],
-            dst_device: device(&worker_task(worker)),
-            tensor_name: format!(
-                "edge_{}_{}",
-                self.pull_edge(worker, var),
-                self.variables[var].read_node
-            ),
-            frame_iter: FrameIter::default(),
-        }
-        .to_string()
+        let (edge, incarnation) = (self.pull_edge(worker, var), self.incarnations[0]);
+        let node = &self.variables[var].read_node;
+        key(PS_TASK, incarnation, &worker_task(worker), edge, node)
     }
 
     /// The key under which the parameter task asks worker `worker` for the
     /// gradient of variable `var`.
     pub fn push_key(&self, worker: usize, var: usize) -> String {
-        RendezvousKey {
-            src_device: device(&worker_task(worker)),
-            src_incarnation: self.incarnations[worker + 1],
-            dst_device: device(PS_TASK),
-            tensor_name: format!(
-                "edge_{}_{}",
-                self.push_edge(worker, var),
-                self.variables[var].gradient_node
-            ),
-            frame_iter: FrameIter::default(),
-        }
-        .to_string()
+        let (edge, incarnation) = (self.push_edge(worker, var), self.incarnations[worker + 1]);
+        let node = &self.variables[var].gradient_node;
+        key(&worker_task(worker), incarnation, PS_TASK, edge, node)
     }
 
     /// The parameter task's partition of worker `worker`'s graph, as that

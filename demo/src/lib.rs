@@ -14,6 +14,7 @@
 //! - [`wire`]: `RecvTensor` client and server over hyper;
 //! - [`ps`] and [`worker`]: the two kinds of task and their step loops;
 //! - [`link`]: the rate-limited network between pods;
+//! - [`accept`]: the listener loop the relays and servers share;
 //! - [`pods`]: one sidecar and one link per task, wired together;
 //! - [`run`]: one run of the job, start to end;
 //! - [`options`]: what a run is made of;
@@ -25,6 +26,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod accept;
 pub mod cli;
 pub mod data;
 pub mod graph;

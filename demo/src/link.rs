@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::debug;
+
+use crate::accept::Accepting;
 
 /// Bytes read from a socket at a time: one slot of the link schedule.
 const CHUNK: usize = 16 << 10;
@@ -113,10 +113,8 @@ pub struct RelayCounters {
 /// A listener in pod `from` whose connections reach `target` in pod `to`
 /// across the two pods' interfaces.
 pub struct Relay {
-    addr: SocketAddr,
+    accepting: Accepting,
     counters: Arc<RelayCounters>,
-    shutdown: CancellationToken,
-    tracker: TaskTracker,
 }
 
 /// One direction of a relayed connection: the buckets it pays, its
@@ -150,11 +148,7 @@ impl Relay {
         target: SocketAddr,
         latency: Duration,
     ) -> std::io::Result<Relay> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
         let counters = Arc::new(RelayCounters::default());
-        let shutdown = CancellationToken::new();
-        let tracker = TaskTracker::new();
         let forward = Path {
             buckets: [from, to],
             upload_of_first: true,
@@ -164,39 +158,25 @@ impl Relay {
             upload_of_first: false,
             ..forward.clone()
         };
-        let (c, s, t) = (counters.clone(), shutdown.clone(), tracker.clone());
-        tracker.spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    accepted = listener.accept() => accepted,
-                    () = s.cancelled() => return,
-                };
-                let Ok((client, _)) = accepted else { continue };
-                let (forward, backward, c, s) =
-                    (forward.clone(), backward.clone(), c.clone(), s.clone());
-                t.spawn(async move {
-                    tokio::select! {
-                        result = relay(client, target, forward, backward, &c) => {
-                            if let Err(err) = result {
-                                debug!(%target, error = %err, "relayed connection ended");
-                            }
-                        }
-                        () = s.cancelled() => {}
-                    }
-                });
+        let c = counters.clone();
+        let accepting = Accepting::start(move |client| {
+            let (forward, backward, c) = (forward.clone(), backward.clone(), c.clone());
+            async move {
+                if let Err(err) = relay(client, target, forward, backward, &c).await {
+                    debug!(%target, error = %err, "relayed connection ended");
+                }
             }
-        });
+        })
+        .await?;
         Ok(Relay {
-            addr,
+            accepting,
             counters,
-            shutdown,
-            tracker,
         })
     }
 
     /// Where to connect.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.accepting.addr()
     }
 
     /// Bytes carried so far: (forward, backward).
@@ -209,9 +189,7 @@ impl Relay {
 
     /// Closes the listener and every relayed connection.
     pub async fn shutdown(self) {
-        self.shutdown.cancel();
-        self.tracker.close();
-        self.tracker.wait().await;
+        self.accepting.shutdown().await
     }
 }
 
@@ -273,6 +251,8 @@ async fn pump(
 
 #[cfg(test)]
 mod tests {
+    use tokio::net::TcpListener;
+
     use super::*;
 
     #[test]

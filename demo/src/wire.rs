@@ -15,9 +15,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
-use tokio::net::{TcpListener, TcpStream};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use tokio::net::TcpStream;
 
 use tlc_proxy::body::{self, ProxyBody};
 use tlc_proxy::grpc_status;
@@ -25,6 +23,8 @@ use tlc_sidecar::graph::tap::REGISTER_GRAPH;
 use tlc_wire::tf::proto::RecvTensorRequest;
 use tlc_wire::tf::recv_tensor::{self, ResponseMeta};
 use tlc_wire::tf::{fast_parse, grpc, RECV_TENSOR_PATH};
+
+use crate::accept::Accepting;
 
 /// HTTP/2 flow-control windows: large enough that a tensor of a few MB is
 /// never held up by window updates (TensorFlow's gRPC grows its windows by
@@ -234,60 +234,38 @@ pub type Handler = Arc<
 
 /// A task's `RecvTensor` service on a loopback port.
 pub struct Server {
-    addr: SocketAddr,
-    shutdown: CancellationToken,
-    tracker: TaskTracker,
+    accepting: Accepting,
 }
 
 impl Server {
     /// Starts serving `handler` on a free loopback port.
     pub async fn start(handler: Handler) -> std::io::Result<Server> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let shutdown = CancellationToken::new();
-        let tracker = TaskTracker::new();
-        let (s, t) = (shutdown.clone(), tracker.clone());
-        tracker.spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    accepted = listener.accept() => accepted,
-                    () = s.cancelled() => return,
-                };
-                let Ok((stream, _)) = accepted else { continue };
-                let _ = stream.set_nodelay(true);
-                let (handler, s) = (handler.clone(), s.clone());
-                t.spawn(async move {
-                    let service = service_fn(move |request| answer(handler.clone(), request));
-                    let mut builder =
-                        hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-                    builder
-                        .initial_stream_window_size(STREAM_WINDOW)
-                        .initial_connection_window_size(CONNECTION_WINDOW);
-                    let connection = builder.serve_connection(TokioIo::new(stream), service);
-                    tokio::select! {
-                        _ = connection => {}
-                        () = s.cancelled() => {}
-                    }
-                });
+        let accepting = Accepting::start(move |stream: TcpStream| {
+            let _ = stream.set_nodelay(true);
+            let handler = handler.clone();
+            async move {
+                let service = service_fn(move |request| answer(handler.clone(), request));
+                let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                builder
+                    .initial_stream_window_size(STREAM_WINDOW)
+                    .initial_connection_window_size(CONNECTION_WINDOW);
+                let _ = builder
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
             }
-        });
-        Ok(Server {
-            addr,
-            shutdown,
-            tracker,
         })
+        .await?;
+        Ok(Server { accepting })
     }
 
     /// Where the service listens.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.accepting.addr()
     }
 
     /// Stops serving and closes every connection.
     pub async fn shutdown(self) {
-        self.shutdown.cancel();
-        self.tracker.close();
-        self.tracker.wait().await;
+        self.accepting.shutdown().await
     }
 }
 

@@ -195,18 +195,15 @@ mod tests {
     use std::time::Duration;
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::{TcpListener, TcpStream};
+    use tokio::net::TcpStream;
+
+    use crate::test_support::tcp_pair;
 
     use super::*;
 
     async fn pair() -> (Batched<TcpStream>, TcpStream) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("address");
-        let (ours, peer) = tokio::join!(TcpStream::connect(addr), listener.accept());
-        (
-            Batched::new(ours.expect("connect")),
-            peer.expect("accept").0,
-        )
+        let (ours, peer) = tcp_pair().await;
+        (Batched::new(ours), peer)
     }
 
     /// What `peer` receives within a moment.

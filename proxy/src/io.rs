@@ -130,23 +130,16 @@ mod tests {
     use std::io::IoSlice;
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::{TcpListener, TcpStream};
 
     use super::*;
     use crate::first_bytes::FirstBytes;
     use crate::linger::lend;
     use crate::preface::Prefixed;
-
-    async fn pair() -> (TcpStream, TcpStream) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("address");
-        let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
-        (client.expect("connect"), accepted.expect("accept").0)
-    }
+    use crate::test_support::tcp_pair;
 
     #[tokio::test]
     async fn layers_stack_reads_go_through_each_and_writes_reach_the_stream() {
-        let (mut peer, ours) = pair().await;
+        let (mut peer, ours) = tcp_pair().await;
         let (stream, answered) = FirstBytes::new(Prefixed::new(b"he".to_vec(), ours));
         let (mut stream, returned) = lend(stream);
         peer.write_all(b"llo").await.expect("write");

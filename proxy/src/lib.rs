@@ -46,6 +46,9 @@ pub mod tls;
 pub mod tuning;
 pub mod upstream;
 
+#[cfg(test)]
+mod test_support;
+
 pub use handler::{Handler, Unauthenticated};
 pub use intercept::Target;
 pub use listener::Listener;

@@ -137,18 +137,11 @@ impl<S: Unpin> Layer for Loan<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::net::{TcpListener, TcpStream};
-
-    async fn pair() -> (TcpStream, TcpStream) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("address");
-        let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
-        (client.expect("connect"), accepted.expect("accept").0)
-    }
+    use crate::test_support::tcp_pair;
 
     #[tokio::test]
     async fn a_dropped_loan_comes_back_and_lingers_until_the_peer_closes() {
-        let (mut client, server) = pair().await;
+        let (mut client, server) = tcp_pair().await;
         let (lent, returned) = lend(server);
         drop(lent);
         let server = returned.await.expect("the stream came back");
@@ -170,14 +163,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_peer_that_never_closes_is_bounded_in_time_and_bytes() {
-        let (client, server) = pair().await;
+        let (client, server) = tcp_pair().await;
         let started = std::time::Instant::now();
         let how = linger(server, Duration::from_millis(200), 1 << 20).await;
         assert_eq!(how, Lingered::TimedOut);
         assert!(started.elapsed() < Duration::from_secs(2));
         drop(client);
 
-        let (mut client, server) = pair().await;
+        let (mut client, server) = tcp_pair().await;
         let flood = tokio::spawn(async move {
             let chunk = vec![0u8; 64 << 10];
             while client.write_all(&chunk).await.is_ok() {}

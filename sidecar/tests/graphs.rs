@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use tlc_sidecar::graph::index::Learned;
 use tlc_sidecar::graph::{GraphIndex, RowKeyed, RowRole, TensorClass};
 
 const PS: &str = "/job:ps/replica:0/task:0";
@@ -14,6 +15,16 @@ const CHIEF: &str = "/job:chief/replica:0/task:0";
 fn fixture(name: &str) -> Vec<u8> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../wire/tests/fixtures/graphs");
     std::fs::read(dir.join(name)).unwrap()
+}
+
+/// What `index` learned from the `RegisterGraph` request in fixture `name`.
+fn registered(index: &GraphIndex, name: &str) -> Learned {
+    index.learn_register_graph(&fixture(name)).unwrap()
+}
+
+/// What `index` learned from the `Enqueue` request in fixture `name`.
+fn enqueued(index: &GraphIndex, name: &str) -> Learned {
+    index.learn_enqueue(&fixture(name)).unwrap()
 }
 
 /// What the index pairs the tensor `src` sends `dst` with.
@@ -70,7 +81,7 @@ fn tf2_mlp_component_reads_and_gradients_are_dense() {
         "tf2_mlp_ps_component_w0.enqueue.pb",
         "tf2_mlp_ps_component_w1.enqueue.pb",
     ] {
-        let learned = index.learn_enqueue(&fixture(name)).unwrap();
+        let learned = enqueued(&index, name);
         assert_eq!(learned.conflicts, 0, "{name}");
         assert_eq!(learned.tensors, 13, "{name}");
     }
@@ -117,9 +128,7 @@ fn tf2_mlp_component_reads_and_gradients_are_dense() {
 #[test]
 fn tf2_embedding_rows_ids_and_sparse_gradients_are_sparse() {
     let index = GraphIndex::default();
-    index
-        .learn_enqueue(&fixture("tf2_embedding_ps_component_w0.enqueue.pb"))
-        .unwrap();
+    enqueued(&index, "tf2_embedding_ps_component_w0.enqueue.pb");
     let got = index.lookup(PS, W0, "edge_148_Gather").unwrap();
     assert_eq!(got.class, TensorClass::Sparse);
     assert!(got.reason.contains("ResourceGather"), "{}", got.reason);
@@ -149,9 +158,7 @@ fn tf2_embedding_rows_ids_and_sparse_gradients_are_sparse() {
 #[test]
 fn tf2_embedding_rows_are_paired_with_their_ids() {
     let index = GraphIndex::default();
-    index
-        .learn_enqueue(&fixture("tf2_embedding_ps_component_w0.enqueue.pb"))
-        .unwrap();
+    enqueued(&index, "tf2_embedding_ps_component_w0.enqueue.pb");
     assert_rows_paired(
         &index,
         ("edge_71_cond/output/_7", "edge_148_Gather"),
@@ -169,16 +176,12 @@ fn tf2_eager_copies_share_one_name_and_stay_unknown() {
     // Every v.numpy() on the coordinator is `edge_2_input`, whatever the
     // variable: never a context.
     let index = GraphIndex::default();
-    index
-        .learn_enqueue(&fixture("tf2_eager_copy_a.enqueue.pb"))
-        .unwrap();
+    enqueued(&index, "tf2_eager_copy_a.enqueue.pb");
     assert_eq!(
         class(&index, PS, CHIEF, "edge_2_input"),
         TensorClass::Unknown
     );
-    let learned = index
-        .learn_enqueue(&fixture("tf2_eager_copy_b.enqueue.pb"))
-        .unwrap();
+    let learned = enqueued(&index, "tf2_eager_copy_b.enqueue.pb");
     assert_eq!(learned.tensors, 1);
     assert_eq!(
         class(&index, PS, CHIEF, "edge_2_input"),
@@ -241,7 +244,7 @@ fn tf1_embedding_rows_are_paired_with_their_ids() {
             "edge_137_gradients/embedding_lookup/GatherV2_1_grad/Reshape",
         ),
     ] {
-        let learned = index.learn_register_graph(&fixture(name)).unwrap();
+        let learned = registered(&index, name);
         assert_eq!(learned.conflicts, 0, "{name}");
         let rows_of = |src: &str, dst: &str, tensor: &str| rows_of(&index, src, dst, tensor);
         let paired = |role| paired(ids, role);
@@ -267,9 +270,7 @@ fn tf1_embedding_rows_are_paired_with_their_ids() {
 #[test]
 fn tf1_async_embedding_gradient_rows_are_paired_with_their_own_indices() {
     let index = GraphIndex::default();
-    let learned = index
-        .learn_register_graph(&fixture("tf1_embedding_async_1ps_w0.register_graph.pb"))
-        .unwrap();
+    let learned = registered(&index, "tf1_embedding_async_1ps_w0.register_graph.pb");
     assert_eq!(learned.conflicts, 0);
     assert_rows_paired(
         &index,
@@ -291,7 +292,7 @@ fn tf1_an_evaluation_reads_exact_and_training_does_not() {
         "tf1_mlp_sync_ps_train_w0.register_graph.pb",
         "tf1_mlp_sync_ps_eval_w0.register_graph.pb",
     ] {
-        let learned = index.learn_register_graph(&fixture(name)).unwrap();
+        let learned = registered(&index, name);
         assert_eq!(learned.conflicts, 0, "{name}");
     }
     let read = |name: &str| {

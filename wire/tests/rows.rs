@@ -44,6 +44,15 @@ fn push_section() -> RowsSection {
     }
 }
 
+/// The frames of [`pull_section`]'s pull: a keyframe of the 2 rows the
+/// requester lacks (4 values), then one pass over the held row's delta.
+fn pull_frames() -> [Vec<u8>; 2] {
+    [
+        frame(Codec::Fp16, &values(4)),
+        frame(three_lc(), &values(2)),
+    ]
+}
+
 /// Header, section and frames as given, without validation: what a
 /// hostile peer could send.
 fn forge(header: EnvelopeHeader, section: RowsSection, frames: &[Vec<u8>]) -> Vec<u8> {
@@ -58,10 +67,7 @@ fn forge(header: EnvelopeHeader, section: RowsSection, frames: &[Vec<u8>]) -> Ve
 
 fn good_pull() -> Vec<u8> {
     let header = EnvelopeHeader::rows_pull(3, 77, 4, 5).unwrap();
-    let frames = [
-        frame(Codec::Fp16, &values(4)),
-        frame(three_lc(), &values(2)),
-    ];
+    let frames = pull_frames();
     let mut out = Vec::new();
     write_rows_envelope(&header, &pull_section(), &frames, &mut out).unwrap();
     out
@@ -99,6 +105,27 @@ fn parse(bytes: &[u8]) -> Result<Envelope<'_>, EnvelopeError> {
 
 fn outcome(bytes: &[u8]) -> Result<(), EnvelopeError> {
     parse(bytes).map(|_| ())
+}
+
+/// How `header` and `section` parse before `frames`, the header
+/// declaring `count` of them.
+fn declaring(
+    count: u32,
+    header: EnvelopeHeader,
+    section: RowsSection,
+    frames: &[Vec<u8>],
+) -> Result<(), EnvelopeError> {
+    let header = EnvelopeHeader {
+        frame_count: count,
+        ..header
+    };
+    outcome(&forge(header, section, frames))
+}
+
+/// Whether `envelope` is refused for a header field its `kind` does not
+/// allow.
+fn refused_field(envelope: &[u8], kind: Kind) -> bool {
+    matches!(outcome(envelope), Err(EnvelopeError::Field { kind: k, .. }) if k == kind)
 }
 
 #[test]
@@ -194,10 +221,7 @@ fn header_rules_of_the_rows_kinds() {
     assert!(EnvelopeHeader::rows_pull(0, 1, 2, 2).is_err());
     assert!(EnvelopeHeader::rows_pull(0, 1, u64::MAX, 0).is_err());
     assert!(EnvelopeHeader::rows_pull(0, 1, 0, 1).is_ok());
-    let frames = [
-        frame(Codec::Fp16, &values(4)),
-        frame(three_lc(), &values(2)),
-    ];
+    let frames = pull_frames();
     let pull = EnvelopeHeader::rows_pull(0, 1, 4, 5).unwrap();
     let bad = [
         EnvelopeHeader { epoch: 0, ..pull },
@@ -207,23 +231,12 @@ fn header_rules_of_the_rows_kinds() {
         },
     ];
     for header in bad {
-        assert!(matches!(
-            outcome(&forge(header, pull_section(), &frames)),
-            Err(EnvelopeError::Field {
-                kind: Kind::RowsPull,
-                ..
-            })
-        ));
+        let envelope = forge(header, pull_section(), &frames);
+        assert!(refused_field(&envelope, Kind::RowsPull));
     }
     // Keyframes, then 1 to 7 passes over the held rows' deltas, each of
     // the held rows' length.
-    let with_frames = |count: u32, frames: &[Vec<u8>]| {
-        let header = EnvelopeHeader {
-            frame_count: count,
-            ..pull
-        };
-        outcome(&forge(header, pull_section(), frames))
-    };
+    let with_frames = |count, frames: &[Vec<u8>]| declaring(count, pull, pull_section(), frames);
     let mut passes = frames.to_vec();
     passes.push(frame(three_lc(), &values(2)));
     assert!(with_frames(3, &passes).is_ok());
@@ -274,22 +287,11 @@ fn header_rules_of_the_rows_kinds() {
             ..push
         },
     ] {
-        assert!(matches!(
-            outcome(&forge(header, push_section(), &one)),
-            Err(EnvelopeError::Field {
-                kind: Kind::RowsPush,
-                ..
-            })
-        ));
+        let envelope = forge(header, push_section(), &one);
+        assert!(refused_field(&envelope, Kind::RowsPush));
     }
     // One pass, then up to 7 refinements, each of the distinct rows' length.
-    let with_frames = |count: u32, frames: &[Vec<u8>]| {
-        let header = EnvelopeHeader {
-            frame_count: count,
-            ..push
-        };
-        outcome(&forge(header, push_section(), frames))
-    };
+    let with_frames = |count, frames: &[Vec<u8>]| declaring(count, push, push_section(), frames);
     assert!(with_frames(2, &[one[0].clone(), one[0].clone()]).is_ok());
     let nine = vec![one[0].clone(); 9];
     assert!(matches!(
@@ -304,10 +306,7 @@ fn header_rules_of_the_rows_kinds() {
 
 #[test]
 fn section_rules_are_enforced() {
-    let frames = [
-        frame(Codec::Fp16, &values(4)),
-        frame(three_lc(), &values(2)),
-    ];
+    let frames = pull_frames();
     let pull = EnvelopeHeader::rows_pull(0, 1, 4, 5).unwrap();
     let with = |section: RowsSection| outcome(&forge(pull, section, &frames));
     let s = pull_section();
@@ -367,10 +366,7 @@ fn section_rules_are_enforced() {
 
 #[test]
 fn section_sizes_honour_the_limits() {
-    let frames = [
-        frame(Codec::Fp16, &values(4)),
-        frame(three_lc(), &values(2)),
-    ];
+    let frames = pull_frames();
     let pull = EnvelopeHeader::rows_pull(0, 1, 4, 5).unwrap();
     let bytes = forge(pull, pull_section(), &frames);
     // positions * dim = 10 is the largest product.
@@ -418,10 +414,7 @@ fn section_sizes_honour_the_limits() {
 #[test]
 fn frames_hold_what_the_section_declares() {
     let pull = EnvelopeHeader::rows_pull(0, 1, 4, 5).unwrap();
-    let (f4, f2) = (
-        frame(Codec::Fp16, &values(4)),
-        frame(three_lc(), &values(2)),
-    );
+    let [f4, f2] = pull_frames();
     let r = outcome(&forge(pull, pull_section(), &[f2.clone(), f2.clone()]));
     assert_eq!(
         r.unwrap_err(),

@@ -7,7 +7,9 @@
 // Each test binary uses a different part of this module.
 #![allow(dead_code)]
 
-use tlc_codec::{decode, Codec, Encoder, Feedback, Frame, Limits, Sparsity, TopKPercent};
+use tlc_codec::{
+    decode, Codec, DecodeError, Encoder, Feedback, Frame, Limits, Sparsity, TopKPercent,
+};
 
 /// A small element limit, so hostile frames cannot make tests allocate much.
 pub const LIMITS: Limits = Limits {
@@ -124,6 +126,12 @@ pub fn decode_one(bytes: &[u8]) -> (Vec<f32>, Frame<'_>) {
     let frame = decode(bytes, &LIMITS, &mut out).unwrap();
     assert_eq!(out.len() as u64, frame.header.elements);
     (out, frame)
+}
+
+/// Decodes `bytes` whole (under [`LIMITS`]): the values, or why not.
+pub fn decoded(bytes: &[u8]) -> Result<Vec<f32>, DecodeError> {
+    let mut out = Vec::new();
+    decode(bytes, &LIMITS, &mut out).map(|_| out)
 }
 
 /// Raw bits, to compare floats exactly (0.0 vs -0.0, NaN).

@@ -25,15 +25,17 @@
 #![no_main]
 
 mod counting;
+mod reseal;
 
 use std::num::NonZeroU64;
 
 use counting::measure;
 use libfuzzer_sys::fuzz_target;
+use reseal::{seal_frames, seal, HEADER_CHECKED};
 use tlc_codec::{Codec, Limits};
 use tlc_context::pull::{ApplyError, PullSource, Replica};
 use tlc_context::{decode_push, Refinement};
-use tlc_wire::envelope::Envelope;
+use tlc_wire::envelope::{Envelope, HEADER_LEN};
 
 /// The largest tensor content this sidecar decodes, in bytes, from its
 /// config as tlcd computes it.
@@ -124,27 +126,9 @@ fuzz_target!(|input: &[u8]| {
 /// Rewrites the envelope header's CRC and each frame's, walking frames by
 /// the lengths their headers claim, as far as the bytes reach.
 fn fix_checksums(data: &mut [u8]) {
-    const HEADER_LEN: usize = 48;
-    const CHECKED_LEN: usize = 44;
-    const FRAME_FIXED: usize = 21;
     if data.len() < HEADER_LEN {
         return;
     }
-    let crc = crc32c::crc32c(&data[..CHECKED_LEN]);
-    data[CHECKED_LEN..HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
-    let mut at = HEADER_LEN;
-    while at + FRAME_FIXED <= data.len() {
-        let payload =
-            u32::from_le_bytes([data[at + 16], data[at + 17], data[at + 18], data[at + 19]]);
-        let params = usize::from(data[at + 20]);
-        let Some(end) = (at + FRAME_FIXED + params).checked_add(payload as usize) else {
-            return;
-        };
-        if end + 4 > data.len() {
-            return;
-        }
-        let crc = crc32c::crc32c(&data[at..end]);
-        data[end..end + 4].copy_from_slice(&crc.to_le_bytes());
-        at = end + 4;
-    }
+    seal(data, 0, HEADER_CHECKED);
+    seal_frames(data, HEADER_LEN);
 }

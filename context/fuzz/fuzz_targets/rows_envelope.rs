@@ -39,11 +39,12 @@
 #![no_main]
 
 mod counting;
-
+mod reseal;
 
 use counting::measure;
 use libfuzzer_sys::arbitrary::{self, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use reseal::{seal, seal_frames, HEADER_CHECKED};
 use tlc_codec::{Codec, Encoder, EntropyStage, Feedback, Limits, Sparsity, TopKPercent};
 use tlc_context::rows::{restore_push, RowErrors, RowMirror, RowsError, Uniques};
 use tlc_context::refine::{PassScale, Refinement};
@@ -58,10 +59,7 @@ const MAX_ROWS_LIMIT: usize = 4096;
 /// Frames of at most this many values are encoded as the section asks;
 /// for a larger count the input picks a small one.
 const MAX_FRAME_VALUES: u64 = 4096;
-/// Frame CRC trailer and fixed header bytes (`codec/FORMAT.md`).
-const FRAME_FIXED: usize = 21;
-const FRAME_TRAILER: usize = 4;
-const HEADER_CHECKED: usize = 44;
+/// The rows section's bytes its CRC covers (the CRC follows them).
 const SECTION_CHECKED: usize = 28;
 
 fuzz_target!(|input: &[u8]| {
@@ -122,33 +120,18 @@ fn run(u: &mut Unstructured, input_len: usize) -> arbitrary::Result<()> {
         peak_half_life: f64::INFINITY,
         regimes: tlc_context::Regimes::OFF,
     };
-    let mut holder_pull = RowMirror::new(EPOCH, dim, max_rows);
-    holder_pull.set_entropy_stage(entropy);
-    holder_pull.set_refinement(refine);
-    let mut holder_push = RowErrors::new(dim, max_rows);
-    holder_push.set_entropy_stage(entropy);
-    holder_push.set_refinement(refine);
+    let mut holder = Holder::new(dim, max_rows, entropy, refine);
+    let codecs = [keyframe_codec, delta_codec];
     let mut requester = Requester { mirror: None };
     for _ in 0..steps {
         let ids = gen_ids(u, wide_ids)?;
         seen.extend_from_slice(&ids);
         let values = rng.values(ids.len() * dim);
         let mut out = Vec::new();
-        if !pull {
-            let _ = holder_push.encode(&ids, &values, &delta_codec, token, &mut uniques, &mut out);
-            continue;
-        }
-        let encoded = holder_pull.encode(
-            &ids,
-            &values,
-            &keyframe_codec,
-            &delta_codec,
-            token,
-            &mut uniques,
-            &mut out,
-        );
-        if encoded.is_err() {
-            // More distinct ids than the bound: nothing changed, nothing sent.
+        let sent = holder.encode(pull, &ids, &values, codecs, token, &mut uniques, &mut out);
+        // A push's requester applies nothing; a refused pull (more
+        // distinct ids than the bound) changed nothing and sent nothing.
+        if !pull || !sent {
             continue;
         }
         let limits = Limits {
@@ -170,30 +153,7 @@ fn run(u: &mut Unstructured, input_len: usize) -> arbitrary::Result<()> {
     let values = rng.values(ids.len() * dim);
     let mut envelope = Vec::new();
     let holders = !by_hand
-        && if pull {
-            holder_pull
-                .encode(
-                    &ids,
-                    &values,
-                    &keyframe_codec,
-                    &delta_codec,
-                    token,
-                    &mut uniques,
-                    &mut envelope,
-                )
-                .is_ok()
-        } else {
-            holder_push
-                .encode(
-                    &ids,
-                    &values,
-                    &delta_codec,
-                    token,
-                    &mut uniques,
-                    &mut envelope,
-                )
-                .is_ok()
-        };
+        && holder.encode(pull, &ids, &values, codecs, token, &mut uniques, &mut envelope);
     if !holders {
         envelope.clear();
         let held = |id: i64| {
@@ -339,11 +299,11 @@ fn run(u: &mut Unstructured, input_len: usize) -> arbitrary::Result<()> {
                         assert!(same_bits(held, row));
                     }
                     if faithful {
-                        assert_eq!(mirror.rows(), holder_pull.rows());
-                        assert_eq!(mirror.version(), holder_pull.version());
-                        assert_eq!(mirror.evictions(), holder_pull.evictions());
+                        assert_eq!(mirror.rows(), holder.pull.rows());
+                        assert_eq!(mirror.version(), holder.pull.version());
+                        assert_eq!(mirror.evictions(), holder.pull.evictions());
                         for id in &seen {
-                            let (mine, theirs) = (mirror.row(*id), holder_pull.row(*id));
+                            let (mine, theirs) = (mirror.row(*id), holder.pull.row(*id));
                             assert_eq!(mine.is_some(), theirs.is_some(), "row {id}");
                             if let (Some(a), Some(b)) = (mine, theirs) {
                                 assert!(same_bits(a, b), "row {id} differs from the holder's");
@@ -356,6 +316,47 @@ fn run(u: &mut Unstructured, input_len: usize) -> arbitrary::Result<()> {
         Kind::Push | Kind::Chain | Kind::Keyframe => unreachable!("checked above"),
     }
     Ok(())
+}
+
+/// The holder's side of both directions: its mirror of the requester's
+/// rows (pulls) and its gradient rows' error buffers (pushes).
+struct Holder {
+    pull: RowMirror,
+    push: RowErrors,
+}
+
+impl Holder {
+    fn new(dim: usize, max_rows: usize, entropy: EntropyStage, refine: Refinement) -> Holder {
+        let mut pull = RowMirror::new(EPOCH, dim, max_rows);
+        pull.set_entropy_stage(entropy);
+        pull.set_refinement(refine);
+        let mut push = RowErrors::new(dim, max_rows);
+        push.set_entropy_stage(entropy);
+        push.set_refinement(refine);
+        Holder { pull, push }
+    }
+
+    /// Encodes `ids` and `values` into `out` as the holder of a pull
+    /// (keyframes and deltas) or of a push (deltas) does: whether it sent
+    /// them, which it refuses for more distinct ids than its bound.
+    #[allow(clippy::too_many_arguments)]
+    fn encode(
+        &mut self,
+        pull: bool,
+        ids: &[i64],
+        values: &[f32],
+        [keyframe, delta]: [Codec; 2],
+        token: u64,
+        uniques: &mut Uniques,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        if pull {
+            let encoded = self.pull.encode(ids, values, &keyframe, &delta, token, uniques, out);
+            encoded.is_ok()
+        } else {
+            self.push.encode(ids, values, &delta, token, uniques, out).is_ok()
+        }
+    }
 }
 
 impl Requester {
@@ -635,32 +636,14 @@ fn reseal(data: &mut [u8], frames: bool) {
     if data.len() < HEADER_LEN {
         return;
     }
-    let crc = crc32c::crc32c(&data[..HEADER_CHECKED]);
-    data[HEADER_CHECKED..HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
+    seal(data, 0, HEADER_CHECKED);
     let section_end = HEADER_LEN + ROWS_SECTION_LEN;
     if data.len() < section_end {
         return;
     }
-    let checked = HEADER_LEN + SECTION_CHECKED;
-    let crc = crc32c::crc32c(&data[HEADER_LEN..checked]);
-    data[checked..section_end].copy_from_slice(&crc.to_le_bytes());
-    if !frames {
-        return;
-    }
-    let mut at = section_end;
-    while at + FRAME_FIXED <= data.len() {
-        let payload =
-            u32::from_le_bytes([data[at + 16], data[at + 17], data[at + 18], data[at + 19]]);
-        let params = usize::from(data[at + 20]);
-        let Some(end) = (at + FRAME_FIXED + params).checked_add(payload as usize) else {
-            return;
-        };
-        if end + FRAME_TRAILER > data.len() {
-            return;
-        }
-        let crc = crc32c::crc32c(&data[at..end]);
-        data[end..end + FRAME_TRAILER].copy_from_slice(&crc.to_le_bytes());
-        at = end + FRAME_TRAILER;
+    seal(data, HEADER_LEN, HEADER_LEN + SECTION_CHECKED);
+    if frames {
+        seal_frames(data, section_end);
     }
 }
 

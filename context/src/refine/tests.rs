@@ -19,6 +19,30 @@ const THREE_LC: Codec = Codec::ThreeLc {
     sparsity: Sparsity::ONE,
 };
 
+/// Passes toward `target` (the error relative to the gradient), at most
+/// `max_passes`, each scaled by `scale`; no bound from the peak.
+fn toward(target: f64, max_passes: u32, scale: PassScale) -> Refinement {
+    Refinement {
+        target,
+        max_passes,
+        scale,
+        peak_lag: f64::INFINITY,
+        peak_half_life: f64::INFINITY,
+        regimes: Regimes::OFF,
+    }
+}
+
+/// Passes against the recent peak only: the error held to `peak_lag`
+/// times a peak that halves every `peak_half_life` gradients, 8 passes
+/// at most.
+fn against_the_peak(peak_lag: f64, peak_half_life: f64) -> Refinement {
+    Refinement {
+        peak_lag,
+        peak_half_life,
+        ..toward(f64::INFINITY, 8, PassScale::Max)
+    }
+}
+
 /// A step of training as 3LC finds it hard: one value in a thousand
 /// sets `M`, the bulk (most of the L2 norm) is 10x smaller, below
 /// `M / 2`, and waits.
@@ -37,14 +61,7 @@ fn heavy_tailed(n: usize, t: usize) -> Vec<f32> {
 
 #[test]
 fn a_refined_pull_update_lands_within_its_target_in_one_chain() {
-    let refine = Refinement {
-        target: 0.02,
-        max_passes: 6,
-        scale: PassScale::Toward,
-        peak_lag: f64::INFINITY,
-        peak_half_life: f64::INFINITY,
-        regimes: Regimes::OFF,
-    };
+    let refine = toward(0.02, 6, PassScale::Toward);
     let mut unrefined_drifted = 0;
     for (r, expect_passes) in [(Refinement::OFF, false), (refine, true)] {
         let mut source = PullSource::new(NonZeroU64::new(9).unwrap(), 1);
@@ -103,14 +120,7 @@ fn a_refined_pull_update_lands_within_its_target_in_one_chain() {
 #[test]
 fn a_refined_push_sends_the_gradient_and_its_error_in_one_envelope() {
     let limits = Limits::default();
-    let refine = Refinement {
-        target: 0.5,
-        max_passes: 8,
-        scale: PassScale::Max,
-        peak_lag: f64::INFINITY,
-        peak_half_life: f64::INFINITY,
-        regimes: Regimes::OFF,
-    };
+    let refine = toward(0.5, 8, PassScale::Max);
     let mut off = PushContext::new(THREE_LC, Feedback::On);
     let mut on = PushContext::new(THREE_LC, Feedback::On);
     let (mut sent_off, mut sent_on) = (vec![0f64; 3000], vec![0f64; 3000]);
@@ -187,14 +197,7 @@ fn push_frames_toward_the_target_meet_the_bound() {
         .collect();
     let norm = l2(&g);
     for scale in [PassScale::Max, PassScale::Toward] {
-        let refine = Refinement {
-            target: 1.0,
-            max_passes: 8,
-            scale,
-            peak_lag: f64::INFINITY,
-            peak_half_life: f64::INFINITY,
-            regimes: Regimes::OFF,
-        };
+        let refine = toward(1.0, 8, scale);
         let mut ctx = PushContext::new(THREE_LC, Feedback::On);
         let mut decoded = Vec::new();
         let mut sum = vec![0f64; g.len()];
@@ -224,14 +227,7 @@ fn a_peak_that_forgets_keeps_the_lag_to_recent_gradients() {
     // every 2 gradients: the bound follows them down and refines late
     // gradients too, where the largest-ever peak lets them go alone.
     let limits = Limits::default();
-    let forgetting = Refinement {
-        target: f64::INFINITY,
-        max_passes: 8,
-        scale: PassScale::Max,
-        peak_lag: 0.5,
-        peak_half_life: 2.0,
-        regimes: Regimes::OFF,
-    };
+    let forgetting = against_the_peak(0.5, 2.0);
     let mut ctx = PushContext::new(THREE_LC, Feedback::On);
     let mut decoded = Vec::new();
     let mut peak_squares = 0f64;
@@ -270,14 +266,7 @@ fn a_peak_that_forgets_keeps_the_lag_to_recent_gradients() {
 fn a_peak_lag_refines_early_gradients_and_lets_decayed_ones_go_alone() {
     let limits = Limits::default();
     // No bound against the gradient itself: only the peak's.
-    let refine = Refinement {
-        target: f64::INFINITY,
-        max_passes: 8,
-        scale: PassScale::Max,
-        peak_lag: 0.5,
-        peak_half_life: f64::INFINITY,
-        regimes: Regimes::OFF,
-    };
+    let refine = against_the_peak(0.5, f64::INFINITY);
     let mut ctx = PushContext::new(THREE_LC, Feedback::On);
     let mut frames_by_step = Vec::new();
     let mut decoded = Vec::new();
@@ -322,14 +311,7 @@ fn a_peak_lag_refines_early_gradients_and_lets_decayed_ones_go_alone() {
 
 #[test]
 fn a_pull_peak_lag_refines_early_updates_and_lets_decayed_ones_go_alone() {
-    let refine = Refinement {
-        target: f64::INFINITY,
-        max_passes: 8,
-        scale: PassScale::Max,
-        peak_lag: 0.5,
-        peak_half_life: f64::INFINITY,
-        regimes: Regimes::OFF,
-    };
+    let refine = against_the_peak(0.5, f64::INFINITY);
     let mut source = PullSource::new(NonZeroU64::new(3).unwrap(), 8);
     let mut replica = Replica::new();
     let mut value = vec![1.0f32; 3000];
@@ -376,14 +358,7 @@ fn a_pull_peak_lag_refines_early_updates_and_lets_decayed_ones_go_alone() {
 fn a_context_without_feedback_never_refines() {
     let mut ctx = PushContext::new(THREE_LC, Feedback::Off);
     let mut wire = Vec::new();
-    let refine = Refinement {
-        target: 1e-9,
-        max_passes: 8,
-        scale: PassScale::Max,
-        peak_lag: f64::INFINITY,
-        peak_half_life: f64::INFINITY,
-        regimes: Regimes::OFF,
-    };
+    let refine = toward(1e-9, 8, PassScale::Max);
     let encoded = ctx
         .encode(&heavy_tailed(500, 1), THREE_LC, refine, 0, &mut wire)
         .unwrap();
@@ -398,14 +373,7 @@ fn off_never_asks_for_another_pass() {
 
 #[test]
 fn passes_stop_at_the_target_or_the_budget() {
-    let r = Refinement {
-        target: 0.02,
-        max_passes: 3,
-        scale: PassScale::Max,
-        peak_lag: f64::INFINITY,
-        peak_half_life: f64::INFINITY,
-        regimes: Regimes::OFF,
-    };
+    let r = toward(0.02, 3, PassScale::Max);
     assert!(r.another_pass(1, 0.5));
     assert!(r.another_pass(2, 0.021));
     assert!(!r.another_pass(2, 0.02));

@@ -80,6 +80,17 @@ fn get(namespace: Option<&str>, args: &[&str]) -> Result<Answer> {
     Ok(Answer::Found(value))
 }
 
+/// The objects of `kind` in `namespace` (`kubectl get KIND -o json`): the
+/// list, `Null` if there is none, or kubectl's message where the user may
+/// not list them.
+fn list(namespace: &str, kind: &str) -> Result<std::result::Result<Value, String>> {
+    Ok(match get(Some(namespace), &["get", kind, "-o", "json"])? {
+        Answer::Found(list) => Ok(list),
+        Answer::Absent => Ok(Value::Null),
+        Answer::Forbidden(message) => Err(message),
+    })
+}
+
 /// The warning for a check kubectl was forbidden to run.
 fn forbidden(what: &str, message: &str) -> Line {
     (

@@ -10,7 +10,7 @@
 use anyhow::{Context, Result};
 use serde_json::Value;
 
-use super::{forbidden, get, quantity, Answer, Line, Verdict};
+use super::{forbidden, list, quantity, Line, Verdict};
 
 /// The sidecar spec, as `inject` builds it in (ctl/src/inject/spec.rs).
 const SIDECAR_SPEC: &str = include_str!("../../../deploy/k8s/components/sidecar/sidecar.yaml");
@@ -63,16 +63,15 @@ fn value_of(container: &Value, limits: bool, resource: &str) -> Option<String> {
 /// One line per ResourceQuota that constrains cpu or memory, else one
 /// saying none does.
 pub(super) fn check(namespace: &str) -> Result<Vec<Line>> {
-    let list = match get(Some(namespace), &["get", "resourcequota", "-o", "json"])? {
-        Answer::Found(list) => list,
-        Answer::Absent => Value::Null,
-        Answer::Forbidden(message) => {
+    let quotas = match list(namespace, "resourcequota")? {
+        Ok(quotas) => quotas,
+        Err(message) => {
             let what = format!("ResourceQuotas in {namespace}");
             return Ok(vec![forbidden(&what, &message)]);
         }
     };
     let ours = containers()?;
-    judge(namespace, &list, &ours, &mut || {
+    judge(namespace, &quotas, &ours, &mut || {
         limit_range_defaults(namespace)
     })
 }
@@ -212,10 +211,9 @@ fn room(head: &str, quota: &Value, keys: &[&(&str, bool, &str)], ours: &[Value])
 
 /// What the namespace's Container LimitRanges give defaults for.
 fn limit_range_defaults(namespace: &str) -> Result<Defaults> {
-    let list = match get(Some(namespace), &["get", "limitrange", "-o", "json"])? {
-        Answer::Found(list) => list,
-        Answer::Absent => Value::Null,
-        Answer::Forbidden(message) => return Ok(Err(message)),
+    let list = match list(namespace, "limitrange")? {
+        Ok(list) => list,
+        Err(message) => return Ok(Err(message)),
     };
     let mut found = Vec::new();
     let ranges = list["items"].as_array().into_iter().flatten();

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use serde_json::Value;
 
-use super::{forbidden, get, Answer, Line, Verdict};
+use super::{forbidden, list, Line, Verdict};
 
 /// The sidecar's container name.
 const SIDECAR: &str = "tlc-sidecar";
@@ -44,15 +44,14 @@ struct Sidecar {
 
 /// The health line and, when sidecars run, the versions line.
 pub(super) fn check(namespace: &str) -> Result<Vec<Line>> {
-    let list = match get(Some(namespace), &["get", "pods", "-o", "json"])? {
-        Answer::Found(list) => list,
-        Answer::Absent => Value::Null,
-        Answer::Forbidden(message) => {
+    let pods = match list(namespace, "pods")? {
+        Ok(pods) => pods,
+        Err(message) => {
             let what = format!("the running sidecars in {namespace}");
             return Ok(vec![forbidden(&what, &message)]);
         }
     };
-    let sidecars: Vec<Sidecar> = list["items"]
+    let sidecars: Vec<Sidecar> = pods["items"]
         .as_array()
         .into_iter()
         .flatten()

@@ -20,6 +20,18 @@ pub fn tlcctl() -> Command {
     command
 }
 
+/// `tlcctl codec ACTION FLAGS... INPUT OUTPUT`, the shape of every encode
+/// and decode.
+pub fn codec(action: &str, flags: &[&str], input: &Path, output: &Path) -> Command {
+    let mut command = tlcctl();
+    command
+        .args(["codec", action])
+        .args(flags)
+        .arg(input)
+        .arg(output);
+    command
+}
+
 /// Runs `tlcctl ARGS -` with `stdin`: exit code, stdout, stderr.
 pub fn on_stdin(args: &[&str], stdin: &str) -> (Option<i32>, String, String) {
     let output = tlcctl()

@@ -10,7 +10,7 @@
 
 #![no_main]
 
-use std::sync::OnceLock;
+mod runtime;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request};
@@ -19,6 +19,8 @@ use tlc_proxy::body;
 use tlc_proxy::connection::ConnectionId;
 use tlc_sidecar::sidecar::fallback::FallbackCache;
 use tlc_wire::peer;
+
+use runtime::runtime;
 
 const NAMES: [&str; 6] = [
     peer::REPLICA,
@@ -31,15 +33,6 @@ const NAMES: [&str; 6] = [
 
 const OWNER: ConnectionId = ConnectionId(1);
 const OTHER: ConnectionId = ConnectionId(2);
-
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("a current-thread runtime")
-    })
-}
 
 fuzz_target!(|input: &[u8]| {
     let mut headers = HeaderMap::new();

@@ -15,30 +15,27 @@
 
 #![no_main]
 
+mod grpc_input;
+mod runtime;
+
 use std::sync::OnceLock;
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
-use tlc_demo::wire;
 use tlc_core::Direction;
-use tlc_sidecar::policy::Policy;
-use tlc_proxy::body::{self, Peeked};
 use tlc_core::TensorCall;
+use tlc_demo::wire;
+use tlc_proxy::body::{self, Peeked};
+use tlc_sidecar::policy::Policy;
 use tlc_sidecar::sidecar::request_key;
 use tlc_sidecar::sidecar::MAX_REQUEST;
 use tlc_wire::tf::grpc;
 use tlc_wire::tf::proto::RecvTensorRequest;
 use tlc_wire::tf::rendezvous::{context_name, RendezvousKey, TaskName};
 
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("a current-thread runtime")
-    })
-}
+use grpc_input::mode_and_body;
+use runtime::runtime;
 
 fn policy() -> &'static Policy {
     static POLICY: OnceLock<Policy> = OnceLock::new();
@@ -46,16 +43,9 @@ fn policy() -> &'static Policy {
 }
 
 fuzz_target!(|input: &[u8]| {
-    let Some((&mode, rest)) = input.split_first() else {
+    let Some((mode, body)) = mode_and_body(input) else {
         return;
     };
-    let mut data = rest.to_vec();
-    if mode & 1 == 1 && data.len() >= grpc::PREFIX_LEN {
-        let len = (data.len() - grpc::PREFIX_LEN) as u32;
-        data[0] = 0;
-        data[1..grpc::PREFIX_LEN].copy_from_slice(&len.to_be_bytes());
-    }
-    let body = Bytes::from(data);
     let policy = policy();
     let call = request_key::read(&body, policy);
     if let Some(call) = &call {

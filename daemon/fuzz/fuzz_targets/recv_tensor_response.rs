@@ -20,6 +20,8 @@
 
 #![no_main]
 
+mod grpc_input;
+
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use tlc_codec::{Codec, EncodeError, EntropyStage, Limits};
@@ -34,6 +36,8 @@ use tlc_wire::tf::recv_tensor::{
     ResponseMeta,
 };
 
+use grpc_input::mode_and_body;
+
 const DT_FLOAT: i32 = DataType::DtFloat as i32;
 
 /// The requester's bound on a declared tensor (`limits.max_tensor_mib`,
@@ -41,16 +45,9 @@ const DT_FLOAT: i32 = DataType::DtFloat as i32;
 const MAX_TENSOR_BYTES: u64 = 1 << 20;
 
 fuzz_target!(|input: &[u8]| {
-    let Some((&mode, rest)) = input.split_first() else {
+    let Some((_, body)) = mode_and_body(input) else {
         return;
     };
-    let mut data = rest.to_vec();
-    if mode & 1 == 1 && data.len() >= grpc::PREFIX_LEN {
-        let len = (data.len() - grpc::PREFIX_LEN) as u32;
-        data[0] = 0;
-        data[1..grpc::PREFIX_LEN].copy_from_slice(&len.to_be_bytes());
-    }
-    let body = Bytes::from(data);
     let Ok(message) = grpc::parse_single(body.clone(), MAX_RESPONSE) else {
         return;
     };

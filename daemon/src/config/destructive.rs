@@ -122,16 +122,13 @@ mod tests {
             .api
             .insert("allow_destructive".into(), json!(["policy.sparse.codec"]));
         assert_eq!(layers.resolve().unwrap().config.policy.sparse.codec, "3lc");
-        let layers = Layers {
-            env: Layers::env_from([
-                ("TLC_POLICY__SPARSE__CODEC".to_string(), "3lc".to_string()),
-                (
-                    "TLC_ALLOW_DESTRUCTIVE".to_string(),
-                    "policy.sparse.codec,policy.unknown.codec".to_string(),
-                ),
-            ]),
-            ..Layers::default()
-        };
+        let layers = Layers::with_env(&[
+            ("TLC_POLICY__SPARSE__CODEC", "3lc"),
+            (
+                "TLC_ALLOW_DESTRUCTIVE",
+                "policy.sparse.codec,policy.unknown.codec",
+            ),
+        ]);
         let config = layers.resolve().unwrap().config;
         assert_eq!(config.allow_destructive.len(), 2);
     }

@@ -271,40 +271,39 @@ mod tests {
         "TLC_THREADS",
     ];
 
-    fn refusal(name: &str) -> String {
-        check([name], FLAGS).expect_err(name).to_string()
+    /// Asserts the variable `name` is refused, the message saying each of
+    /// `says`.
+    fn assert_refused(name: &str, says: &[&str]) {
+        let err = check([name], FLAGS).expect_err(name).to_string();
+        for said in says {
+            assert!(err.contains(said), "{err}");
+        }
     }
 
     #[test]
     fn a_misnamed_environment_table_is_refused() {
-        let err = refusal("TLC_POLCY__MIN_BYTES");
-        assert!(err.contains("TLC_POLCY__MIN_BYTES"), "{err}");
-        assert!(err.contains("did you mean 'policy'"), "{err}");
-        let err = refusal("TLC_POLICY_MIN_BYTES");
-        assert!(err.contains("TLC_POLICY__MIN_BYTES"), "{err}");
-        let err = refusal("TLC_NONSENSE__X");
-        assert!(err.contains("no table 'nonsense'"), "{err}");
+        assert_refused(
+            "TLC_POLCY__MIN_BYTES",
+            &["TLC_POLCY__MIN_BYTES", "did you mean 'policy'"],
+        );
+        assert_refused("TLC_POLICY_MIN_BYTES", &["TLC_POLICY__MIN_BYTES"]);
+        assert_refused("TLC_NONSENSE__X", &["no table 'nonsense'"]);
         // A flag's variable is known only as one.
         assert!(check(["TLC_LOG_FORMAT"], &[]).is_err());
     }
 
     #[test]
     fn one_word_typos_are_refused_with_the_names_meant() {
-        let err = refusal("TLC_THREAD");
-        assert!(err.contains("did you mean TLC_THREADS?"), "{err}");
-        let err = refusal("TLC_CONFG");
-        assert!(err.contains("did you mean TLC_CONFIG?"), "{err}");
-        let err = refusal("TLC_SPARSITY");
-        assert!(err.contains("TLC_POLICY__PUSH__SPARSITY"), "{err}");
-        assert!(err.contains("TLC_POLICY__PULL__SPARSITY"), "{err}");
-        let err = refusal("TLC_CODEC");
-        assert!(err.contains("TLC_POLICY__PUSH__CODEC"), "{err}");
-        let err = refusal("TLC_POLICY");
-        assert!(err.contains("'policy' is a table"), "{err}");
-        let err = refusal("TLC_ROUTES");
-        assert!(err.contains("'routes' is a list of tables"), "{err}");
-        let err = refusal("TLC_WHATEVER_ELSE");
-        assert!(err.contains("tlcd knows no such variable"), "{err}");
+        assert_refused("TLC_THREAD", &["did you mean TLC_THREADS?"]);
+        assert_refused("TLC_CONFG", &["did you mean TLC_CONFIG?"]);
+        assert_refused(
+            "TLC_SPARSITY",
+            &["TLC_POLICY__PUSH__SPARSITY", "TLC_POLICY__PULL__SPARSITY"],
+        );
+        assert_refused("TLC_CODEC", &["TLC_POLICY__PUSH__CODEC"]);
+        assert_refused("TLC_POLICY", &["'policy' is a table"]);
+        assert_refused("TLC_ROUTES", &["'routes' is a list of tables"]);
+        assert_refused("TLC_WHATEVER_ELSE", &["tlcd knows no such variable"]);
     }
 
     /// The `TLC_` names that `text` reads from the environment or sets on

@@ -135,6 +135,25 @@ impl Layers {
             .collect()
     }
 
+    /// The environment `vars`, as tests write them, taken as
+    /// [`Layers::env_from`] takes a process's.
+    #[cfg(test)]
+    pub(crate) fn env_of(vars: &[(&str, &str)]) -> BTreeMap<String, String> {
+        Layers::env_from(
+            vars.iter()
+                .map(|&(name, value)| (name.to_owned(), value.to_owned())),
+        )
+    }
+
+    /// Layers with nothing set but the environment `vars`.
+    #[cfg(test)]
+    pub(crate) fn with_env(vars: &[(&str, &str)]) -> Layers {
+        Layers {
+            env: Layers::env_of(vars),
+            ..Layers::default()
+        }
+    }
+
     /// Reads the file and merges every layer into a validated configuration.
     pub fn resolve(&self) -> Result<Resolved, ConfigError> {
         let file_text = match &self.file {
@@ -388,14 +407,19 @@ mod tests {
         f
     }
 
+    /// Layers with nothing set but the file `f`.
+    fn reading(f: &tempfile::NamedTempFile) -> Layers {
+        Layers {
+            file: Some(f.path().to_owned()),
+            ..Layers::default()
+        }
+    }
+
     #[test]
     fn each_layer_over_the_one_before() {
         let f =
             file("drain_seconds = 5\n[policy]\nmin_bytes = 1000\n[policy.push]\nsparsity = 1.5\n");
-        let mut layers = Layers {
-            file: Some(f.path().to_owned()),
-            ..Layers::default()
-        };
+        let mut layers = reading(&f);
         let r = layers.resolve().unwrap();
         assert_eq!(r.config.drain_seconds, 5);
         assert_eq!(r.config.policy.push.sparsity, Some(1.5));
@@ -405,13 +429,13 @@ mod tests {
         );
         assert_eq!(r.sources["policy.parameter_jobs"], Origin::Default);
 
-        layers.env = Layers::env_from([
-            ("TLC_POLICY__PUSH__SPARSITY".to_string(), "1.75".to_string()),
-            ("TLC_THREADS".to_string(), "2".to_string()),
-            ("TLC_PYTHON".to_string(), "/usr/bin/python3".to_string()),
-            ("TLC_LOGS".to_string(), "x".to_string()),
-            ("HOME".to_string(), "/root".to_string()),
-            ("RUST_LOG".to_string(), "debug".to_string()),
+        layers.env = Layers::env_of(&[
+            ("TLC_POLICY__PUSH__SPARSITY", "1.75"),
+            ("TLC_THREADS", "2"),
+            ("TLC_PYTHON", "/usr/bin/python3"),
+            ("TLC_LOGS", "x"),
+            ("HOME", "/root"),
+            ("RUST_LOG", "debug"),
         ]);
         let r = layers.resolve().unwrap();
         assert_eq!(r.config.policy.push.sparsity, Some(1.75));
@@ -447,10 +471,7 @@ mod tests {
     #[test]
     fn null_from_the_api_unsets_an_option() {
         let f = file("[policy.push]\nsparsity = 1.5\n");
-        let mut layers = Layers {
-            file: Some(f.path().to_owned()),
-            ..Layers::default()
-        };
+        let mut layers = reading(&f);
         layers.api.insert("policy.push.codec".into(), json!("int8"));
         let err = layers.resolve().unwrap_err();
         assert_eq!(
@@ -468,10 +489,7 @@ mod tests {
     #[test]
     fn arrays_are_replaced_whole() {
         let f = file("[[policy.overrides]]\ntensor = \"*a*\"\nskip = true\n");
-        let mut layers = Layers {
-            file: Some(f.path().to_owned()),
-            ..Layers::default()
-        };
+        let mut layers = reading(&f);
         assert_eq!(layers.resolve().unwrap().config.policy.overrides.len(), 1);
         layers.api.insert(
             "policy.overrides".into(),
@@ -485,32 +503,20 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_key_and_the_layer() {
-        let layers = Layers {
-            env: Layers::env_from([("TLC_POLICY__PULL__SPARSITY".to_string(), "2.5".to_string())]),
-            ..Layers::default()
-        };
+        let layers = Layers::with_env(&[("TLC_POLICY__PULL__SPARSITY", "2.5")]);
         assert_eq!(
             layers.resolve().unwrap_err().to_string(),
             "policy.pull.sparsity = 2.5: sparsity 2.5 is out of range [1.0, 2.0)"
         );
-        let layers = Layers {
-            env: Layers::env_from([("TLC_POLICY__PULL__COLOUR".to_string(), "red".to_string())]),
-            ..Layers::default()
-        };
+        let layers = Layers::with_env(&[("TLC_POLICY__PULL__COLOUR", "red")]);
         let err = layers.resolve().unwrap_err().to_string();
         assert!(err.contains("colour"), "{err}");
         let f = file("[policy.push]\nsparsity = \"lots\"\n");
-        let layers = Layers {
-            file: Some(f.path().to_owned()),
-            ..Layers::default()
-        };
+        let layers = reading(&f);
         let err = layers.resolve().unwrap_err().to_string();
         assert!(err.contains("sparsity"), "{err}");
         let f = file("[admin]\nlisten = \"everywhere\"\n");
-        let layers = Layers {
-            file: Some(f.path().to_owned()),
-            ..Layers::default()
-        };
+        let layers = reading(&f);
         assert_eq!(
             layers.resolve().unwrap_err().to_string(),
             "admin.listen = everywhere: a socket address such as 127.0.0.1:17000, or \"off\""
@@ -519,32 +525,17 @@ mod tests {
 
     #[test]
     fn parameter_jobs_from_the_environment_is_a_list() {
-        let layers = Layers {
-            env: Layers::env_from([(
-                "TLC_POLICY__PARAMETER_JOBS".to_string(),
-                "ps,chief".to_string(),
-            )]),
-            ..Layers::default()
-        };
+        let layers = Layers::with_env(&[("TLC_POLICY__PARAMETER_JOBS", "ps,chief")]);
         let r = layers.resolve().unwrap();
         assert_eq!(r.config.policy.parameter_jobs, vec!["ps", "chief"]);
     }
 
     #[test]
     fn the_admin_table_from_the_environment() {
-        let layers = Layers {
-            env: Layers::env_from([
-                (
-                    "TLC_ADMIN__TOKEN_FILE".to_string(),
-                    "/run/secrets/tlc/token".to_string(),
-                ),
-                (
-                    "TLC_ADMIN__ALLOWED_HOSTS".to_string(),
-                    "tlc-admin.ml.svc,10.0.0.5".to_string(),
-                ),
-            ]),
-            ..Layers::default()
-        };
+        let layers = Layers::with_env(&[
+            ("TLC_ADMIN__TOKEN_FILE", "/run/secrets/tlc/token"),
+            ("TLC_ADMIN__ALLOWED_HOSTS", "tlc-admin.ml.svc,10.0.0.5"),
+        ]);
         let r = layers.resolve().unwrap();
         assert_eq!(
             r.config.admin.token_file,

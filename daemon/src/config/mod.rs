@@ -398,6 +398,12 @@ fn overlap(a: SocketAddr, b: SocketAddr) -> bool {
 mod tests {
     use super::*;
 
+    /// Why the configuration `text` is refused (the test fails if it is
+    /// not).
+    fn refusal(text: &str) -> String {
+        Config::from_toml(text).unwrap_err().to_string()
+    }
+
     #[test]
     fn routes_parse_and_validate() {
         let config = Config::from_toml(
@@ -424,31 +430,25 @@ mod tests {
             Config::default().sidecar_options().unwrap().pull_cache_len,
             8
         );
-        let err = Config::from_toml("[contexts]\npull_cache = 0\n").unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "contexts.pull_cache = 0: 1 to 4096 (deltas)"
-        );
+        let err = refusal("[contexts]\npull_cache = 0\n");
+        assert_eq!(err, "contexts.pull_cache = 0: 1 to 4096 (deltas)");
     }
 
     #[test]
     fn two_listeners_on_one_address_are_refused() {
-        let err = Config::from_toml(
+        let err = refusal(
             "[admin]\nlisten = \"127.0.0.1:17090\"\n[metrics]\nlisten = \"0.0.0.0:17090\"\n",
-        )
-        .unwrap_err();
+        );
         assert_eq!(
-            err.to_string(),
+            err,
             "metrics.listen = 0.0.0.0:17090: must differ from admin.listen = 127.0.0.1:17090: \
              tlcd cannot listen on both"
         );
-        let err = Config::from_toml(
+        let err = refusal(
             "[[routes]]\nlisten = \"127.0.0.1:17000\"\nupstream = \"127.0.0.1:2\"\nrole = \"inbound\"\n",
-        )
-        .unwrap_err();
+        );
         assert!(
-            err.to_string()
-                .starts_with("routes[0].listen = 127.0.0.1:17000: must differ from admin.listen"),
+            err.starts_with("routes[0].listen = 127.0.0.1:17000: must differ from admin.listen"),
             "{err}"
         );
         // Other IPs, port 0, and an endpoint turned off do not collide.
@@ -473,18 +473,16 @@ mod tests {
 
     #[test]
     fn errors_name_the_key() {
-        let err = Config::from_toml(
+        let err = refusal(
             "[[routes]]\nlisten = \"127.0.0.1:3000\"\nupstream = \"127.0.0.1:3000\"\nrole = \"inbound\"\n",
-        )
-        .unwrap_err();
+        );
         assert!(
-            err.to_string()
-                .starts_with("routes[0].upstream = 127.0.0.1:3000"),
+            err.starts_with("routes[0].upstream = 127.0.0.1:3000"),
             "{err}"
         );
-        let err = Config::from_toml("[[routes]]\nlisten = \"nowhere\"\n").unwrap_err();
-        assert!(err.to_string().contains("listen"), "{err}");
-        let err = Config::from_toml("colour = 3\n").unwrap_err();
-        assert!(err.to_string().contains("colour"), "{err}");
+        let err = refusal("[[routes]]\nlisten = \"nowhere\"\n");
+        assert!(err.contains("listen"), "{err}");
+        let err = refusal("colour = 3\n");
+        assert!(err.contains("colour"), "{err}");
     }
 }

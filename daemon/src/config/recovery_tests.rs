@@ -19,19 +19,10 @@ fn set_by_file_and_environment() {
             .unwrap();
     assert_eq!(config.recovery.on_model_reset, OnModelReset::Warn);
     assert_eq!(config.recovery.stall_warn_seconds, 0);
-    let layers = Layers {
-        env: Layers::env_from([
-            (
-                "TLC_RECOVERY__ON_MODEL_RESET".to_string(),
-                "warn".to_string(),
-            ),
-            (
-                "TLC_RECOVERY__STALL_WARN_SECONDS".to_string(),
-                "120".to_string(),
-            ),
-        ]),
-        ..Layers::default()
-    };
+    let layers = Layers::with_env(&[
+        ("TLC_RECOVERY__ON_MODEL_RESET", "warn"),
+        ("TLC_RECOVERY__STALL_WARN_SECONDS", "120"),
+    ]);
     let resolved = layers.resolve().unwrap();
     assert_eq!(resolved.config.recovery.on_model_reset, OnModelReset::Warn);
     assert_eq!(resolved.config.recovery.stall_warn_seconds, 120);

@@ -225,13 +225,7 @@ mod tests {
 
     #[test]
     fn environment_text_parses_as_the_keys_type() {
-        let resolve = |name: &str, value: &str| {
-            Layers {
-                env: Layers::env_from([(name.to_string(), value.to_string())]),
-                ..Layers::default()
-            }
-            .resolve()
-        };
+        let resolve = |name: &str, value: &str| Layers::with_env(&[(name, value)]).resolve();
         assert_eq!(
             resolve("TLC_POLICY__MIN_BYTES", "2048")
                 .unwrap()

@@ -88,20 +88,17 @@ fn tls_validation_errors_name_key_value_and_what_is_allowed() {
 
 #[test]
 fn tls_from_the_environment() {
-    let layers = Layers {
-        env: Layers::env_from([
-            ("TLC_TLS__MODE".to_string(), "mutual".to_string()),
-            ("TLC_TLS__CERT".to_string(), "/s/tls.crt".to_string()),
-            ("TLC_TLS__KEY".to_string(), "/s/tls.key".to_string()),
-            ("TLC_TLS__CA".to_string(), "/s/ca.crt".to_string()),
-            (
-                "TLC_TLS__PEER_IDENTITIES".to_string(),
-                "spiffe://td/ns/a/sa/*,dns:*.tf.svc".to_string(),
-            ),
-            ("TLC_TLS__RELOAD_SECONDS".to_string(), "30".to_string()),
-        ]),
-        ..Layers::default()
-    };
+    let layers = Layers::with_env(&[
+        ("TLC_TLS__MODE", "mutual"),
+        ("TLC_TLS__CERT", "/s/tls.crt"),
+        ("TLC_TLS__KEY", "/s/tls.key"),
+        ("TLC_TLS__CA", "/s/ca.crt"),
+        (
+            "TLC_TLS__PEER_IDENTITIES",
+            "spiffe://td/ns/a/sa/*,dns:*.tf.svc",
+        ),
+        ("TLC_TLS__RELOAD_SECONDS", "30"),
+    ]);
     let config = layers.resolve().unwrap().config;
     assert!(config.tls.enabled());
     assert_eq!(config.tls.ca.as_deref(), Some(Path::new("/s/ca.crt")));

@@ -3,11 +3,11 @@
 //! that did not, and calls forced exact. Read when scraped.
 
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
 use tlc_sidecar::sidecar::stats::Totals;
+
+use super::{counter_at, counters_by};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ResultLabel {
@@ -16,13 +16,10 @@ struct ResultLabel {
 
 /// Registers the check series of `totals`.
 pub fn register(registry: &mut Registry, totals: &Totals) {
-    let mirror = Family::<ResultLabel, Counter>::default();
-    for (result, n) in [
-        ("match", totals.mirror_matches),
-        ("mismatch", totals.mirror_mismatches),
-    ] {
-        mirror.get_or_create(&ResultLabel { result }).inc_by(n);
-    }
+    let mirror = counters_by([
+        (ResultLabel { result: "match" }, totals.mirror_matches),
+        (ResultLabel { result: "mismatch" }, totals.mirror_mismatches),
+    ]);
     registry.register(
         "mirror_checks",
         "Restored tensors checked against the holder's hash of what this side should hand \
@@ -30,12 +27,10 @@ pub fn register(registry: &mut Registry, totals: &Totals) {
          original instead",
         mirror,
     );
-    let forced = Counter::<u64>::default();
-    forced.inc_by(totals.forced_exact);
     registry.register(
         "forced_exact_calls",
         "Calls sent exactly through their memory because policy.check.exact_at_call named them \
          (encoding side)",
-        forced,
+        counter_at(totals.forced_exact),
     );
 }

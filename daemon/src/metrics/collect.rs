@@ -7,7 +7,7 @@
 //! tensors) and owned by the scrape's registry, so the registry never
 //! borrows the sidecar.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
@@ -24,6 +24,8 @@ use tlc_core::Direction;
 use tlc_sidecar::counters::{direction_codec, DirectionCodec, DirectionLabel, SideLabel};
 use tlc_sidecar::sidecar::stats::Totals;
 use tlc_sidecar::sidecar::Sidecar;
+
+use super::{counter_at, counters_by};
 
 /// Per-tensor series kept: the tensors with the most raw bytes. Bounds
 /// the label set however many tensors a model has.
@@ -91,49 +93,40 @@ pub fn registry(sidecar: &Sidecar) -> Registry {
 /// The totals the data path counts without labels of their own (the
 /// sidecar's families hold the rest), as series.
 fn register_totals(registry: &mut Registry, totals: &Totals) {
-    let passthrough = Family::<ReasonLabel, Counter>::default();
-    for (reason, &n) in &totals.passed {
-        passthrough.get_or_create(&ReasonLabel { reason }).inc_by(n);
-    }
+    let by_reason = |counts: &BTreeMap<&'static str, u64>| {
+        counters_by(
+            counts
+                .iter()
+                .map(|(&reason, &n)| (ReasonLabel { reason }, n)),
+        )
+    };
     registry.register(
         "passthrough",
         "RecvTensor responses left uncompressed, by reason",
-        passthrough,
+        by_reason(&totals.passed),
     );
-    let passthrough_bytes = Family::<ReasonLabel, Counter>::default();
-    for (reason, &n) in &totals.passed_bytes {
-        passthrough_bytes
-            .get_or_create(&ReasonLabel { reason })
-            .inc_by(n);
-    }
     registry.register_with_unit(
         "passthrough",
         "Body bytes of RecvTensor responses left uncompressed after the sidecar read them, \
          by reason (encoding side)",
         Unit::Bytes,
-        passthrough_bytes,
+        by_reason(&totals.passed_bytes),
     );
-    let fallbacks = Family::<FallbackSide, Counter>::default();
-    for (side, n) in [
-        ("fetched", totals.fallbacks),
-        ("served", totals.fallbacks_served),
-        ("released", totals.fallbacks_released),
-    ] {
-        fallbacks.get_or_create(&FallbackSide { side }).inc_by(n);
-    }
+    let fallbacks = counters_by([
+        (FallbackSide { side: "fetched" }, totals.fallbacks),
+        (FallbackSide { side: "served" }, totals.fallbacks_served),
+        (FallbackSide { side: "released" }, totals.fallbacks_released),
+    ]);
     registry.register(
         "fallbacks",
         "Original responses fetched after a decode failure (fetched), sent to a peer (served), \
          or dropped once the peer acknowledged their envelope (released)",
         fallbacks,
     );
-    let ids_again = Family::<StageLabel, Counter>::default();
-    for (stage, n) in [
-        ("raw", totals.ids_again.raw_bytes),
-        ("wire", totals.ids_again.wire_bytes),
-    ] {
-        ids_again.get_or_create(&StageLabel { stage }).inc_by(n);
-    }
+    let ids_again = counters_by([
+        (StageLabel { stage: "raw" }, totals.ids_again.raw_bytes),
+        (StageLabel { stage: "wire" }, totals.ids_again.wire_bytes),
+    ]);
     registry.register_with_unit(
         "ids_again",
         "Encoding side: body bytes of id tensors equal to ids of the same step the requester \
@@ -158,21 +151,17 @@ fn register_totals(registry: &mut Registry, totals: &Totals) {
         Unit::Bytes,
         hop,
     );
-    let hop_failures = Counter::<u64>::default();
-    hop_failures.inc_by(totals.hop.failures);
     registry.register(
         "hop_restore_failures",
         "Compressed messages from a peer's sidecar that could not be restored (the call failed)",
-        hop_failures,
+        counter_at(totals.hop.failures),
     );
-    let hop_refused = Family::<ReasonLabel, Counter>::default();
-    for refusal in tlc_sidecar::hop::Refusal::ALL {
-        hop_refused
-            .get_or_create(&ReasonLabel {
-                reason: refusal.name(),
-            })
-            .inc_by(totals.hop.refused.of(refusal));
-    }
+    let hop_refused = counters_by(tlc_sidecar::hop::Refusal::ALL.into_iter().map(|refusal| {
+        let labels = ReasonLabel {
+            reason: refusal.name(),
+        };
+        (labels, totals.hop.refused.of(refusal))
+    }));
     registry.register(
         "hop_refused",
         "Calls hop compression would not hold: a peer's compressed request the in-flight budget \
@@ -181,40 +170,32 @@ fn register_totals(registry: &mut Registry, totals: &Totals) {
          more than limits.max_tensor_mib (answer_too_large), failed",
         hop_refused,
     );
-    let drift = Counter::<u64>::default();
-    drift.inc_by(totals.drift_resets);
     registry.register(
         "replica_drift_resets",
         "Pull replicas reset (lossless keyframe) because lossy deltas let them drift too far \
          from the model (encoding side)",
-        drift,
+        counter_at(totals.drift_resets),
     );
-    let settles = Counter::<u64>::default();
-    settles.inc_by(totals.settles);
     registry.register(
         "replica_settles",
         "Pull replicas brought to the model bit for bit by a lossless delta: a read that needs the \
          model (an evaluation, a checkpoint) or a read again of a value that stopped changing \
          (encoding side)",
-        settles,
+        counter_at(totals.settles),
     );
-    let critical = Counter::<u64>::default();
-    critical.inc_by(totals.critical_pushes);
     registry.register(
         "critical_pushes",
         "Gradients encoded while their stream was in a critical regime, held to the fidelity \
          controller's tighter lag bound (policy.refine.critical; encoding side)",
-        critical,
+        counter_at(totals.critical_pushes),
     );
     super::checks::register(registry, totals);
-    let refinements = Family::<DirectionLabel, Counter>::default();
-    for direction in [Direction::Push, Direction::Pull] {
-        refinements
-            .get_or_create(&DirectionLabel {
-                direction: direction.name(),
-            })
-            .inc_by(totals.direction(direction).refinements);
-    }
+    let refinements = counters_by([Direction::Push, Direction::Pull].map(|direction| {
+        let labels = DirectionLabel {
+            direction: direction.name(),
+        };
+        (labels, totals.direction(direction).refinements)
+    }));
     registry.register(
         "refinement_passes",
         "Further 3LC passes sent because the first left too much error behind (policy.refine): \
@@ -274,13 +255,10 @@ impl Collector for PolicyCodecs {
 fn register_rows(registry: &mut Registry, sidecar: &Sidecar) {
     let counters = &sidecar.row_contexts().counters;
     let read = |a: &AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-    let rows = Family::<RowKind, Counter>::default();
-    for (kind, n) in [
-        ("delta", read(&counters.hits)),
-        ("new", read(&counters.misses)),
-    ] {
-        rows.get_or_create(&RowKind { kind }).inc_by(n);
-    }
+    let rows = counters_by([
+        (RowKind { kind: "delta" }, read(&counters.hits)),
+        (RowKind { kind: "new" }, read(&counters.misses)),
+    ]);
     registry.register(
         "rows",
         "Distinct embedding or gradient rows sent by row id: delta (the requester held the row) \
@@ -299,9 +277,7 @@ fn register_rows(registry: &mut Registry, sidecar: &Sidecar) {
             read(&counters.no_ids),
         ),
     ] {
-        let counter = Counter::<u64>::default();
-        counter.inc_by(n);
-        registry.register(name, help, counter);
+        registry.register(name, help, counter_at(n));
     }
 }
 
@@ -496,40 +472,34 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_tensor_is_critical_while_any_of_its_streams_is() {
-        let with = |tensor, critical| TensorBytes {
-            critical,
-            ..row("push", tensor, 10)
-        };
-        let rows = vec![
-            with("a", Some(false)),
-            with("a", Some(true)),
-            with("b", Some(false)),
-            with("b", None),
-            with("c", None),
-        ];
+    /// Five push streams, two of tensor a, two of b, one of c, each given
+    /// one of `values` by `with`, merged per tensor and sorted by name.
+    fn merged_streams<T>(
+        values: [T; 5],
+        with: impl Fn(TensorBytes, T) -> TensorBytes,
+    ) -> Vec<TensorBytes> {
+        let rows = ["a", "a", "b", "b", "c"]
+            .into_iter()
+            .zip(values)
+            .map(|(tensor, value)| with(row("push", tensor, 10), value))
+            .collect();
         let mut top = top_tensors(rows, 3);
         top.sort_by(|x, y| x.tensor.cmp(&y.tensor));
+        top
+    }
+
+    #[test]
+    fn a_tensor_is_critical_while_any_of_its_streams_is() {
+        let values = [Some(false), Some(true), Some(false), None, None];
+        let top = merged_streams(values, |row, critical| TensorBytes { critical, ..row });
         let got: Vec<_> = top.iter().map(|r| r.critical).collect();
         assert_eq!(got, [Some(true), Some(false), None]);
     }
 
     #[test]
     fn a_tensors_agreement_is_the_highest_its_streams_heard() {
-        let with = |tensor, agreement| TensorBytes {
-            agreement,
-            ..row("push", tensor, 10)
-        };
-        let rows = vec![
-            with("a", Some(0.1)),
-            with("a", Some(0.3)),
-            with("b", Some(-0.2)),
-            with("b", None),
-            with("c", None),
-        ];
-        let mut top = top_tensors(rows, 3);
-        top.sort_by(|x, y| x.tensor.cmp(&y.tensor));
+        let values = [Some(0.1), Some(0.3), Some(-0.2), None, None];
+        let top = merged_streams(values, |row, agreement| TensorBytes { agreement, ..row });
         let got: Vec<_> = top.iter().map(|r| r.agreement).collect();
         assert_eq!(got, [Some(0.3), Some(-0.2), None]);
     }

@@ -5,12 +5,13 @@
 //! sizes.
 
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
 use tlc_sidecar::sidecar::Sidecar;
+
+use super::{counter_at, counters_by};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RefusalLabel {
@@ -41,12 +42,13 @@ pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
         "Connections being served, every listener",
         gauge(connections.open_now()),
     );
-    let refused = Family::<RefusalLabel, Counter>::default();
-    for (why, n) in connections.refusals() {
-        refused
-            .get_or_create(&RefusalLabel { reason: why.name() })
-            .inc_by(n);
-    }
+    // Refusals and cuts share the one label, `reason`.
+    let by_reason = |reason: &'static str, n: u64| (RefusalLabel { reason }, n);
+    let refused = counters_by(
+        connections
+            .refusals()
+            .map(|(why, n)| by_reason(why.name(), n)),
+    );
     registry.register(
         "connections_refused",
         "Connections closed before being served: limit (limits.max_connections), handshake \
@@ -55,19 +57,13 @@ pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
          upstream_unreachable, opaque_limit (not HTTP/2, over limits.max_opaque_connections)",
         refused,
     );
-    let opaque = Counter::<u64>::default();
-    opaque.inc_by(connections.opaque_total());
     registry.register(
         "connections_opaque",
         "Connections that did not speak HTTP/2, forwarded untouched (another protocol on an \
          intercepted port; nothing compressed)",
-        opaque,
+        counter_at(connections.opaque_total()),
     );
-    let cut = Family::<RefusalLabel, Counter>::default();
-    for (why, n) in connections.cuts() {
-        cut.get_or_create(&RefusalLabel { reason: why.name() })
-            .inc_by(n);
-    }
+    let cut = counters_by(connections.cuts().map(|(why, n)| by_reason(why.name(), n)));
     registry.register(
         "connections_cut",
         "Connections closed hard, their client no longer waited for: opaque_idle (forwarded, \
@@ -76,12 +72,10 @@ pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
          closed limits.close_seconds after its GOAWAY)",
         cut,
     );
-    let idle = Counter::<u64>::default();
-    idle.inc_by(connections.idle_closed_total());
     registry.register(
         "connections_idle_closed",
         "Peer connections closed gracefully after limits.idle_seconds without a call",
-        idle,
+        counter_at(connections.idle_closed_total()),
     );
     let in_flight = sidecar.in_flight();
     registry.register_with_unit(
@@ -99,13 +93,10 @@ pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
             Unit::Seconds,
             gauge(u64::try_from(stats.not_after_unix).unwrap_or(0)),
         );
-        let reloads = Family::<ResultLabel, Counter>::default();
-        reloads
-            .get_or_create(&ResultLabel { result: "ok" })
-            .inc_by(stats.successes);
-        reloads
-            .get_or_create(&ResultLabel { result: "error" })
-            .inc_by(stats.failures);
+        let reloads = counters_by([
+            (ResultLabel { result: "ok" }, stats.successes),
+            (ResultLabel { result: "error" }, stats.failures),
+        ]);
         registry.register(
             "tls_reloads",
             "Changed certificate files taken (ok) or refused, the previous ones kept (error)",

@@ -46,11 +46,7 @@ pub fn handle<B>(sidecar: &Sidecar, request: &Request<B>) -> Response<Full<Bytes
         Ok(text) => http_server::response(StatusCode::OK, CONTENT_TYPE, Bytes::from(text)),
         Err(err) => {
             warn!(%err, "cannot encode the metrics");
-            http_server::response(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                TEXT,
-                Bytes::from_static(b"cannot encode the metrics\n"),
-            )
+            internal_error(b"cannot encode the metrics\n")
         }
     }
 }
@@ -73,15 +69,20 @@ pub fn handler(sidecar: Arc<Sidecar>) -> Handler {
                 Ok(response) => response,
                 Err(err) => {
                     warn!(%err, "metrics scrape failed");
-                    http_server::response(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        TEXT,
-                        Bytes::from_static(b"scrape failed\n"),
-                    )
+                    internal_error(b"scrape failed\n")
                 }
             }
         })
     })
+}
+
+/// A 500 saying `why` in plain text: the scrape failed on this side.
+fn internal_error(why: &'static [u8]) -> Response<Full<Bytes>> {
+    http_server::response(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        TEXT,
+        Bytes::from_static(why),
+    )
 }
 
 #[cfg(test)]

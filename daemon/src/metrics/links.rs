@@ -6,12 +6,13 @@
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
 use tlc_sidecar::sidecar::Sidecar;
+
+use super::{counter_at, counters_by};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct PeerLabel {
@@ -37,27 +38,22 @@ pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
         Unit::Other("bytes_per_second".into()),
         rates,
     );
-    let switches = Family::<ToLabel, Counter>::default();
-    for (to, n) in [
-        ("raw", view.switched_to_raw),
-        ("compressed", view.switched_to_compressed),
-    ] {
-        switches.get_or_create(&ToLabel { to }).inc_by(n);
-    }
+    let switches = counters_by([
+        (ToLabel { to: "raw" }, view.switched_to_raw),
+        (ToLabel { to: "compressed" }, view.switched_to_compressed),
+    ]);
     registry.register(
         "link_switches",
         "Times a tensor switched to crossing raw (its link faster than compressing) or back to \
          compressed (holder side)",
         switches,
     );
-    let settles = Counter::<u64>::default();
-    settles.inc_by(view.settled);
     registry.register(
         "link_settles",
         "Calls sent exactly through a tensor's memory where the link decision mixes raw and \
          compressed calls: a push's pending error, a pull's replica brought to the model \
          (holder side)",
-        settles,
+        counter_at(view.settled),
     );
     let (_, bytes) = sidecar.fallbacks_kept();
     let kept = Gauge::<i64>::default();

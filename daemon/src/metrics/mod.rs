@@ -60,6 +60,10 @@ pub mod training;
 
 pub use http::{handle, handler, serve, CONTENT_TYPE, PATH};
 
+use std::hash::Hash;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use tlc_sidecar::sidecar::Sidecar;
 
 /// The OpenMetrics text of `sidecar` now, ending in `# EOF`.
@@ -74,4 +78,25 @@ pub fn render(sidecar: &Sidecar) -> Result<String, std::fmt::Error> {
     encode_registry(&mut text, &standard)?;
     encode_eof(&mut text)?;
     Ok(text)
+}
+
+/// A counter standing at `n`: each scrape builds its series afresh from
+/// the totals the sidecar keeps, so the count is set, never counted up.
+fn counter_at(n: u64) -> Counter {
+    let counter = Counter::default();
+    counter.inc_by(n);
+    counter
+}
+
+/// A counter family with one series per `(labels, n)`, each standing at
+/// its `n` (see [`counter_at`]).
+fn counters_by<L>(series: impl IntoIterator<Item = (L, u64)>) -> Family<L, Counter>
+where
+    L: Clone + Eq + Hash,
+{
+    let family = Family::<L, Counter>::default();
+    for (labels, n) in series {
+        family.get_or_create(&labels).inc_by(n);
+    }
+    family
 }

@@ -5,13 +5,13 @@
 use std::time::Instant;
 
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 use std::sync::atomic::AtomicU64;
 
 use tlc_sidecar::sidecar::Sidecar;
+
+use super::{counter_at, counters_by};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct ActionLabel {
@@ -21,13 +21,10 @@ struct ActionLabel {
 /// Registers the training series of `sidecar`.
 pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
     let view = sidecar.training_view(Instant::now());
-    let resets = Family::<ActionLabel, Counter>::default();
-    for (action, n) in [
-        ("failed", view.resets_failed),
-        ("warned", view.resets_warned),
-    ] {
-        resets.get_or_create(&ActionLabel { action }).inc_by(n);
-    }
+    let resets = counters_by([
+        (ActionLabel { action: "failed" }, view.resets_failed),
+        (ActionLabel { action: "warned" }, view.resets_warned),
+    ]);
     registry.register(
         "training_resets",
         "Times the global step went back to the model's start mid-run (TensorFlow \
@@ -35,20 +32,16 @@ pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
          \"fail\") or warned",
         resets,
     );
-    let rewinds = Counter::<u64>::default();
-    rewinds.inc_by(view.rewinds);
     registry.register(
         "training_rewinds",
         "Times the global step went back to a point after the start (a checkpoint restore)",
-        rewinds,
+        counter_at(view.rewinds),
     );
-    let stuck = Counter::<u64>::default();
-    stuck.inc_by(view.stalls_failed);
     registry.register(
         "training_stuck_failures",
         "Times the calls in progress were failed because the global step did not advance for \
          recovery.stall_fail_seconds after TensorFlow rebuilt a session",
-        stuck,
+        counter_at(view.stalls_failed),
     );
     // No read yet: no series, rather than a step 0 that never was.
     if let Some(step) = view.global_step {

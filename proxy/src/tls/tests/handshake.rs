@@ -58,11 +58,61 @@ fn pair(
     (ca, server, client)
 }
 
+/// A context that trusts `ca` and accepts `accepts`, but whose own
+/// certificate (for `identity`, in `dir/other`) is from another CA.
+fn from_another_ca(
+    dir: &tempfile::TempDir,
+    ca: &Ca,
+    identity: &str,
+    accepts: &[&str],
+) -> Arc<TlsContext> {
+    let other = Ca::new("other CA");
+    context(
+        &sub(dir, "other"),
+        &ca.pem,
+        &other.leaf(&[identity], &[]),
+        accepts,
+    )
+}
+
 fn invalid_certificate(err: &HandshakeError) -> Option<&CertificateError> {
     match err {
         HandshakeError::Tls(rustls::Error::InvalidCertificate(cause)) => Some(cause),
         _ => None,
     }
+}
+
+/// Whether `err` refused a certificate for having expired.
+fn refused_as_expired(err: &HandshakeError) -> bool {
+    matches!(
+        invalid_certificate(err),
+        Some(CertificateError::ExpiredContext { .. } | CertificateError::Expired)
+    )
+}
+
+/// A certificate from `ca` for `identity` that expired yesterday.
+fn expired_leaf(ca: &Ca, identity: &str) -> Leaf {
+    let now = time::OffsetDateTime::now_utc();
+    ca.leaf_valid(
+        &[identity],
+        &[],
+        now - time::Duration::days(30),
+        now - time::Duration::days(1),
+    )
+}
+
+/// A handshake with `echo` through `connector` that `echo` refuses: what
+/// the client got, and why `echo` refused.
+async fn refused(
+    connector: &TlsConnector,
+    echo: &mut EchoServer,
+) -> (
+    std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
+    HandshakeError,
+) {
+    let name = ServerName::IpAddress(echo.addr.ip().into());
+    let result = connector.connect(name, tcp(echo.addr).await).await;
+    (result, echo.next().await.unwrap_err())
 }
 
 #[tokio::test]
@@ -97,9 +147,7 @@ async fn tls_client_without_certificate_is_refused() {
     let (_, server, client) = pair(&dir, &["spiffe://test/ns/a/sa/*"], &[PS]);
     let mut echo = EchoServer::start(server).await;
     let connector = connector_presenting(&client, Arc::new(NoCertificate));
-    let name = ServerName::IpAddress(echo.addr.ip().into());
-    let result = connector.connect(name, tcp(echo.addr).await).await;
-    let err = echo.next().await.unwrap_err();
+    let (result, err) = refused(&connector, &mut echo).await;
     assert!(
         matches!(
             err,
@@ -118,14 +166,7 @@ async fn tls_client_without_certificate_is_refused() {
 async fn tls_client_from_another_ca_is_refused() {
     let dir = dir();
     let (ca, server, _) = pair(&dir, &["spiffe://test/ns/a/sa/*"], &[PS]);
-    let other = Ca::new("other CA");
-    // Trusts the server's CA, but its own certificate is from another.
-    let client = context(
-        &sub(&dir, "other"),
-        &ca.pem,
-        &other.leaf(&[WORKER], &[]),
-        &[PS],
-    );
+    let client = from_another_ca(&dir, &ca, WORKER, &[PS]);
     let mut echo = EchoServer::start(server).await;
     let result = client.connect(echo.addr, tcp(echo.addr).await).await;
     let err = echo.next().await.unwrap_err();
@@ -143,13 +184,7 @@ async fn tls_client_from_another_ca_is_refused() {
 async fn tls_server_from_another_ca_is_refused() {
     let dir = dir();
     let (ca, _, client) = pair(&dir, &["spiffe://test/ns/a/sa/*"], &[PS]);
-    let other = Ca::new("other CA");
-    let server = context(
-        &sub(&dir, "other"),
-        &ca.pem,
-        &other.leaf(&[PS], &[]),
-        &["spiffe://test/ns/a/sa/*"],
-    );
+    let server = from_another_ca(&dir, &ca, PS, &["spiffe://test/ns/a/sa/*"]);
     let echo = EchoServer::start(server).await;
     let err = client
         .connect(echo.addr, tcp(echo.addr).await)
@@ -225,41 +260,21 @@ async fn tls_identity_not_matching_is_refused_by_the_client() {
 async fn tls_expired_client_certificate_is_refused() {
     let dir = dir();
     let (ca, server, client) = pair(&dir, &["spiffe://test/ns/a/sa/*"], &[PS]);
-    let now = time::OffsetDateTime::now_utc();
-    let expired = ca.leaf_valid(
-        &[WORKER],
-        &[],
-        now - time::Duration::days(30),
-        now - time::Duration::days(1),
-    );
+    let expired = expired_leaf(&ca, WORKER);
     let mut echo = EchoServer::start(server).await;
     let connector = connector_presenting(
         &client,
         Arc::new(SingleCertAndKey::from(expired.certified())),
     );
-    let name = ServerName::IpAddress(echo.addr.ip().into());
-    let _ = connector.connect(name, tcp(echo.addr).await).await;
-    let err = echo.next().await.unwrap_err();
-    assert!(
-        matches!(
-            invalid_certificate(&err),
-            Some(CertificateError::ExpiredContext { .. } | CertificateError::Expired)
-        ),
-        "{err}"
-    );
+    let (_, err) = refused(&connector, &mut echo).await;
+    assert!(refused_as_expired(&err), "{err}");
 }
 
 #[tokio::test]
 async fn tls_expired_server_certificate_is_refused() {
     let dir = dir();
     let (ca, server, client) = pair(&dir, &["spiffe://test/ns/a/sa/*"], &[PS]);
-    let now = time::OffsetDateTime::now_utc();
-    let expired = ca.leaf_valid(
-        &[PS],
-        &[],
-        now - time::Duration::days(30),
-        now - time::Duration::days(1),
-    );
+    let expired = expired_leaf(&ca, PS);
     let mut config = (*server.server_config()).clone();
     config.cert_resolver = Arc::new(SingleCertAndKey::from(expired.certified()));
     let acceptor = TlsAcceptor::from(Arc::new(config));
@@ -270,13 +285,7 @@ async fn tls_expired_server_certificate_is_refused() {
         let _ = acceptor.accept(tcp).await;
     });
     let err = client.connect(addr, tcp(addr).await).await.unwrap_err();
-    assert!(
-        matches!(
-            invalid_certificate(&err),
-            Some(CertificateError::ExpiredContext { .. } | CertificateError::Expired)
-        ),
-        "{err}"
-    );
+    assert!(refused_as_expired(&err), "{err}");
 }
 
 #[tokio::test]
@@ -287,9 +296,7 @@ async fn tls_peer_without_alpn_h2_is_refused() {
     let mut config = (*client.client_config()).clone();
     config.alpn_protocols.clear();
     let connector = TlsConnector::from(Arc::new(config));
-    let name = ServerName::IpAddress(echo.addr.ip().into());
-    let _ = connector.connect(name, tcp(echo.addr).await).await;
-    let err = echo.next().await.unwrap_err();
+    let (_, err) = refused(&connector, &mut echo).await;
     assert!(
         matches!(err, HandshakeError::NotH2(ref chose) if chose == "none"),
         "{err}"

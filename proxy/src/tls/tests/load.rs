@@ -18,6 +18,21 @@ fn load_error(dir: &Path) -> TlsError {
     }
 }
 
+/// Writes `contents` into `file` in `dir`: loading must then fail, naming
+/// the file and saying `what`. The error, for the caller to match.
+fn refused(
+    dir: &tempfile::TempDir,
+    file: &str,
+    contents: impl AsRef<[u8]>,
+    what: &str,
+) -> TlsError {
+    let dir = dir.path();
+    std::fs::write(dir.join(file), contents).unwrap();
+    let err = load_error(dir);
+    assert_names(&err, dir, file, what);
+    err
+}
+
 /// Asserts `err` names `file` in `dir` and says `what`.
 fn assert_names(err: &TlsError, dir: &Path, file: &str, what: &str) {
     let text = err.to_string();
@@ -69,20 +84,16 @@ fn tls_load_refuses_a_file_without_certificate() {
     let dir = dir();
     let (_, leaf) = good_files(dir.path());
     // The key where the certificate should be: a common slip.
-    std::fs::write(dir.path().join("tls.crt"), &leaf.key_pem).unwrap();
-    let err = load_error(dir.path());
+    let err = refused(&dir, "tls.crt", &leaf.key_pem, "no certificate in it");
     assert!(matches!(err, TlsError::NoCertificate { .. }), "{err}");
-    assert_names(&err, dir.path(), "tls.crt", "no certificate in it");
 }
 
 #[test]
 fn tls_load_refuses_a_file_without_key() {
     let dir = dir();
     let (_, leaf) = good_files(dir.path());
-    std::fs::write(dir.path().join("tls.key"), &leaf.cert_pem).unwrap();
-    let err = load_error(dir.path());
+    let err = refused(&dir, "tls.key", &leaf.cert_pem, "no private key in it");
     assert!(matches!(err, TlsError::NoKey { .. }), "{err}");
-    assert_names(&err, dir.path(), "tls.key", "no private key in it");
 }
 
 #[test]
@@ -90,15 +101,13 @@ fn tls_load_refuses_a_key_of_another_certificate() {
     let dir = dir();
     let (ca, _) = good_files(dir.path());
     let other = ca.leaf(&[WORKER], &[]);
-    std::fs::write(dir.path().join("tls.key"), &other.key_pem).unwrap();
-    let err = load_error(dir.path());
-    assert!(matches!(err, TlsError::KeyMismatch { .. }), "{err}");
-    assert_names(
-        &err,
-        dir.path(),
+    let err = refused(
+        &dir,
         "tls.key",
+        &other.key_pem,
         "does not belong to the certificate",
     );
+    assert!(matches!(err, TlsError::KeyMismatch { .. }), "{err}");
     assert_names(&err, dir.path(), "tls.crt", "their public keys differ");
 }
 
@@ -107,8 +116,7 @@ fn tls_load_refuses_unparsable_files() {
     let dir = dir();
     let (_, leaf) = good_files(dir.path());
     let broken = "-----BEGIN CERTIFICATE-----\nnot base64 at all!\n-----END CERTIFICATE-----\n";
-    std::fs::write(dir.path().join("tls.crt"), broken).unwrap();
-    let err = load_error(dir.path());
+    let err = refused(&dir, "tls.crt", broken, "not a valid PEM certificate file");
     assert!(
         matches!(
             err,
@@ -119,55 +127,41 @@ fn tls_load_refuses_unparsable_files() {
         ),
         "{err}"
     );
-    assert_names(
-        &err,
-        dir.path(),
-        "tls.crt",
-        "not a valid PEM certificate file",
-    );
 
     // Valid PEM around bytes that are not a certificate.
     let junk = "-----BEGIN CERTIFICATE-----\naGVsbG8gd29ybGQ=\n-----END CERTIFICATE-----\n";
-    std::fs::write(dir.path().join("tls.crt"), junk).unwrap();
-    let err = load_error(dir.path());
+    let err = refused(&dir, "tls.crt", junk, "certificate #0 cannot be parsed");
     assert!(
         matches!(err, TlsError::Certificate { index: 0, .. }),
         "{err}"
     );
-    assert_names(
-        &err,
-        dir.path(),
-        "tls.crt",
-        "certificate #0 cannot be parsed",
-    );
 
     std::fs::write(dir.path().join("tls.crt"), &leaf.cert_pem).unwrap();
     let junk_key = "-----BEGIN PRIVATE KEY-----\naGVsbG8gd29ybGQ=\n-----END PRIVATE KEY-----\n";
-    std::fs::write(dir.path().join("tls.key"), junk_key).unwrap();
-    let err = load_error(dir.path());
+    let err = refused(&dir, "tls.key", junk_key, "unusable private key");
     assert!(matches!(err, TlsError::Key { .. }), "{err}");
-    assert_names(&err, dir.path(), "tls.key", "unusable private key");
 }
 
 #[test]
 fn tls_load_refuses_an_empty_or_bad_ca_bundle() {
     let dir = dir();
     let (ca, _) = good_files(dir.path());
-    std::fs::write(dir.path().join("ca.crt"), "# rotated away\n").unwrap();
-    let err = load_error(dir.path());
+    let err = refused(
+        &dir,
+        "ca.crt",
+        "# rotated away\n",
+        "no CA certificate in it",
+    );
     assert!(matches!(err, TlsError::EmptyCa { .. }), "{err}");
-    assert_names(&err, dir.path(), "ca.crt", "no CA certificate in it");
 
     let junk = "-----BEGIN CERTIFICATE-----\naGVsbG8gd29ybGQ=\n-----END CERTIFICATE-----\n";
-    std::fs::write(dir.path().join("ca.crt"), format!("{}{junk}", ca.pem)).unwrap();
-    let err = load_error(dir.path());
-    assert!(matches!(err, TlsError::Ca { index: 1, .. }), "{err}");
-    assert_names(
-        &err,
-        dir.path(),
+    let err = refused(
+        &dir,
         "ca.crt",
+        format!("{}{junk}", ca.pem),
         "CA certificate #1 cannot be used as a trust anchor",
     );
+    assert!(matches!(err, TlsError::Ca { index: 1, .. }), "{err}");
 }
 
 #[test]

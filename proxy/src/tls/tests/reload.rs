@@ -25,6 +25,18 @@ fn secret_volume(dir: &Path, version: &str, ca_pem: &str, leaf: &Leaf) {
     }
 }
 
+/// A connection of `client` to `echo`, handshake done.
+async fn connected(
+    client: &TlsContext,
+    echo: &EchoServer,
+) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let (stream, _) = client
+        .connect(echo.addr, tcp(echo.addr).await)
+        .await
+        .unwrap();
+    stream
+}
+
 /// The certificate a client connection's server presented.
 fn presented(stream: &tokio_rustls::client::TlsStream<TcpStream>) -> CertificateDer<'static> {
     stream.get_ref().1.peer_certificates().unwrap()[0].clone()
@@ -53,10 +65,7 @@ async fn tls_reload_new_handshakes_use_new_cert_old_connections_stay() {
     let reloader = server.clone().spawn_reloader(shutdown.clone());
     let echo = EchoServer::start(server.clone()).await;
 
-    let (mut before, _) = client
-        .connect(echo.addr, tcp(echo.addr).await)
-        .await
-        .unwrap();
+    let mut before = connected(&client, &echo).await;
     assert_eq!(presented(&before), v1.der);
     assert_eq!(round_trip(&mut before, b"one").await.unwrap(), b"one");
 
@@ -77,10 +86,7 @@ async fn tls_reload_new_handshakes_use_new_cert_old_connections_stay() {
         (now + time::Duration::days(60)).unix_timestamp()
     );
 
-    let (mut after, _) = client
-        .connect(echo.addr, tcp(echo.addr).await)
-        .await
-        .unwrap();
+    let mut after = connected(&client, &echo).await;
     assert_eq!(presented(&after), v2.der);
     assert_eq!(round_trip(&mut after, b"two").await.unwrap(), b"two");
     // The connection made before the reload is untouched.
@@ -135,11 +141,7 @@ async fn tls_broken_new_files_keep_the_old_configuration() {
         ReloadOutcome::Unchanged
     ));
     assert_eq!(server.reload_stats().failures, 1);
-    let (stream, _) = client
-        .connect(echo.addr, tcp(echo.addr).await)
-        .await
-        .unwrap();
-    assert_eq!(stream.get_ref().1.peer_certificates().unwrap()[0], v1.der);
+    assert_eq!(presented(&connected(&client, &echo).await), v1.der);
 
     std::fs::write(files.join("tls.crt"), "truncated\n").unwrap();
     assert!(matches!(
@@ -156,11 +158,7 @@ async fn tls_broken_new_files_keep_the_old_configuration() {
         ReloadOutcome::Unchanged
     ));
     assert_eq!(server.reload_stats().failures, 3);
-    let (stream, _) = client
-        .connect(echo.addr, tcp(echo.addr).await)
-        .await
-        .unwrap();
-    assert_eq!(stream.get_ref().1.peer_certificates().unwrap()[0], v1.der);
+    assert_eq!(presented(&connected(&client, &echo).await), v1.der);
 
     // The key arrives: the new pair takes over.
     std::fs::write(files.join("tls.crt"), &v2.cert_pem).unwrap();
@@ -171,9 +169,5 @@ async fn tls_broken_new_files_keep_the_old_configuration() {
     ));
     let stats = server.reload_stats();
     assert_eq!((stats.successes, stats.failures), (1, 3));
-    let (stream, _) = client
-        .connect(echo.addr, tcp(echo.addr).await)
-        .await
-        .unwrap();
-    assert_eq!(stream.get_ref().1.peer_certificates().unwrap()[0], v2.der);
+    assert_eq!(presented(&connected(&client, &echo).await), v2.der);
 }
