@@ -204,14 +204,14 @@ async fn the_requester_times_its_link_from_a_raw_answer_and_tells_the_holder() {
     assert!(holder.link_view().settled >= 1);
     let rates = path.requester.link_view().rates;
     assert_eq!(rates.len(), 1, "{rates:?}");
-    assert_eq!(rates[0].0, WORKER_TASK);
+    assert_eq!(rates[0].peer, WORKER_TASK);
     // The next request carries the rate; the holder decides with it.
     recv(&path.client, &grad, 3).await;
     let rows = holder.tensors();
     let row = rows.iter().find(|r| r.side == "holder").unwrap();
     let told = row.link_rate.unwrap();
     assert!(
-        (told - rates[0].1.floor()).abs() <= 1.0,
+        (told - rates[0].bytes_per_second.floor()).abs() <= 1.0,
         "{told} against {rates:?}"
     );
 }

@@ -136,21 +136,7 @@ pub fn training(sidecar: &Sidecar) -> Training {
 
 /// The links' rates and the decisions made on them.
 pub fn links(sidecar: &Sidecar) -> api::status::Links {
-    let view = sidecar.link_view();
-    api::status::Links {
-        mode: sidecar.policy().link().mode.name().to_string(),
-        rates: view
-            .rates
-            .into_iter()
-            .map(|(peer, bytes_per_second)| api::status::LinkRate {
-                peer,
-                bytes_per_second,
-            })
-            .collect(),
-        switched_to_raw: view.switched_to_raw,
-        switched_to_compressed: view.switched_to_compressed,
-        settled: view.settled,
-    }
+    sidecar.link_view()
 }
 
 /// `GET /v1/tensors?sort=FIELD&limit=N`: names ascending, numbers

@@ -28,8 +28,11 @@ struct ToLabel {
 pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
     let view = sidecar.link_view();
     let rates = Family::<PeerLabel, Gauge<f64, AtomicU64>>::default();
-    for (peer, rate) in view.rates {
-        rates.get_or_create(&PeerLabel { peer }).set(rate);
+    for rate in view.rates {
+        let peer = rate.peer;
+        rates
+            .get_or_create(&PeerLabel { peer })
+            .set(rate.bytes_per_second);
     }
     registry.register_with_unit(
         "link_rate",

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::stats::Stats;
 use super::Sidecar;
-use tlc_admin_api::status::Training;
+use tlc_admin_api::status::{LinkRate, Links, Training};
 use tlc_context::table::TableStats;
 use tlc_proxy::tls::ReloadStats;
 
@@ -32,27 +32,20 @@ pub struct InFlight {
     pub budget_bytes: u64,
 }
 
-/// What the sidecar knows of its links, and what it decided on them.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LinkView {
-    /// Requester side: each holder task whose rate is known, with its rate
-    /// in bytes per second, by name.
-    pub rates: Vec<(String, f64)>,
-    /// Holder side: times a tensor switched to crossing raw.
-    pub switched_to_raw: u64,
-    /// Holder side: times a tensor switched back to compressed.
-    pub switched_to_compressed: u64,
-    /// Holder side: calls sent exactly through a tensor's memory, so that
-    /// raw and compressed calls add up (see [`crate::link::payoff`]).
-    pub settled: u64,
-}
-
 impl Sidecar {
-    /// The links' rates as measured here, and the switches made on them.
-    pub fn link_view(&self) -> LinkView {
+    /// The links' rates as measured here, and the switches made on them,
+    /// as the admin API says them.
+    pub fn link_view(&self) -> Links {
         let (switched_to_raw, switched_to_compressed) = self.holder.payoffs.switches();
-        LinkView {
-            rates: self.link_meter.rates(Instant::now()),
+        let rates = self.link_meter.rates(Instant::now()).into_iter();
+        Links {
+            mode: self.policy().link().mode.name().to_string(),
+            rates: rates
+                .map(|(peer, bytes_per_second)| LinkRate {
+                    peer,
+                    bytes_per_second,
+                })
+                .collect(),
             switched_to_raw,
             switched_to_compressed,
             settled: self.holder.payoffs.settles(),
