@@ -19,7 +19,7 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use thiserror::Error;
 use tlc_codec::{Codec, CodecId, EntropyStage, Limits};
@@ -27,6 +27,7 @@ use tlc_core::TensorKey;
 use tlc_wire::envelope::{Envelope, Kind};
 use tlc_wire::peer::RowsHeader;
 
+use super::Encoded;
 use crate::pull::EpochGenerator;
 use crate::refine::Refinement;
 use crate::rows::{restore_push, RowErrors, RowMirror, Uniques};
@@ -134,13 +135,6 @@ impl ContextMemory for Errors {
     }
 }
 
-/// What one row-keyed encode did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct RowsEncodedHere {
-    pub refinements: u32,
-    pub took: Duration,
-}
-
 /// Every row context of one sidecar, keyed by [`TensorKey`] (the tensor
 /// between its holder and its requester).
 pub struct RowTables {
@@ -221,7 +215,7 @@ impl RowTables {
         (memory, codec, token, entropy): (RowMemory<'_>, Codec, u64, EntropyStage),
         (epochs, now): (&EpochGenerator, Instant),
         out: &mut Vec<u8>,
-    ) -> Result<RowsEncodedHere, RowsRefused> {
+    ) -> Result<Encoded, RowsRefused> {
         let ids = memory.ids;
         let width = row_width(memory.dims, ids.len(), values.len()).ok_or(RowsRefused::Shape)?;
         let max_bytes = memory.asked.max_bytes.min(self.max_bytes());
@@ -281,9 +275,10 @@ impl RowTables {
         counters
             .evictions
             .fetch_add(encoded.evicted as u64, Ordering::Relaxed);
-        Ok(RowsEncodedHere {
-            refinements: encoded.refinements,
+        Ok(Encoded {
             took: encoded.took,
+            refinements: u64::from(encoded.refinements),
+            ..Encoded::NOTHING
         })
     }
 
@@ -368,6 +363,7 @@ fn rows_within(max_bytes: u64, width: usize) -> usize {
 mod tests {
     use super::super::{ContextLimits, Contexts, Encoding, Memory, RestoreError};
     use super::*;
+    use std::time::Duration;
     use tlc_core::{Direction, TensorCall};
 
     fn contexts() -> Contexts {
