@@ -12,7 +12,7 @@ use tlc_wire::rows::{ids_hash, RowsSection};
 use super::store::RowStore;
 use super::{
     add_passes, check_ids, check_values, decode_own, refine_passes, rows_of, section_u32,
-    PassBuffers, RowScratch, RowsApplied, RowsEncoded, RowsError, Uniques,
+    IdScratch, PassBuffers, RowScratch, RowsApplied, RowsEncoded, RowsError, Uniques,
 };
 use crate::refine::{set_frame_count, sum_of_squares, Refinement};
 use crate::table::ContextMemory;
@@ -186,22 +186,7 @@ impl RowMirror {
         }
         partition(&self.store, &u.unique, s);
         let hits = s.held.len();
-        s.keys.clear();
-        for &j in &s.new {
-            let at = u.first[j as usize] as usize * dim;
-            s.keys.extend_from_slice(&values[at..at + dim]);
-        }
-        s.deltas.clear();
-        let mut held_squares = 0.0;
-        for &(j, slot) in &s.held {
-            let at = u.first[j as usize] as usize * dim;
-            let row = self.store.row(slot);
-            s.deltas
-                .extend(values[at..at + dim].iter().zip(row).map(|(v, r)| v - r));
-            held_squares += sum_of_squares(values[at..at + dim].iter().copied());
-        }
-        s.residual.clear();
-        s.residual.extend_from_slice(&s.deltas);
+        let held_squares = self.split_rows(u, values, s);
         section.ids_hash = ids_hash(ids);
         section.unique = section_u32("unique", unique)?;
         section.hits = section_u32("hits", hits)?;
@@ -219,6 +204,55 @@ impl RowMirror {
             out.truncate(start);
             return Err(err);
         }
+        let passes = self.refine_deltas(delta_codec, held_squares, s, out);
+        if passes > 0 {
+            set_frame_count(&mut header, 2 + passes, start, out);
+        }
+        let evicted = self.update(&u.unique, s);
+        Ok(RowsEncoded {
+            unique,
+            hits,
+            evicted,
+            refinements: passes,
+            took: started.elapsed(),
+        })
+    }
+
+    /// The rows of `values` by what the requester holds: new rows whole
+    /// into `s.keys`, held rows as deltas from the mirror into `s.deltas`
+    /// (and `s.residual`, what is left to send of them). Returns the squares
+    /// of the held rows' values, which refinement measures against.
+    fn split_rows(&self, u: &IdScratch, values: &[f32], s: &mut RowScratch) -> f64 {
+        let dim = self.store.dim();
+        s.keys.clear();
+        for &j in &s.new {
+            let at = u.first[j as usize] as usize * dim;
+            s.keys.extend_from_slice(&values[at..at + dim]);
+        }
+        s.deltas.clear();
+        let mut held_squares = 0.0;
+        for &(j, slot) in &s.held {
+            let at = u.first[j as usize] as usize * dim;
+            let row = self.store.row(slot);
+            s.deltas
+                .extend(values[at..at + dim].iter().zip(row).map(|(v, r)| v - r));
+            held_squares += sum_of_squares(values[at..at + dim].iter().copied());
+        }
+        s.residual.clear();
+        s.residual.extend_from_slice(&s.deltas);
+        held_squares
+    }
+
+    /// After the first frames (`s.deltas` now what they decode to): the
+    /// further passes of the held rows' deltas the bound asks for, into
+    /// `out`; returns how many.
+    fn refine_deltas(
+        &self,
+        delta_codec: &Codec,
+        held_squares: f64,
+        s: &mut RowScratch,
+        out: &mut Vec<u8>,
+    ) -> u32 {
         for (r, d) in s.residual.iter_mut().zip(&s.deltas) {
             *r -= *d;
         }
@@ -231,25 +265,14 @@ impl RowMirror {
             residual: &mut s.residual,
             pass: &mut s.pass,
         };
-        let passes = refine_passes(
+        refine_passes(
             refine,
             delta_codec,
             self.entropy,
             held_squares,
             buffers,
             out,
-        );
-        if passes > 0 {
-            set_frame_count(&mut header, 2 + passes, start, out);
-        }
-        let evicted = self.update(&u.unique, s);
-        Ok(RowsEncoded {
-            unique,
-            hits,
-            evicted,
-            refinements: passes,
-            took: started.elapsed(),
-        })
+        )
     }
 
     /// Requester: applies a parsed rows-pull envelope for `ids` and writes

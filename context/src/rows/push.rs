@@ -11,7 +11,7 @@ use tlc_wire::rows::{ids_hash, RowsSection};
 use super::store::RowStore;
 use super::{
     add_passes, check_ids, check_values, decode_own, refine_passes, rows_of, section_u32,
-    PassBuffers, RowsApplied, RowsEncoded, RowsError, Uniques,
+    IdScratch, PassBuffers, RowScratch, RowsApplied, RowsEncoded, RowsError, Uniques,
 };
 use crate::refine::{set_frame_count, sum_of_squares, Refinement};
 use crate::table::ContextMemory;
@@ -120,9 +120,26 @@ impl RowErrors {
             dim: section_u32("dim", dim)?,
             max_rows: 0,
         };
-        // acc = per-id sum of the values + the row's carried error.
+        let pushed_squares = self.accumulate(u, values, s);
+        let passes = self.write_frames(codec, fallback_token, (section, pushed_squares), s, out)?;
+        let evicted = self.keep_errors(u, s);
+        Ok(RowsEncoded {
+            unique,
+            hits: 0,
+            evicted,
+            refinements: passes,
+            took: started.elapsed(),
+        })
+    }
+
+    /// Into `s.keys`: each distinct id's values summed (as the consuming op
+    /// would) plus the error its row carries; the rows held and new in
+    /// `s.held` and `s.new`. Returns the squares of what is pushed, before
+    /// the carried errors (what refinement measures against).
+    fn accumulate(&self, u: &IdScratch, values: &[f32], s: &mut RowScratch) -> f64 {
+        let dim = self.store.dim();
         s.keys.clear();
-        s.keys.resize(unique * dim, 0.0);
+        s.keys.resize(u.unique.len() * dim, 0.0);
         for (&j, row) in u.index.iter().zip(values.chunks_exact(dim)) {
             let at = j as usize * dim;
             for (a, v) in s.keys[at..at + dim].iter_mut().zip(row) {
@@ -143,6 +160,20 @@ impl RowErrors {
                 None => s.new.push(j),
             }
         }
+        pushed_squares
+    }
+
+    /// The envelope of `s.keys` into `out`: the header, the rows section,
+    /// the first frame and the refinement passes the bound asks for, with
+    /// what they decode to in `s.deltas`. Nothing is written on an error.
+    fn write_frames(
+        &self,
+        codec: &Codec,
+        fallback_token: u64,
+        (section, pushed_squares): (RowsSection, f64),
+        s: &mut RowScratch,
+        out: &mut Vec<u8>,
+    ) -> Result<u32, RowsError> {
         let start = out.len();
         let mut header = EnvelopeHeader::rows_push(fallback_token);
         header.write(out);
@@ -177,7 +208,14 @@ impl RowErrors {
         if passes > 0 {
             set_frame_count(&mut header, 1 + passes, start, out);
         }
-        // From here on nothing fails: the new errors, touched at this step.
+        Ok(passes)
+    }
+
+    /// Keeps what each row's push left unsent (`s.keys` less `s.deltas`)
+    /// as its error, touched at this step, the new rows within the bound;
+    /// returns the rows evicted for them. Nothing here fails.
+    fn keep_errors(&mut self, u: &IdScratch, s: &mut RowScratch) -> usize {
+        let dim = self.store.dim();
         self.step += 1;
         let step = self.step;
         for &(j, slot) in &s.held {
@@ -188,7 +226,9 @@ impl RowErrors {
             }
             self.store.touch(slot, step);
         }
-        let evicted = self.store.evict(step, s.new.len(), unique, &mut s.versions);
+        let evicted = self
+            .store
+            .evict(step, s.new.len(), u.unique.len(), &mut s.versions);
         // The new rows' errors, computed into the accumulator in place
         // (it is not needed any more).
         for &j in &s.new {
@@ -199,13 +239,7 @@ impl RowErrors {
             }
             self.store.insert(u.unique[j as usize], step, acc);
         }
-        Ok(RowsEncoded {
-            unique,
-            hits: 0,
-            evicted,
-            refinements: passes,
-            took: started.elapsed(),
-        })
+        evicted
     }
 }
 
