@@ -16,15 +16,15 @@
 //! another frame of the envelope, which the receiver adds up. Passes stop
 //! once the remaining error is at most `target` times the tensor's norm, or
 //! after `max_passes`. Every pass is a 3LC frame; passes after the first
-//! use 3LC's own scale (the default) or pick `M` toward the target
-//! ([`PassScale`]). Toward the target, passes stop close to it instead of
-//! below it, which is where most of the bytes it saves come from: the
-//! same bound then lets the replica drift further. Measured (README,
-//! "Refinement"): TF2 ParameterServerStrategy pulls 16.7–19.8x ->
-//! 20.1–23.3x, ResNet-20's job 28.5–30.1x -> 29.9–31.6x, but CI's small
-//! MLP lost 1.11 points at 1% toward the target, as it did at 2% with
-//! passes at 3LC's scale. The bounds were measured with 3LC-scale passes,
-//! so those stay the default.
+//! use 3LC's own scale or pick `M` toward the target ([`PassScale`]; the
+//! sidecar's policy says which, per direction and training). Toward the
+//! target, passes stop close to it instead of below it, which is where
+//! most of the bytes it saves come from: the same bound then lets the
+//! replica drift further. Measured (docs/COMPRESSION.md, "Refinement"):
+//! TF2 ParameterServerStrategy pulls 16.7–19.8x -> 20.1–23.3x, but
+//! asynchronous jobs lose accuracy that way (the TF1 async MLP 7.5 points
+//! in one run of nine); synchronous jobs under today's push bounds do not
+//! (docs/FIDELITY.md).
 
 use crate::regime::Regimes;
 use tlc_wire::envelope::{EnvelopeHeader, HEADER_LEN};

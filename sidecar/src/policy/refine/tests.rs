@@ -19,7 +19,7 @@ fn synchronous_training_gets_its_own_targets() {
         regimes: Regimes::OFF,
     };
     assert_eq!(r.pull(false), pull(0.01, PassScale::Max));
-    assert_eq!(r.pull(true), pull(0.01, PassScale::Max));
+    assert_eq!(r.pull(true), pull(0.01, PassScale::Toward));
     assert_eq!(
         r.push(false, false),
         Refinement {
@@ -60,7 +60,7 @@ fn synchronous_training_gets_its_own_targets() {
         Refinement {
             target: 0.2,
             max_passes: 3,
-            scale: PassScale::Max,
+            scale: PassScale::Toward,
             peak_lag: f64::INFINITY,
             peak_half_life: 20.0,
             regimes: Regimes::OFF,
@@ -87,24 +87,30 @@ fn synchronous_training_gets_its_own_targets() {
     let r2 = refine("push_pass_scale = \"toward\"\n").unwrap();
     assert_eq!(r2.push(true, false).scale, PassScale::Toward);
     assert_eq!(r2.push(false, false).scale, PassScale::Toward);
-    assert_eq!(r2.pull(true).scale, PassScale::Max);
+    assert_eq!(
+        r2.pull(true).scale,
+        PassScale::Toward,
+        "synchronous pulls' own default"
+    );
+    assert_eq!(r2.pull(false).scale, PassScale::Max);
     // Rows have their own scale, in both directions.
     assert_eq!(r.rows(r.pull(false)).scale, PassScale::Toward);
     let r = refine("rows_pass_scale = \"max\"\n").unwrap();
     assert_eq!(r.rows(r.push(false, false)).scale, PassScale::Max);
     assert_eq!(r.rows(r.pull(true)).target, 0.01);
-    assert_eq!(r.pull(true).scale, PassScale::Max);
+    assert_eq!(r.pull(true).scale, PassScale::Toward);
+    assert_eq!(r.pull(false).scale, PassScale::Max);
 }
 
 #[test]
 fn adaptive_gradients_get_the_tighter_bound_every_push() {
     let r = refine("").unwrap();
     let sync = r.push(true, true);
-    assert_eq!(sync.target, 0.25, "synchronous alone would be inf");
+    assert_eq!(sync.target, 0.45, "synchronous alone would be inf");
     assert_eq!(sync.scale, PassScale::Toward);
     assert_eq!(sync.peak_lag, 1.0);
-    assert_eq!(r.push(false, true).target, 0.25);
-    assert!(sync.another_pass(1, 0.3));
+    assert_eq!(r.push(false, true).target, 0.45);
+    assert!(sync.another_pass(1, 0.5));
     assert!(!r.push(true, false).another_pass(1, 0.3));
     // The training's own bound wins where it is tighter.
     let r = refine("push_max_error = 0.1\n[adaptive]\npush_max_error = 0.5\n").unwrap();
