@@ -22,9 +22,10 @@
 //! most of the bytes it saves come from: the same bound then lets the
 //! replica drift further. Measured (docs/COMPRESSION.md, "Refinement"):
 //! TF2 ParameterServerStrategy pulls 16.7–19.8x -> 20.1–23.3x, but
-//! asynchronous jobs lose accuracy that way (the TF1 async MLP 7.5 points
-//! in one run of nine); synchronous jobs under today's push bounds do not
-//! (docs/FIDELITY.md).
+//! accuracy goes with it (the TF1 async MLP 7.5 points in one run of nine;
+//! the synchronous harness MLP 0.4 on average over six seeds, under
+//! today's push bounds; docs/FIDELITY.md), so dense pulls default to
+//! 3LC's scale.
 
 use crate::regime::Regimes;
 use tlc_wire::envelope::{EnvelopeHeader, HEADER_LEN};

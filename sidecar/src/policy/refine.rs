@@ -17,7 +17,7 @@
 //!
 //! [policy.refine.synchronous]    # the graph shows every gradient accumulated
 //! pull_max_drift = 0.01
-//! pull_pass_scale = "toward"
+//! pull_pass_scale = "max"
 //! push_max_error = inf           # no bound: 3LC's single pass
 //!
 //! [policy.refine.adaptive]       # gradients an adaptive optimizer applies (Adam, Adagrad, RMSProp...)
@@ -41,15 +41,12 @@
 //! steps, async 1 ps 11.5 -> 10.1 MB) with the same accuracy over three
 //! seeds (docs/COMPRESSION.md, "Embedding rows"). Dense passes toward the target
 //! (`pull_pass_scale = "toward"`) stop close to the bound instead of below
-//! it: fewer bytes, but the bound then means more. Synchronous pulls pass
-//! toward it by default: on the zoo's tune half that was level with
-//! 3LC-scale passes paired by seed (+0.13 over 5 mlpadam, +0.92 over 5
-//! conv2, +0.44 over 3 densesgd, −0.09 over 3 harness MLP seeds) with
-//! 1–11% fewer bytes on the hop, and CI's small MLP kept its accuracy over
-//! three seeds (it lost 1.11 points on one seed before the push bounds of
-//! today). Asynchronous pulls stay at 3LC's scale: the TF1 async MLP lost
-//! 7.5 points in one run of nine toward the bound (see
-//! [`tlc_context::refine`] and docs/FIDELITY.md).
+//! it: fewer bytes, but the bound then means more. Tried again under
+//! today's push bounds on synchronous pulls, it was level on the zoo's
+//! tune half with 1–11% fewer bytes on the hop, but the harness MLP lost
+//! 1.39, 0.56 and 0.28 points on three more seeds, paired, and the TF1
+//! async MLP lost 7.5 points in one run of nine: dense pulls stay at
+//! 3LC's scale (see [`tlc_context::refine`] and docs/FIDELITY.md).
 //!
 //! Synchronous training (`SyncReplicasOptimizer`: gradients accumulated,
 //! applied once per step) tolerates 3LC's lag on gradients, as the 3LC
@@ -234,7 +231,7 @@ impl Default for SynchronousTargets {
     fn default() -> Self {
         SynchronousTargets {
             pull_max_drift: 0.01,
-            pull_pass_scale: PassScale::Toward,
+            pull_pass_scale: PassScale::Max,
             push_max_error: f64::INFINITY,
         }
     }

@@ -19,7 +19,7 @@ fn synchronous_training_gets_its_own_targets() {
         regimes: Regimes::OFF,
     };
     assert_eq!(r.pull(false), pull(0.01, PassScale::Max));
-    assert_eq!(r.pull(true), pull(0.01, PassScale::Toward));
+    assert_eq!(r.pull(true), pull(0.01, PassScale::Max));
     assert_eq!(
         r.push(false, false),
         Refinement {
@@ -60,7 +60,7 @@ fn synchronous_training_gets_its_own_targets() {
         Refinement {
             target: 0.2,
             max_passes: 3,
-            scale: PassScale::Toward,
+            scale: PassScale::Max,
             peak_lag: f64::INFINITY,
             peak_half_life: 20.0,
             regimes: Regimes::OFF,
@@ -87,19 +87,13 @@ fn synchronous_training_gets_its_own_targets() {
     let r2 = refine("push_pass_scale = \"toward\"\n").unwrap();
     assert_eq!(r2.push(true, false).scale, PassScale::Toward);
     assert_eq!(r2.push(false, false).scale, PassScale::Toward);
-    assert_eq!(
-        r2.pull(true).scale,
-        PassScale::Toward,
-        "synchronous pulls' own default"
-    );
-    assert_eq!(r2.pull(false).scale, PassScale::Max);
+    assert_eq!(r2.pull(true).scale, PassScale::Max);
     // Rows have their own scale, in both directions.
     assert_eq!(r.rows(r.pull(false)).scale, PassScale::Toward);
     let r = refine("rows_pass_scale = \"max\"\n").unwrap();
     assert_eq!(r.rows(r.push(false, false)).scale, PassScale::Max);
     assert_eq!(r.rows(r.pull(true)).target, 0.01);
-    assert_eq!(r.pull(true).scale, PassScale::Toward);
-    assert_eq!(r.pull(false).scale, PassScale::Max);
+    assert_eq!(r.pull(true).scale, PassScale::Max);
 }
 
 #[test]
