@@ -66,11 +66,12 @@
 //! value every step gets a mean of squares that the spikes inflate, and
 //! the optimizer moves it less. Adam through single-pass 3LC pushes lost
 //! 1.25 points on the zoo's tune-half MLP (mlpadam), with kernels 10%
-//! smaller than without. Bounding every push's error to under half the
-//! gradient (0.45), with frames toward that bound, keeps it within its
-//! noise; a quarter cost a fifth more bytes for no measurable accuracy
-//! (docs/FIDELITY.md). The graph says which optimizer a task runs
-//! ([`crate::graph`]).
+//! smaller than without. Bounding every push's error to a quarter of the
+//! gradient, with frames toward that bound, took it to −0.53; 0.45, the
+//! default, sends a fifth fewer bytes at −0.73 (paired −0.21 [−0.50,
+//! +0.09] over five seeds): a trade made for the bytes, judged on the
+//! zoo's held-out half (docs/FIDELITY.md). The graph says which optimizer
+//! a task runs ([`crate::graph`]).
 //!
 //! `[policy.refine.critical]` is the fidelity controller
 //! ([`tlc_context::regime`]): a stream whose gradient norms change fast
