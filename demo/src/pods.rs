@@ -81,6 +81,7 @@ async fn proxy(
         limits: LimitSettings::default().limits()?,
         tls: Default::default(),
         drain: Duration::from_secs(1),
+        sessions: true,
     };
     Ok(Proxy::start(&settings, sidecar.clone()).await?)
 }

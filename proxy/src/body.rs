@@ -21,6 +21,9 @@ use pin_project_lite::pin_project;
 
 use crate::limits::budget::{Charge, ChargePoller, MemoryBudget};
 
+mod prefixed;
+pub use prefixed::{failing, prefixed};
+
 /// Any error a body may fail with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

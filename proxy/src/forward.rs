@@ -23,6 +23,15 @@ use super::upstream::Upstream;
 /// calls before hyper noticed) is sent again once on a new connection; one
 /// it took is never repeated, since TensorFlow hands out each tensor once.
 pub async fn forward(upstream: &Upstream, request: Request<ProxyBody>) -> Response<ProxyBody> {
+    // Where the peer's sidecar shares a session, a call goes on it; one
+    // the session does not take comes back unsent, for a stream.
+    let request = match upstream.session().await {
+        Some(session) => match session.send(request).await {
+            Ok(response) => return response,
+            Err(unsent) => unsent,
+        },
+        None => request,
+    };
     let path = request.uri().path().to_owned();
     let failed = match send(upstream, request).await {
         Sent::Answered(response) => return response,

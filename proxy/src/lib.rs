@@ -38,6 +38,7 @@ pub mod lifecycle;
 pub mod limits;
 pub mod linger;
 pub mod listener;
+pub mod mux;
 pub mod opaque;
 pub mod preface;
 pub mod server;

@@ -59,6 +59,9 @@ pub struct Bounds {
     /// Silence after which a new connection is taken for a protocol whose
     /// server speaks first, and forwarded.
     pub server_first: Duration,
+    /// Whether an outbound connection carries its calls to a peer's
+    /// sidecar in one session ([`crate::mux`]) where the peer takes one.
+    pub sessions: bool,
 }
 
 impl Bounds {
@@ -72,6 +75,7 @@ impl Bounds {
             opaque_idle: limits.opaque_idle,
             close: limits.close,
             server_first: limits.server_first,
+            sessions: false,
         }
     }
 }
@@ -293,12 +297,10 @@ async fn serve_connection<H: Handler>(stream: TcpStream, site: Arc<Site<H>>) {
     // A name's addresses are tried in turn.
     let mut reached = None;
     for addr in addrs.iter().copied() {
-        let upstream = Arc::new(Upstream::new(
-            addr,
-            site.route.role,
-            dial_tls.clone(),
-            site.tasks.clone(),
-        ));
+        let upstream = Arc::new(
+            Upstream::new(addr, site.route.role, dial_tls.clone(), site.tasks.clone())
+                .with_sessions(site.bounds.sessions && site.route.role == Role::Outbound),
+        );
         match upstream.sender().await {
             Ok(_) => {
                 reached = Some(upstream);

@@ -49,6 +49,9 @@ pub struct ProxySettings {
     pub tls: TlsSettings,
     /// How long a shutdown keeps connections TensorFlow still uses.
     pub drain: Duration,
+    /// Whether calls to a peer's sidecar share one session per connection
+    /// ([`crate::mux`]) where the peer takes one.
+    pub sessions: bool,
 }
 
 /// The running proxy: one listener per route, each call handed to `H`.
@@ -96,7 +99,10 @@ impl<H: Handler> Proxy<H> {
                 .map_err(bind_error)?;
             listeners.push((listener, route));
         }
-        let bounds = listener::Bounds::of(&settings.limits);
+        let bounds = listener::Bounds {
+            sessions: settings.sessions,
+            ..listener::Bounds::of(&settings.limits)
+        };
         let tls = if settings.tls.enabled() {
             let tls = Arc::new(TlsContext::load(&settings.tls)?);
             tls.clone().spawn_reloader(lifecycle.accepting().clone());

@@ -24,6 +24,7 @@ use super::first_bytes::FirstBytes;
 use super::linger::{self, LINGER_BYTES, LINGER_TIME};
 use super::tasks::Tracked;
 use crate::io::Io;
+use crate::mux::client::Session;
 use crate::tls::{HandshakeError, TlsContext};
 use crate::tuning;
 use tlc_core::Role;
@@ -88,18 +89,42 @@ impl UpstreamError {
     }
 }
 
+/// Where an upstream stands with a session to the peer's sidecar.
+#[derive(Default)]
+enum SessionState {
+    /// Not asked for on this connection yet.
+    #[default]
+    Untried,
+    /// Asked for; the peer has not answered.
+    Opening,
+    /// Open (until the session says it is not).
+    Open(Arc<Session>),
+    /// The peer answered without one: a stream per call on this connection.
+    Refused,
+}
+
 /// A lazily made, self-healing HTTP/2 client connection.
 pub struct Upstream {
     addr: SocketAddr,
     role: Role,
     tls: Option<Arc<TlsContext>>,
     sender: Mutex<Option<SendRequest<ProxyBody>>>,
+    /// The session its calls share, where the peer's sidecar takes one.
+    session: Arc<std::sync::Mutex<SessionState>>,
+    /// Whether to open a session at all.
+    sessions: bool,
+    /// Cancelled when this upstream is dropped: a session still being
+    /// opened is given up.
+    _dropped: tokio_util::sync::DropGuard,
+    gone: tokio_util::sync::CancellationToken,
     /// Where its connections' tasks run: the proxy's, so that shutdown
     /// waits until they have closed.
     tasks: TaskTracker,
 }
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a peer has to answer the call that opens a session.
+const SESSION_ANSWER: Duration = Duration::from_secs(5);
 
 impl Upstream {
     /// An upstream at `addr` for a route of `role`, reached over mutual
@@ -111,13 +136,82 @@ impl Upstream {
         tls: Option<Arc<TlsContext>>,
         tasks: TaskTracker,
     ) -> Upstream {
+        let gone = tokio_util::sync::CancellationToken::new();
         Upstream {
             addr,
             role,
             tls,
             sender: Mutex::new(None),
+            session: Arc::default(),
+            sessions: false,
+            _dropped: gone.clone().drop_guard(),
+            gone,
             tasks,
         }
+    }
+
+    /// This upstream, carrying its calls in one session to the peer's
+    /// sidecar where the peer takes one (`on`).
+    pub fn with_sessions(mut self, on: bool) -> Upstream {
+        self.sessions = on;
+        self
+    }
+
+    /// The open session to send a call on, if there is one. The first
+    /// call on a connection opens it in the background (that call and any
+    /// sent before the peer answers take streams of their own); a peer
+    /// that does not take one is not asked again on the same connection.
+    pub async fn session(&self) -> Option<Arc<Session>> {
+        if !self.sessions {
+            return None;
+        }
+        {
+            let mut state = self.session.lock().unwrap_or_else(|e| e.into_inner());
+            match &*state {
+                SessionState::Open(session) if session.is_open() => {
+                    return Some(Arc::clone(session));
+                }
+                SessionState::Opening | SessionState::Refused => return None,
+                SessionState::Open(_) | SessionState::Untried => {}
+            }
+            *state = SessionState::Opening;
+        }
+        let slot = Arc::clone(&self.session);
+        let Ok(mut sender) = self.sender().await else {
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = SessionState::Untried;
+            return None;
+        };
+        let authority = self.addr.to_string();
+        let gone = self.gone.clone();
+        tokio::spawn(async move {
+            // A peer that holds the call unanswered (a server that reads
+            // the whole request first) is given up on, and so is a peer of
+            // a connection that ended meanwhile.
+            let opened = tokio::select! {
+                opened = tokio::time::timeout(SESSION_ANSWER, Session::open(&mut sender, &authority)) => opened,
+                () = gone.cancelled() => return,
+            };
+            let next = match opened {
+                Err(_) => {
+                    debug!(upstream = %authority, "the peer did not answer the session call; a stream per call");
+                    SessionState::Refused
+                }
+                Ok(Ok(Some(session))) => {
+                    debug!(upstream = %authority, "calls to the peer's sidecar share a session");
+                    SessionState::Open(Arc::new(session))
+                }
+                Ok(Ok(None)) => {
+                    debug!(upstream = %authority, "the peer takes no session; a stream per call");
+                    SessionState::Refused
+                }
+                Ok(Err(err)) => {
+                    debug!(upstream = %authority, error = %err, "opening a session failed");
+                    SessionState::Refused
+                }
+            };
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = next;
+        });
+        None
     }
 
     /// The address requests go to.
@@ -138,6 +232,11 @@ impl Upstream {
             .await
             .map_err(|_| UpstreamError::Timeout { addr: self.addr })??;
         *slot = Some(sender.clone());
+        // A new connection: a session is asked for anew on it.
+        let mut session = self.session.lock().unwrap_or_else(|e| e.into_inner());
+        if !matches!(*session, SessionState::Opening) {
+            *session = SessionState::Untried;
+        }
         Ok(sender)
     }
 

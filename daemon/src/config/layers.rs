@@ -67,6 +67,7 @@ pub(super) const TOP_LEVEL: &[&str] = &[
     "transparent",
     "drain_seconds",
     "handover_socket",
+    "peer_sessions",
     "policy",
     "contexts",
     "limits",

@@ -67,6 +67,12 @@ pub struct Config {
     /// sockets over from: `auto` (a path derived from the first listener's
     /// port), `off`, or an absolute path.
     pub handover_socket: String,
+    /// Whether the calls TensorFlow makes on one connection travel to the
+    /// peer's sidecar as frames of one long-lived stream (a session, a few
+    /// bytes of framing a call) instead of an HTTP/2 stream each. A peer
+    /// that is no sidecar, or an older one, answers without taking the
+    /// session, and the calls go as before.
+    pub peer_sessions: bool,
     /// Which tensors are compressed and how.
     pub policy: tlc_sidecar::policy::PolicySettings,
     /// Bounds of the per-tensor state.
@@ -97,6 +103,7 @@ impl Default for Config {
             transparent: None,
             drain_seconds: 30,
             handover_socket: "auto".into(),
+            peer_sessions: true,
             policy: Default::default(),
             contexts: Default::default(),
             limits: Default::default(),
@@ -293,6 +300,7 @@ impl Config {
             limits: self.limits.limits()?,
             tls: self.tls.clone(),
             drain: std::time::Duration::from_secs(self.drain_seconds),
+            sessions: self.peer_sessions,
         })
     }
 

@@ -105,6 +105,12 @@ const RESTART_ONLY: &[RestartOnly] = &[
         keep: |old, new| new.handover_socket = old.handover_socket.clone(),
     },
     RestartOnly {
+        key: "peer_sessions",
+        why: "connections to peers are set up with it",
+        same: |old, new| old.peer_sessions == new.peer_sessions,
+        keep: |old, new| new.peer_sessions = old.peer_sessions,
+    },
+    RestartOnly {
         key: "contexts.pull_cache",
         why: "pull sources are sized when created",
         same: |old, new| old.contexts.pull_cache == new.contexts.pull_cache,

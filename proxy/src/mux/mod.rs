@@ -1,0 +1,381 @@
+//! Calls between two sidecars carried as frames on one long-lived gRPC
+//! stream, so that a call costs a few bytes of framing on the hop instead
+//! of an HTTP/2 stream's headers, trailers and frame headers.
+//!
+//! The sidecar that dials a peer ([`client`]) opens `/tlc.Sidecar/Mux` on
+//! the upstream connection once a call needs it; a peer's sidecar that
+//! knows the method ([`server`]) answers with `tlc-mux: 1` and serves
+//! every call that arrives on it as if it had come on a stream of its own,
+//! through the same handler. Anyone else (an older sidecar, TensorFlow
+//! itself) answers something else, and the connection keeps one stream
+//! per call. The bytes are [`frame`]'s; what both ends share, the writer
+//! that batches frames and the reader that routes them, is here.
+//!
+//! Bounds: a request goes over a session only whole and at most
+//! [`MAX_REQUEST`] bytes (others take a stream of their own, as do calls
+//! past [`MAX_CALLS`] in progress); response data is sent within a window
+//! per call ([`WINDOW`], renewed by `Credit` frames as it is read) in
+//! chunks of [`CHUNK`], so calls interleave and a reader that stops holds
+//! at most a window; what a session's reader holds unread in all is at
+//! most [`SESSION_BUFFER`], past which it stops reading the stream and
+//! HTTP/2's own flow control holds the peer back.
+
+pub mod client;
+pub mod frame;
+pub mod server;
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use http_body::{Body, Frame as BodyFrame, SizeHint};
+use http_body_util::BodyExt;
+use tokio::sync::{mpsc, Notify};
+
+use crate::body::{BoxError, ProxyBody};
+use frame::{Frame, FrameError, Pairs, Tables};
+
+/// The response header by which a peer's sidecar accepts a session.
+pub const ACCEPT_HEADER: &str = "tlc-mux";
+/// The largest request body sent over a session.
+pub const MAX_REQUEST: usize = 64 << 10;
+/// Calls in progress on one session at most.
+pub const MAX_CALLS: usize = 1024;
+/// Response bytes sent for a call before its reader grants more.
+pub const WINDOW: u32 = 8 << 20;
+/// Data bytes of one frame at most: the grain at which calls interleave.
+pub const CHUNK: usize = 16 << 10;
+/// Bytes a session's reader holds unread for all its calls at most.
+pub const SESSION_BUFFER: usize = 64 << 20;
+/// The largest batch the writer builds from frames ready together.
+const BATCH: usize = 256 << 10;
+/// Frames waiting for the writer at most (data frames; control frames,
+/// one per call at most at a time, do not wait).
+const QUEUE: usize = 16;
+
+/// Reset codes (`Frame::Reset`).
+pub mod reset {
+    /// The caller cancelled the call.
+    pub const CANCEL: u32 = 8;
+    /// The server took no part of the call; it may be sent again.
+    pub const REFUSED: u32 = 7;
+    /// The server failed while answering.
+    pub const INTERNAL: u32 = 2;
+}
+
+/// Why a session ended.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The peer's bytes were not frames.
+    #[error("the peer's frames: {0}")]
+    Frame(#[from] FrameError),
+    /// A frame that breaks the session's rules (a call id in use, a part
+    /// that cannot follow the last).
+    #[error("the peer broke the session's rules: {0}")]
+    Protocol(&'static str),
+    /// The stream under the session failed.
+    #[error("the session's stream: {0}")]
+    Stream(String),
+}
+
+/// Where frames go to be written: control frames (credits, resets) never
+/// wait behind data.
+#[derive(Clone)]
+pub(crate) struct Outgoing {
+    control: mpsc::UnboundedSender<Control>,
+    data: mpsc::Sender<Frame>,
+}
+
+impl Outgoing {
+    /// Queues a control frame; false if the session's writer is gone.
+    pub(crate) fn control(&self, frame: Frame) -> bool {
+        self.control.send(Control::Frame(frame)).is_ok()
+    }
+
+    /// Ends the stream once what is queued now is written, whoever still
+    /// holds a queue.
+    pub(crate) fn finish(&self) {
+        let _ = self.control.send(Control::Finish);
+    }
+
+    /// Queues a call's frame behind the others; false if the writer is gone.
+    pub(crate) async fn data(&self, frame: Frame) -> bool {
+        self.data.send(frame).await.is_ok()
+    }
+}
+
+/// A new writer: its queues, and the body that carries its batches as
+/// gRPC messages, ending with `trailers` once every [`Outgoing`] is gone.
+pub(crate) fn writer(trailers: Option<HeaderMap>) -> (Outgoing, ProxyBody) {
+    let (control, control_rx) = mpsc::unbounded_channel();
+    let (data, data_rx) = mpsc::channel(QUEUE);
+    let (sink, batches) = mpsc::channel(1);
+    tokio::spawn(write_batches(control_rx, data_rx, sink, trailers));
+    let body = ChannelBody { frames: batches };
+    (Outgoing { control, data }, body.boxed_unsync())
+}
+
+type BodyResult = Result<BodyFrame<Bytes>, BoxError>;
+
+/// What the control queue carries.
+enum Control {
+    Frame(Frame),
+    Finish,
+}
+
+async fn write_batches(
+    mut control: mpsc::UnboundedReceiver<Control>,
+    mut data: mpsc::Receiver<Frame>,
+    sink: mpsc::Sender<BodyResult>,
+    trailers: Option<HeaderMap>,
+) {
+    let mut tables = Tables::default();
+    let mut finishing = false;
+    while !finishing {
+        let first = tokio::select! {
+            biased;
+            Some(control) = control.recv() => match control {
+                Control::Frame(frame) => frame,
+                Control::Finish => break,
+            },
+            Some(frame) = data.recv() => frame,
+            else => break,
+        };
+        let mut batch = BytesMut::with_capacity(frame::GRPC_PREFIX + 256);
+        batch.put_slice(&[0; frame::GRPC_PREFIX]);
+        tables.write(&first, &mut batch);
+        // Whatever else is ready goes in the same message.
+        while batch.len() < BATCH {
+            let next = match control.try_recv() {
+                Ok(Control::Frame(frame)) => frame,
+                Ok(Control::Finish) => {
+                    finishing = true;
+                    break;
+                }
+                Err(_) => match data.try_recv() {
+                    Ok(frame) => frame,
+                    Err(_) => break,
+                },
+            };
+            tables.write(&next, &mut batch);
+        }
+        let len = batch.len() - frame::GRPC_PREFIX;
+        batch[..frame::GRPC_PREFIX].copy_from_slice(&frame::batch_prefix(len));
+        if sink.send(Ok(BodyFrame::data(batch.freeze()))).await.is_err() {
+            return;
+        }
+    }
+    if let Some(trailers) = trailers {
+        let _ = sink.send(Ok(BodyFrame::trailers(trailers))).await;
+    }
+}
+
+/// A body fed from a channel.
+struct ChannelBody {
+    frames: mpsc::Receiver<BodyResult>,
+}
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<BodyFrame<Bytes>, BoxError>>> {
+        self.frames.poll_recv(cx)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
+
+/// Bytes a session's reader has handed to calls and their readers have
+/// not read yet; see [`SESSION_BUFFER`].
+#[derive(Debug, Default)]
+pub(crate) struct Unread {
+    bytes: AtomicUsize,
+    read: Notify,
+}
+
+impl Unread {
+    pub(crate) fn add(&self, n: usize) {
+        self.bytes.fetch_add(n, Ordering::SeqCst);
+    }
+
+    pub(crate) fn consumed(&self, n: usize) {
+        self.bytes.fetch_sub(n, Ordering::SeqCst);
+        self.read.notify_waiters();
+    }
+
+    async fn below_bound(&self) {
+        loop {
+            let notified = self.read.notified();
+            if self.bytes.load(Ordering::SeqCst) < SESSION_BUFFER {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Reads `stream`'s batches and hands each frame to `route` in order,
+/// until the stream ends (`Ok`) or breaks, or `route` refuses a frame.
+pub(crate) async fn read_frames<F>(
+    mut stream: ProxyBody,
+    unread: &Arc<Unread>,
+    mut route: F,
+) -> Result<(), SessionError>
+where
+    F: FnMut(Frame) -> Result<(), SessionError>,
+{
+    let mut tables = Tables::default();
+    let mut pending = BytesMut::new();
+    loop {
+        unread.below_bound().await;
+        let Some(next) = stream.frame().await else {
+            return Ok(());
+        };
+        let next = next.map_err(|e| SessionError::Stream(e.to_string()))?;
+        let Ok(mut chunk) = next.into_data() else {
+            continue; // trailers: the end follows
+        };
+        // A batch that is whole in its chunk (the usual case: one batch
+        // per HTTP/2 DATA frame) is read where it lies, without a copy.
+        if pending.is_empty() {
+            while let Some(batch) = whole_batch(&mut chunk)? {
+                read_batch(&mut tables, batch, &mut route)?;
+            }
+        }
+        pending.extend_from_slice(&chunk);
+        while let Some(batch) = frame::next_batch(&mut pending)? {
+            read_batch(&mut tables, batch, &mut route)?;
+        }
+    }
+}
+
+fn whole_batch(chunk: &mut Bytes) -> Result<Option<Bytes>, FrameError> {
+    if chunk.len() < frame::GRPC_PREFIX {
+        return Ok(None);
+    }
+    let len = u32::from_be_bytes([chunk[1], chunk[2], chunk[3], chunk[4]]) as usize;
+    if chunk[0] != 0 || len > frame::MAX_BATCH {
+        return Err(FrameError::Batch(len, chunk[0]));
+    }
+    if chunk.len() < frame::GRPC_PREFIX + len {
+        return Ok(None);
+    }
+    let batch = chunk.slice(frame::GRPC_PREFIX..frame::GRPC_PREFIX + len);
+    *chunk = chunk.slice(frame::GRPC_PREFIX + len..);
+    Ok(Some(batch))
+}
+
+fn read_batch<F>(tables: &mut Tables, mut batch: Bytes, route: &mut F) -> Result<(), SessionError>
+where
+    F: FnMut(Frame) -> Result<(), SessionError>,
+{
+    while !batch.is_empty() {
+        route(tables.read(&mut batch)?)?;
+    }
+    Ok(())
+}
+
+/// Headers that belong to one HTTP/2 hop, never carried in a frame.
+fn hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection" | "keep-alive" | "proxy-connection" | "transfer-encoding" | "upgrade"
+    )
+}
+
+/// `headers` as a frame's pairs, after `first` (pseudo-headers).
+pub(crate) fn to_pairs(first: Pairs, headers: &HeaderMap) -> Pairs {
+    let mut pairs = first;
+    for (name, value) in headers {
+        if hop_by_hop(name) {
+            continue;
+        }
+        pairs.push((
+            Bytes::copy_from_slice(name.as_str().as_bytes()),
+            Bytes::copy_from_slice(value.as_bytes()),
+        ));
+    }
+    pairs
+}
+
+/// A frame's pairs as headers; pseudo-headers (`:path`...) are handed to
+/// `pseudo` instead.
+pub(crate) fn from_pairs(
+    pairs: Pairs,
+    mut pseudo: impl FnMut(&[u8], Bytes) -> Result<(), SessionError>,
+) -> Result<HeaderMap, SessionError> {
+    let mut headers = HeaderMap::with_capacity(pairs.len());
+    for (name, value) in pairs {
+        if name.first() == Some(&b':') {
+            pseudo(&name, value)?;
+            continue;
+        }
+        let name = HeaderName::from_bytes(&name)
+            .map_err(|_| SessionError::Protocol("a header name that is not one"))?;
+        if hop_by_hop(&name) {
+            continue;
+        }
+        let value = HeaderValue::from_maybe_shared(value)
+            .map_err(|_| SessionError::Protocol("a header value that is not one"))?;
+        headers.append(name, value);
+    }
+    Ok(headers)
+}
+
+/// The bytes of a body that is all there now and at most `limit` long,
+/// with its trailers; else the body back as it was, nothing lost.
+pub(crate) fn ready_whole(
+    mut body: ProxyBody,
+    limit: usize,
+) -> Result<(Bytes, Option<HeaderMap>), ProxyBody> {
+    use futures_util::FutureExt;
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut len = 0;
+    loop {
+        match body.frame().now_or_never() {
+            Some(None) => break,
+            Some(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => {
+                    len += data.len();
+                    chunks.push(data);
+                    if len > limit {
+                        return Err(crate::body::prefixed(chunks, body));
+                    }
+                }
+                // Trailers end a body.
+                Err(frame) => return Ok((concat(chunks, len), frame.into_trailers().ok())),
+            },
+            Some(Some(Err(err))) => {
+                return Err(crate::body::prefixed(chunks, crate::body::failing(err)))
+            }
+            None => return Err(crate::body::prefixed(chunks, body)),
+        }
+    }
+    Ok((concat(chunks, len), None))
+}
+
+fn concat(chunks: Vec<Bytes>, len: usize) -> Bytes {
+    match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.into_iter().next().unwrap_or_default(),
+        _ => {
+            let mut all = BytesMut::with_capacity(len);
+            for chunk in chunks {
+                all.put_slice(&chunk);
+            }
+            all.freeze()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
