@@ -4,6 +4,7 @@
 
 mod http2;
 mod opaque_route;
+pub mod session;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -46,7 +46,7 @@ const KEYS: &[&str] = &[
 fn main() -> Result<()> {
     let dir = PathBuf::from(std::env::args().nth(1).ok_or("usage: seeds DIR")?);
     let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../wire/tests/fixtures");
-    let targets: [(&str, Seeds); 14] = [
+    let targets: [(&str, Seeds); 15] = [
         ("envelope", envelope()?),
         ("hop_body", hop_body(&fixtures)?),
         ("row_ids", row_ids(&fixtures)?),
@@ -61,6 +61,7 @@ fn main() -> Result<()> {
         ("config", config()),
         ("admin_headers", admin_headers()),
         ("handover_manifest", handover_manifest()),
+        ("mux_frames", mux_frames()),
     ];
     for (target, seeds) in targets {
         let out = dir.join(target);
@@ -592,6 +593,88 @@ fn handover_manifest() -> Seeds {
         (
             "not-ready".to_string(),
             Ready::Failed("cannot read tlcd.toml".into()).to_line(),
+        ),
+    ]
+}
+
+/// Batches of session frames as a session writes them: requests like
+/// TensorFlow's, a response whole and one in parts, and the control
+/// frames.
+fn mux_frames() -> Seeds {
+    use tlc_proxy::mux::frame::{Frame, Part, Tables};
+    let pairs = |list: &[(&str, &str)]| -> Vec<(bytes::Bytes, bytes::Bytes)> {
+        list.iter()
+            .map(|(n, v)| (n.as_bytes().to_vec().into(), v.as_bytes().to_vec().into()))
+            .collect()
+    };
+    let request = |replica: &str| {
+        Frame::Call(
+            1,
+            Part {
+                head: Some(pairs(&[
+                    (":path", "/tensorflow.WorkerService/RecvTensor"),
+                    (":authority", "10.0.0.2:2222"),
+                    ("content-type", "application/grpc"),
+                    ("te", "trailers"),
+                    ("tlc-peer", "1"),
+                    ("tlc-replica", replica),
+                ])),
+                data: Some(bytes::Bytes::from_static(b"\x08\x01\x12\x10/job:ps/task:0;1")),
+                grpc: true,
+                end: true,
+                tail: None,
+            },
+        )
+    };
+    let response = Frame::Call(
+        1,
+        Part {
+            head: Some(pairs(&[(":status", "200"), ("content-type", "application/grpc")])),
+            data: Some(bytes::Bytes::from_static(b"tensor")),
+            grpc: true,
+            end: true,
+            tail: Some(pairs(&[("grpc-status", "0")])),
+        },
+    );
+    let in_parts = [
+        Frame::Call(
+            2,
+            Part {
+                head: Some(pairs(&[(":status", "200")])),
+                ..Part::default()
+            },
+        ),
+        Frame::Call(
+            2,
+            Part {
+                data: Some(bytes::Bytes::from_static(b"more")),
+                ..Part::default()
+            },
+        ),
+        Frame::Call(
+            2,
+            Part {
+                end: true,
+                tail: Some(pairs(&[("grpc-status", "0")])),
+                ..Part::default()
+            },
+        ),
+    ];
+    let write = |frames: &[Frame]| {
+        let mut tables = Tables::default();
+        let mut out = bytes::BytesMut::new();
+        for frame in frames {
+            tables.write(frame, &mut out);
+        }
+        out.to_vec()
+    };
+    vec![
+        ("requests".to_string(), write(&[request("1:1"), request("1:2"), request("1:2")])),
+        ("response".to_string(), write(&[response.clone(), response])),
+        ("in-parts".to_string(), write(&in_parts)),
+        (
+            "control".to_string(),
+            write(&[Frame::Credit(3, 4 << 20), Frame::Reset(4, 8), Frame::GoAway]),
         ),
     ]
 }

@@ -24,6 +24,16 @@ struct ResultLabel {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct EventLabel {
+    event: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct CarriedLabel {
+    carried: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct SourceLabel {
     source: &'static str,
 }
@@ -32,6 +42,35 @@ fn gauge(value: u64) -> Gauge {
     let gauge = Gauge::default();
     gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
     gauge
+}
+
+/// The sessions between sidecars (`tlc_proxy::mux`), process-wide.
+fn register_sessions(registry: &mut Registry) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let c = tlc_proxy::mux::counters();
+    let events = [
+        ("opened", c.opened.load(Relaxed)),
+        ("refused", c.refused.load(Relaxed)),
+        ("served", c.served.load(Relaxed)),
+        ("broken", c.broken.load(Relaxed)),
+    ];
+    registry.register(
+        "peer_sessions",
+        "Sessions between sidecars (peer_sessions): opened (to a peer's sidecar), refused (the \
+         peer took none: a stream per call), served (opened by a peer), broken (ended on a \
+         broken rule or stream; their calls in progress failed)",
+        counters_by(events.map(|(event, n)| (EventLabel { event }, n))),
+    );
+    let carried = [
+        ("session", c.calls.load(Relaxed)),
+        ("stream", c.unsent.load(Relaxed)),
+    ];
+    registry.register(
+        "peer_session_calls",
+        "Calls to a peer's sidecar while a session was open: carried in the session, or on a \
+         stream of their own (a request not whole or over 64 KiB, the session full or going away)",
+        counters_by(carried.map(|(carried, n)| (CarriedLabel { carried }, n))),
+    );
 }
 
 /// Registers the connection and in-flight memory series of `sidecar`.
@@ -77,6 +116,7 @@ pub fn register(registry: &mut Registry, sidecar: &Sidecar) {
         "Peer connections closed gracefully after limits.idle_seconds without a call",
         counter_at(connections.idle_closed_total()),
     );
+    register_sessions(registry);
     let in_flight = sidecar.in_flight();
     registry.register_with_unit(
         "in_flight",

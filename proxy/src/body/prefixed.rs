@@ -84,7 +84,10 @@ mod tests {
     #[tokio::test]
     async fn chunks_read_ahead_come_first() {
         let rest = super::super::full(&b"cd"[..]);
-        let body = prefixed(vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")], rest);
+        let body = prefixed(
+            vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")],
+            rest,
+        );
         let all = body.collect().await.expect("body").to_bytes();
         assert_eq!(&all[..], b"abcd");
         let failed = prefixed(vec![Bytes::from_static(b"a")], failing("broken".into()));

@@ -14,6 +14,7 @@ use tracing::{debug, warn};
 
 use tlc_core::Role;
 
+use super::session;
 use super::Bounds;
 use crate::batched::Batched;
 use crate::body;
@@ -21,7 +22,6 @@ use crate::connection::{self, Activity, ConnectionId, Cut};
 use crate::handler::{Handler, Unauthenticated};
 use crate::io::Io;
 use crate::lifecycle::Lifecycle;
-use crate::mux;
 use crate::tasks::Tracked;
 use crate::tls::PeerIdentity;
 use crate::tuning;
@@ -96,19 +96,19 @@ pub(super) async fn serve<H: Handler>(
                 request.extensions_mut().insert(Unauthenticated);
             }
         }
-        let next = if role == Role::Inbound && mux::server::is_session(&request) {
+        let next = if role == Role::Inbound && session::is_session(&request) {
             // A peer's session: its calls count one by one, not the session.
             Next::Session(match &client {
-                Client::Plaintext => mux::server::refused(),
+                Client::Plaintext => session::refused(),
                 Client::Open | Client::Peer(_) => {
-                    let serving = mux::server::Serving {
+                    let serving = session::Serving {
                         handler: Arc::clone(&handler),
                         role,
                         upstream: Arc::clone(&upstream),
                         activity: Arc::clone(&calls),
                         ending: sessions.clone(),
                     };
-                    mux::server::serve(request.map(body::stream), serving)
+                    session::serve(request.map(body::stream), serving)
                 }
             })
         } else {

@@ -19,12 +19,11 @@ use http_body::{Body, Frame as BodyFrame};
 use http_body_util::BodyExt;
 use hyper::client::conn::http2::SendRequest;
 use tokio::sync::{mpsc, oneshot};
-use tracing::debug;
 
 use super::frame::{self, Frame, Pairs, Part};
 use super::{
-    from_pairs, read_frames, ready_whole, reset, to_pairs, writer, Outgoing, SessionError, Unread,
-    ACCEPT_HEADER, MAX_CALLS, MAX_REQUEST, WINDOW,
+    count, counters, from_pairs, read_frames, ready_whole, reset, to_pairs, warn_broken, writer,
+    Outgoing, SessionError, Unread, ACCEPT_HEADER, MAX_CALLS, MAX_REQUEST, WINDOW,
 };
 use crate::body::{self, BoxError, ProxyBody};
 use crate::grpc_status;
@@ -131,8 +130,10 @@ impl Session {
         };
         let response = sender.send_request(request).await?;
         if response.status() != StatusCode::OK || !response.headers().contains_key(ACCEPT_HEADER) {
+            count(&counters().refused);
             return Ok(None);
         }
+        count(&counters().opened);
         let session = Session {
             out,
             calls: Arc::default(),
@@ -157,6 +158,18 @@ impl Session {
     /// Sends `request` over the session and returns its response, or the
     /// request back, unsent, where the session does not take it.
     pub async fn send(
+        &self,
+        request: Request<ProxyBody>,
+    ) -> Result<Response<ProxyBody>, Request<ProxyBody>> {
+        let sent = self.try_send(request).await;
+        count(match sent {
+            Ok(_) => &counters().calls,
+            Err(_) => &counters().unsent,
+        });
+        sent
+    }
+
+    async fn try_send(
         &self,
         request: Request<ProxyBody>,
     ) -> Result<Response<ProxyBody>, Request<ProxyBody>> {
@@ -226,7 +239,10 @@ fn failed(why: &str) -> Response<ProxyBody> {
 fn request_part(parts: &http::request::Parts, data: &Bytes) -> Part {
     let mut pseudo: Pairs = Vec::with_capacity(3);
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    pseudo.push((Bytes::from_static(b":path"), Bytes::copy_from_slice(path.as_bytes())));
+    pseudo.push((
+        Bytes::from_static(b":path"),
+        Bytes::copy_from_slice(path.as_bytes()),
+    ));
     if let Some(authority) = parts.uri.authority() {
         pseudo.push((
             Bytes::from_static(b":authority"),
@@ -273,7 +289,9 @@ impl Drop for Pending<'_> {
         }
         let owed = Calls::lock(&self.session.calls).cancel(self.id, self.generation);
         if owed {
-            self.session.out.control(Frame::Reset(self.id, reset::CANCEL));
+            self.session
+                .out
+                .control(Frame::Reset(self.id, reset::CANCEL));
         }
     }
 }
@@ -290,7 +308,8 @@ impl Reader {
     async fn run(self, stream: ProxyBody) {
         let result = read_frames(stream, &self.unread, |frame| self.route(frame)).await;
         if let Err(err) = &result {
-            debug!(error = %err, "peer session ended");
+            count(&counters().broken);
+            warn_broken(err);
         }
         self.open.store(false, Ordering::SeqCst);
         let mut calls = Calls::lock(&self.calls);

@@ -4,7 +4,7 @@
 //!
 //! The sidecar that dials a peer ([`client`]) opens `/tlc.Sidecar/Mux` on
 //! the upstream connection once a call needs it; a peer's sidecar that
-//! knows the method ([`server`]) answers with `tlc-mux: 1` and serves
+//! knows the method (the listener's `session.rs`) answers with `tlc-mux: 1` and serves
 //! every call that arrives on it as if it had come on a stream of its own,
 //! through the same handler. Anyone else (an older sidecar, TensorFlow
 //! itself) answers something else, and the connection keeps one stream
@@ -22,10 +22,9 @@
 
 pub mod client;
 pub mod frame;
-pub mod server;
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -55,6 +54,44 @@ const BATCH: usize = 256 << 10;
 /// Frames waiting for the writer at most (data frames; control frames,
 /// one per call at most at a time, do not wait).
 const QUEUE: usize = 16;
+
+/// What sessions did since the process started, every connection
+/// together: read by the metrics endpoint.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Sessions this sidecar opened to a peer's.
+    pub opened: AtomicU64,
+    /// Peers that answered the opening call without taking a session (or
+    /// not in time): their connection keeps a stream per call.
+    pub refused: AtomicU64,
+    /// Sessions a peer's sidecar opened to this one.
+    pub served: AtomicU64,
+    /// Sessions that ended on a broken rule or a broken stream.
+    pub broken: AtomicU64,
+    /// Calls sent over a session.
+    pub calls: AtomicU64,
+    /// Calls a session did not take (not whole, too large, the session
+    /// full, going away or refused), sent on a stream of their own.
+    pub unsent: AtomicU64,
+}
+
+static COUNTERS: Counters = Counters {
+    opened: AtomicU64::new(0),
+    refused: AtomicU64::new(0),
+    served: AtomicU64::new(0),
+    broken: AtomicU64::new(0),
+    calls: AtomicU64::new(0),
+    unsent: AtomicU64::new(0),
+};
+
+/// The process's session counters.
+pub fn counters() -> &'static Counters {
+    &COUNTERS
+}
+
+pub(crate) fn count(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
 
 /// Reset codes (`Frame::Reset`).
 pub mod reset {
@@ -164,7 +201,11 @@ async fn write_batches(
         }
         let len = batch.len() - frame::GRPC_PREFIX;
         batch[..frame::GRPC_PREFIX].copy_from_slice(&frame::batch_prefix(len));
-        if sink.send(Ok(BodyFrame::data(batch.freeze()))).await.is_err() {
+        if sink
+            .send(Ok(BodyFrame::data(batch.freeze())))
+            .await
+            .is_err()
+        {
             return;
         }
     }
@@ -282,6 +323,15 @@ where
         route(tables.read(&mut batch)?)?;
     }
     Ok(())
+}
+
+/// Says that a session broke: at most one line a second for the process
+/// (a peer that breaks every session must not fill the log); its calls in
+/// progress failed, and later calls take streams until a new session.
+pub(crate) fn warn_broken(err: &SessionError) {
+    if crate::connection::warn_allowed() {
+        tracing::warn!(error = %err, "a session with a peer's sidecar broke; its calls in progress failed");
+    }
 }
 
 /// Headers that belong to one HTTP/2 hop, never carried in a frame.

@@ -15,11 +15,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::client::Session;
-use super::server::{self, Serving};
 use super::MAX_REQUEST;
 use crate::body::{self, ProxyBody};
 use crate::connection::{Activity, ConnectionStats};
 use crate::handler::Handler;
+use crate::listener::session::{self as server, Serving};
 use crate::upstream::Upstream;
 use tlc_core::Role;
 
@@ -61,7 +61,12 @@ impl Handler for Toy {
     ) -> Response<ProxyBody> {
         let path = request.uri().path().to_owned();
         let tag = request.headers().get("x-tag").cloned();
-        let data = request.into_body().collect().await.expect("body").to_bytes();
+        let data = request
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
         let ends = Ends(Arc::clone(&self.ended));
         let body = if path == "/echo" {
             body::chunks(vec![data], Some(ok_trailers()))
@@ -146,7 +151,9 @@ async fn pair(sessions: bool) -> Option<Pair> {
         .await
         .expect("handshake");
     tokio::spawn(connection);
-    let session = Session::open(&mut sender, "peer:1").await.expect("opened")?;
+    let session = Session::open(&mut sender, "peer:1")
+        .await
+        .expect("opened")?;
     Some(Pair {
         session,
         toy,
@@ -229,7 +236,11 @@ async fn a_dropped_response_cancels_only_its_call() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(pair.toy.ended.load(Ordering::SeqCst), 1, "the handler's body was dropped");
+    assert_eq!(
+        pair.toy.ended.load(Ordering::SeqCst),
+        1,
+        "the handler's body was dropped"
+    );
     assert_eq!(pair.activity.in_flight(), 0);
     // The session goes on, ids reused.
     for _ in 0..3 {
@@ -253,8 +264,9 @@ async fn going_away_finishes_calls_and_refuses_new_ones() {
     pair.ending.cancel();
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(!pair.session.is_open());
-    let unsent = pair.session.send(call("/echo", b"x", "late")).await;
-    let unsent = unsent.err().expect("a new call comes back unsent");
+    let Err(unsent) = pair.session.send(call("/echo", b"x", "late")).await else {
+        panic!("a new call comes back unsent");
+    };
     assert_eq!(whole_request(unsent).await, grpc(b"x"));
     // The call in progress still delivers what it had.
     let mut body = slow.into_body();
@@ -263,7 +275,12 @@ async fn going_away_finishes_calls_and_refuses_new_ones() {
 }
 
 async fn whole_request(request: Request<ProxyBody>) -> Bytes {
-    request.into_body().collect().await.expect("body").to_bytes()
+    request
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes()
 }
 
 #[tokio::test]
@@ -275,8 +292,9 @@ async fn a_peer_without_sessions_is_told_apart() {
 async fn requests_too_large_or_still_coming_take_their_own_stream() {
     let pair = pair(true).await.expect("a session");
     let large = vec![1u8; MAX_REQUEST + 1];
-    let unsent = pair.session.send(call("/echo", &large, "large")).await;
-    let unsent = unsent.err().expect("too large for the session");
+    let Err(unsent) = pair.session.send(call("/echo", &large, "large")).await else {
+        panic!("too large for the session");
+    };
     assert_eq!(whole_request(unsent).await, grpc(&large));
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
@@ -287,7 +305,9 @@ async fn requests_too_large_or_still_coming_take_their_own_stream() {
     let request = Request::post("http://peer:1/echo")
         .body(body::stream(http_body_util::StreamBody::new(stream)))
         .expect("request");
-    let unsent = pair.session.send(request).await.err().expect("still coming");
+    let Err(unsent) = pair.session.send(request).await else {
+        panic!("still coming");
+    };
     tx.send(Bytes::from_static(b"late")).await.expect("send");
     drop(tx);
     assert_eq!(whole_request(unsent).await, "late");

@@ -34,7 +34,10 @@ fn response() -> Frame {
     Frame::Call(
         7,
         Part {
-            head: Some(pairs(&[(":status", "200"), ("content-type", "application/grpc")])),
+            head: Some(pairs(&[
+                (":status", "200"),
+                ("content-type", "application/grpc"),
+            ])),
             data: Some(Bytes::from_static(b"tensor")),
             grpc: true,
             end: true,
@@ -109,11 +112,18 @@ fn a_call_like_the_last_costs_a_few_bytes() {
     let requests = round_trip(&[request("1:1"), request("1:2"), request("1:2")]);
     let responses = round_trip(&[response(), response()]);
     // The first of each carries its names and values.
-    assert!(requests[0] > 60 && responses[0] > 30, "{requests:?} {responses:?}");
+    assert!(
+        requests[0] > 60 && responses[0] > 30,
+        "{requests:?} {responses:?}"
+    );
     // A request whose only new value is tlc-replica's: flags, id, keep,
     // count, the name's slot, the value, and the data's length.
     let data = 8;
-    assert_eq!(requests[1] - data, 1 + 1 + 1 + 1 + 1 + 4 + 1, "{requests:?}");
+    assert_eq!(
+        requests[1] - data,
+        1 + 1 + 1 + 1 + 1 + 4 + 1,
+        "{requests:?}"
+    );
     // The same again: flags, id and the data's length.
     assert_eq!(requests[2] - data, 1 + 1 + 1, "{requests:?}");
     // A response like the last: flags, id, length.
@@ -200,7 +210,10 @@ fn batches_are_grpc_messages() {
     buffer.put_slice(b"abc");
     buffer.put_slice(&batch_prefix(2));
     buffer.put_slice(b"d");
-    assert_eq!(next_batch(&mut buffer).expect("ok").as_deref(), Some(&b"abc"[..]));
+    assert_eq!(
+        next_batch(&mut buffer).expect("ok").as_deref(),
+        Some(&b"abc"[..])
+    );
     assert_eq!(next_batch(&mut buffer).expect("ok"), None);
     let mut compressed = BytesMut::from(&b"\x01\x00\x00\x00\x01a"[..]);
     assert_eq!(next_batch(&mut compressed), Err(FrameError::Batch(1, 1)));
@@ -208,5 +221,8 @@ fn batches_are_grpc_messages() {
     assert!(next_batch(&mut huge).is_err());
     let message = Bytes::from_static(b"\x00\x00\x00\x00\x02hi");
     assert_eq!(single_grpc_message(&message).as_deref(), Some(&b"hi"[..]));
-    assert_eq!(single_grpc_message(&Bytes::from_static(b"\x00\x00\x00\x00\x03hi")), None);
+    assert_eq!(
+        single_grpc_message(&Bytes::from_static(b"\x00\x00\x00\x00\x03hi")),
+        None
+    );
 }

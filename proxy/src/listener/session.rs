@@ -21,14 +21,14 @@ use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::frame::{self, Frame, Part};
-use super::{
-    from_pairs, read_frames, ready_whole, reset, to_pairs, writer, Outgoing, SessionError, Unread,
-    ACCEPT_HEADER, CHUNK, MAX_CALLS, WINDOW,
-};
 use crate::body::{self, ProxyBody};
 use crate::connection::Activity;
 use crate::handler::Handler;
+use crate::mux::frame::{self, Frame, Part};
+use crate::mux::{
+    count, counters, from_pairs, read_frames, ready_whole, reset, to_pairs, warn_broken, writer,
+    Outgoing, SessionError, Unread, ACCEPT_HEADER, CHUNK, MAX_CALLS, WINDOW,
+};
 use crate::upstream::Upstream;
 use tlc_core::Role;
 
@@ -57,6 +57,7 @@ pub fn is_session<B>(request: &Request<B>) -> bool {
 
 /// Answers a session's opening call and serves its calls from then on.
 pub fn serve<H: Handler>(request: Request<ProxyBody>, serving: Serving<H>) -> Response<ProxyBody> {
+    count(&counters().served);
     let mut trailers = HeaderMap::new();
     trailers.insert("grpc-status", HeaderValue::from_static("0"));
     let (out, stream) = writer(Some(trailers));
@@ -150,8 +151,9 @@ impl<H: Handler> Session<H> {
                 reading.await
             }
         };
-        if let Err(err) = result {
-            debug!(error = %err, "peer session ended");
+        if let Err(err) = &result {
+            count(&counters().broken);
+            warn_broken(err);
         }
         let mut calls = self.calls();
         for (_, live) in calls.live.drain() {
@@ -220,15 +222,10 @@ impl<H: Handler> Session<H> {
         let task = tokio::spawn(async move {
             let _call = session.serving.activity.begin();
             let serving = &session.serving;
-            let handled = Arc::clone(&serving.handler).handle(
-                serving.role,
-                &serving.upstream,
-                request,
-            );
+            let handled =
+                Arc::clone(&serving.handler).handle(serving.role, &serving.upstream, request);
             let response = Box::pin(handled).await;
-            session
-                .answer(id, generation, response, &call_credit)
-                .await;
+            session.answer(id, generation, response, &call_credit).await;
         });
         calls.live.insert(
             id,
@@ -264,9 +261,7 @@ impl<H: Handler> Session<H> {
         let uri = http::Uri::try_from(uri)
             .map_err(|_| SessionError::Protocol("a request whose path is not one"))?;
         let body = match (data, grpc) {
-            (Some(data), true) => {
-                body::chunks(vec![frame::grpc_prefix(data.len()), data], None)
-            }
+            (Some(data), true) => body::chunks(vec![frame::grpc_prefix(data.len()), data], None),
             (Some(data), false) => body::full(data),
             (None, _) => body::empty(),
         };
