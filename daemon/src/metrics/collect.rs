@@ -143,11 +143,17 @@ fn register_totals(registry: &mut Registry, totals: &Totals) {
             hop.get_or_create(&HopLabels { way, stage }).inc_by(n);
         }
     }
+    hop.get_or_create(&HopLabels {
+        way: "sent",
+        stage: "unshrunk",
+    })
+    .inc_by(totals.hop.unshrunk_bytes);
     registry.register_with_unit(
         "hop_compressed",
         "Messages between sidecars that are not envelopes (control calls, integer and small \
          tensors), compressed losslessly: bytes before (raw) and after (wire), as this sidecar \
-         sent or received them",
+         sent or received them; sent unshrunk: messages sent as they came because compressing \
+         did not make them smaller (float values of small tensors, mostly)",
         Unit::Bytes,
         hop,
     );

@@ -29,6 +29,11 @@ struct EventLabel {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PartLabel {
+    part: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct CarriedLabel {
     carried: &'static str,
 }
@@ -65,6 +70,19 @@ fn register_sessions(registry: &mut Registry) {
         ("session", c.calls.load(Relaxed)),
         ("stream", c.unsent.load(Relaxed)),
     ];
+    let parts = [
+        ("framing", c.framing_bytes.load(Relaxed)),
+        ("headers", c.header_bytes.load(Relaxed)),
+        ("data", c.data_bytes.load(Relaxed)),
+    ];
+    registry.register_with_unit(
+        "peer_session",
+        "Bytes this sidecar wrote into sessions with peers' sidecars, by part: framing (batch \
+         prefixes, flags, call ids, lengths, credits and resets), headers (the calls' head and \
+         tail blocks), data (their bodies)",
+        Unit::Bytes,
+        counters_by(parts.map(|(part, n)| (PartLabel { part }, n))),
+    );
     registry.register(
         "peer_session_calls",
         "Calls to a peer's sidecar while a session was open: carried in the session, or on a \

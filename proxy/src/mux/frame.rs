@@ -109,6 +109,16 @@ pub enum FrameError {
     Batch(usize, u8),
 }
 
+/// What of a written frame was header blocks and body bytes; the rest of
+/// it (flags, id, lengths) is framing.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// Bytes of head and tail blocks.
+    pub headers: usize,
+    /// Body bytes.
+    pub data: usize,
+}
+
 /// The header tables of one direction of a session: the writer's and the
 /// reader's are the same as long as every frame is read in the order it
 /// was written.
@@ -175,9 +185,11 @@ impl Default for Ring<Bytes> {
 }
 
 impl Tables {
-    /// Appends `frame` to `out`, updating the tables as the reader will.
-    pub fn write(&mut self, frame: &Frame, out: &mut BytesMut) {
+    /// Appends `frame` to `out`, updating the tables as the reader will;
+    /// what of it was header blocks and body bytes (the rest is framing).
+    pub fn write(&mut self, frame: &Frame, out: &mut BytesMut) -> Written {
         match frame {
+            Frame::Call(id, part) => return self.write_part(*id, part, out),
             Frame::Reset(id, code) => {
                 out.put_u8(RESET);
                 varint(out, u64::from(*id));
@@ -192,11 +204,12 @@ impl Tables {
                 out.put_u8(GOAWAY);
                 varint(out, 0);
             }
-            Frame::Call(id, part) => self.write_part(*id, part, out),
         }
+        Written::default()
     }
 
-    fn write_part(&mut self, id: u32, part: &Part, out: &mut BytesMut) {
+    fn write_part(&mut self, id: u32, part: &Part, out: &mut BytesMut) -> Written {
+        let mut written = Written::default();
         let mut flags = 0;
         let head = part.head.as_ref().map(|h| plan(&self.last_head, h));
         let tail = part.tail.as_ref().map(|t| plan(&self.last_tail, t));
@@ -216,20 +229,26 @@ impl Tables {
         varint(out, u64::from(id));
         if let (Some(plan), Some(pairs)) = (head, &part.head) {
             if !plan.same() {
+                let before = out.len();
                 self.write_block(&plan, pairs, out);
+                written.headers += out.len() - before;
             }
             self.last_head = plan.order(&self.last_head, pairs);
         }
         if let Some(data) = &part.data {
             varint(out, data.len() as u64);
             out.put_slice(data);
+            written.data += data.len();
         }
         if let (Some(plan), Some(pairs)) = (tail, &part.tail) {
             if !plan.same() {
+                let before = out.len();
                 self.write_block(&plan, pairs, out);
+                written.headers += out.len() - before;
             }
             self.last_tail = plan.order(&self.last_tail, pairs);
         }
+        written
     }
 
     fn write_block(&mut self, plan: &Plan, pairs: &Pairs, out: &mut BytesMut) {

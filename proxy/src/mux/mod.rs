@@ -73,6 +73,13 @@ pub struct Counters {
     /// Calls a session did not take (not whole, too large, the session
     /// full, going away or refused), sent on a stream of their own.
     pub unsent: AtomicU64,
+    /// Bytes this sidecar wrote into sessions: framing (gRPC prefixes of
+    /// batches, flags, ids, lengths, control frames).
+    pub framing_bytes: AtomicU64,
+    /// The same: header blocks (requests' and responses' heads, tails).
+    pub header_bytes: AtomicU64,
+    /// The same: body bytes.
+    pub data_bytes: AtomicU64,
 }
 
 static COUNTERS: Counters = Counters {
@@ -82,6 +89,9 @@ static COUNTERS: Counters = Counters {
     broken: AtomicU64::new(0),
     calls: AtomicU64::new(0),
     unsent: AtomicU64::new(0),
+    framing_bytes: AtomicU64::new(0),
+    header_bytes: AtomicU64::new(0),
+    data_bytes: AtomicU64::new(0),
 };
 
 /// The process's session counters.
@@ -183,7 +193,7 @@ async fn write_batches(
         };
         let mut batch = BytesMut::with_capacity(frame::GRPC_PREFIX + 256);
         batch.put_slice(&[0; frame::GRPC_PREFIX]);
-        tables.write(&first, &mut batch);
+        let mut written = tables.write(&first, &mut batch);
         // Whatever else is ready goes in the same message.
         while batch.len() < BATCH {
             let next = match control.try_recv() {
@@ -197,8 +207,15 @@ async fn write_batches(
                     Err(_) => break,
                 },
             };
-            tables.write(&next, &mut batch);
+            let more = tables.write(&next, &mut batch);
+            written.headers += more.headers;
+            written.data += more.data;
         }
+        let counters = counters();
+        let framing = batch.len() - written.headers - written.data;
+        counters.framing_bytes.fetch_add(framing as u64, Ordering::Relaxed);
+        counters.header_bytes.fetch_add(written.headers as u64, Ordering::Relaxed);
+        counters.data_bytes.fetch_add(written.data as u64, Ordering::Relaxed);
         let len = batch.len() - frame::GRPC_PREFIX;
         batch[..frame::GRPC_PREFIX].copy_from_slice(&frame::batch_prefix(len));
         if sink

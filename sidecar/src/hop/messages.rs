@@ -169,6 +169,10 @@ impl Messages {
                 self.counters.compressed(message.len(), self.scratch.len());
                 framed(COMPRESSED, &self.scratch)
             }
+            (Mode::Compress, _) => {
+                self.counters.unshrunk(message.len());
+                frame
+            }
             _ => frame,
         };
         Poll::Ready(Ok(Some(transformed)))

@@ -97,6 +97,7 @@ pub struct HopLimits {
 pub struct HopCounters {
     compressed: [AtomicU64; 3],
     restored: [AtomicU64; 3],
+    unshrunk: AtomicU64,
     failures: AtomicU64,
     resent: AtomicU64,
     reference_misses: AtomicU64,
@@ -122,6 +123,10 @@ pub struct HopTotals {
     pub compressed: Counted,
     /// Messages this sidecar restored (raw = after, wire = before).
     pub restored: Counted,
+    /// Bytes of messages this sidecar would have compressed and sent as
+    /// they came, since compressing did not make them smaller (float
+    /// values, mostly: small tensors, and those an override skips).
+    pub unshrunk_bytes: u64,
     /// Compressed messages or bodies that could not be restored.
     pub failures: u64,
     /// Compressed requests sent again as they came, because the other end
@@ -149,6 +154,12 @@ impl HopCounters {
     /// Counts one message of `raw` bytes compressed to `wire`.
     pub fn compressed(&self, raw: usize, wire: usize) {
         add(&self.compressed, raw, wire);
+    }
+
+    /// Counts one message of `bytes` sent as it came: compressing did not
+    /// make it smaller.
+    pub fn unshrunk(&self, bytes: usize) {
+        self.unshrunk.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
     /// Counts one message of `wire` bytes restored to `raw`.
@@ -189,6 +200,7 @@ impl HopCounters {
         HopTotals {
             compressed: read(&self.compressed),
             restored: read(&self.restored),
+            unshrunk_bytes: self.unshrunk.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
             resent: self.resent.load(Ordering::Relaxed),
             reference_misses: self.reference_misses.load(Ordering::Relaxed),

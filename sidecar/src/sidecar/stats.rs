@@ -380,7 +380,7 @@ impl Stats {
         format!(
             "{}; {}; restored={} decode_failures={} fallbacks={} fallbacks_served={} drift_resets={} \
              mirror_matches={} mirror_mismatches={} forced_exact={} hop_sent_raw={} hop_sent_wire={} hop_received_wire={} hop_received_raw={} hop_failures={} \
-             passed_bytes={} passed={:?}",
+             hop_unshrunk={} passed_bytes={} passed={:?}",
             direction("push", &totals.push),
             direction("pull", &totals.pull),
             totals.restored,
@@ -396,6 +396,7 @@ impl Stats {
             totals.hop.restored.wire_bytes,
             totals.hop.restored.raw_bytes,
             totals.hop.failures,
+            totals.hop.unshrunk_bytes,
             totals.passed_bytes.values().sum::<u64>(),
             totals.passed,
         )
@@ -444,7 +445,7 @@ mod tests {
              pull: tensors=1 raw_bytes=800 wire_bytes=200 ratio=4.0 refinements=3; \
              restored=1 decode_failures=1 fallbacks=1 fallbacks_served=2 drift_resets=0 \
              mirror_matches=1 mirror_mismatches=0 forced_exact=0 hop_sent_raw=0 hop_sent_wire=0 hop_received_wire=0 hop_received_raw=0 hop_failures=0 \
-             passed_bytes=300 passed={\"policy_skip\": 1, \"small\": 2}"
+             hop_unshrunk=0 passed_bytes=300 passed={\"policy_skip\": 1, \"small\": 2}"
         );
     }
 
