@@ -113,6 +113,10 @@ pub struct Upstream {
     session: Arc<std::sync::Mutex<SessionState>>,
     /// Whether to open a session at all.
     sessions: bool,
+    /// Whether the peer answered as a sidecar: only then is a session
+    /// asked for (TensorFlow, or a server that reads a whole request
+    /// before answering, is never sent the opening call).
+    peer_sidecar: std::sync::atomic::AtomicBool,
     /// Cancelled when this upstream is dropped: a session still being
     /// opened is given up.
     _dropped: tokio_util::sync::DropGuard,
@@ -144,6 +148,7 @@ impl Upstream {
             sender: Mutex::new(None),
             session: Arc::default(),
             sessions: false,
+            peer_sidecar: std::sync::atomic::AtomicBool::new(false),
             _dropped: gone.clone().drop_guard(),
             gone,
             tasks,
@@ -157,12 +162,22 @@ impl Upstream {
         self
     }
 
+    /// Says that the peer answered as a sidecar (the handler knows it from
+    /// the answer's headers): from the next call on, a session may be
+    /// asked for.
+    pub fn peer_is_sidecar(&self) {
+        self.peer_sidecar
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The open session to send a call on, if there is one. The first
     /// call on a connection opens it in the background (that call and any
-    /// sent before the peer answers take streams of their own); a peer
-    /// that does not take one is not asked again on the same connection.
+    /// sent before the peer answers take streams of their own), once the
+    /// peer has answered as a sidecar ([`Upstream::peer_is_sidecar`]); a
+    /// peer that does not take one is not asked again on the same
+    /// connection.
     pub async fn session(&self) -> Option<Arc<Session>> {
-        if !self.sessions {
+        if !self.sessions || !self.peer_sidecar.load(std::sync::atomic::Ordering::Relaxed) {
             return None;
         }
         {

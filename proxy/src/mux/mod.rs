@@ -213,9 +213,15 @@ async fn write_batches(
         }
         let counters = counters();
         let framing = batch.len() - written.headers - written.data;
-        counters.framing_bytes.fetch_add(framing as u64, Ordering::Relaxed);
-        counters.header_bytes.fetch_add(written.headers as u64, Ordering::Relaxed);
-        counters.data_bytes.fetch_add(written.data as u64, Ordering::Relaxed);
+        counters
+            .framing_bytes
+            .fetch_add(framing as u64, Ordering::Relaxed);
+        counters
+            .header_bytes
+            .fetch_add(written.headers as u64, Ordering::Relaxed);
+        counters
+            .data_bytes
+            .fetch_add(written.data as u64, Ordering::Relaxed);
         let len = batch.len() - frame::GRPC_PREFIX;
         batch[..frame::GRPC_PREFIX].copy_from_slice(&frame::batch_prefix(len));
         if sink

@@ -112,7 +112,7 @@ pub async fn forward(
     let known = hop.peers.knows(addr, Instant::now());
     if !(compress && known.sidecar && plain(&parts.headers)) {
         let response = forward_as_is(upstream, Request::from_parts(parts, body)).await;
-        return answered(hop, counters, addr, response);
+        return answered(hop, counters, upstream, response);
     }
     match gathered(hop, counters, upstream, (parts, body), known.short_paths).await {
         Ok(whole) => send_compressed(hop, counters, upstream, whole).await,
@@ -151,7 +151,7 @@ async fn gathered(
             debug!(upstream = %addr, ?why, "request not gathered; sending it as it comes");
             let request = Request::from_parts(parts, partial.into_body());
             let response = forward_as_is(upstream, request).await;
-            Err(answered(hop, counters, addr, response))
+            Err(answered(hop, counters, upstream, response))
         }
         Err(err) => Err(grpc_status::response(
             grpc_status::UNAVAILABLE,
@@ -204,7 +204,7 @@ async fn send_compressed(
             // into, which the references' bound does not count.
             hop.sent.remember(key, Bytes::copy_from_slice(message));
         }
-        return answered(hop, counters, addr, response);
+        return answered(hop, counters, upstream, response);
     }
     if compressed && response.headers().contains_key(HOP_AGAIN) {
         // The holder's sidecar could not hold it compressed (its budget,
@@ -212,7 +212,7 @@ async fn send_compressed(
         debug!(upstream = %addr, "the holder refused the compressed request; sending it again uncompressed");
         counters.resent.fetch_add(1, Ordering::Relaxed);
         let response = forward_as_is(upstream, gathered.original()).await;
-        return answered(hop, counters, addr, response);
+        return answered(hop, counters, upstream, response);
     }
     if compressed && response.headers().contains_key("grpc-status") {
         // Compressed, and answered by something that is not a sidecar
@@ -231,10 +231,13 @@ async fn send_compressed(
 fn answered(
     hop: &Hop,
     counters: &Arc<HopCounters>,
-    addr: std::net::SocketAddr,
+    upstream: &Upstream,
     response: Response<ProxyBody>,
 ) -> Response<ProxyBody> {
     if peer::speaks_hop(response.headers()) {
+        let addr = upstream.addr();
+        // A sidecar: its connection's later calls may share a session.
+        upstream.peer_is_sidecar();
         let short_paths = peer::restores_short_paths(response.headers());
         hop.peers.saw(addr, short_paths, Instant::now());
         return restore_response(response, counters, &hop.limits, addr);
