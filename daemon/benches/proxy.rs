@@ -65,6 +65,16 @@ async fn through_sidecars(
     codec: &str,
     min_bytes: u64,
 ) -> (Client, Arc<Sidecar>, Vec<Proxy<Sidecar>>) {
+    through_sidecars_with(server, codec, min_bytes, true).await
+}
+
+/// [`through_sidecars`], with the sidecars' calls sharing a session or not.
+async fn through_sidecars_with(
+    server: std::net::SocketAddr,
+    codec: &str,
+    min_bytes: u64,
+    sessions: bool,
+) -> (Client, Arc<Sidecar>, Vec<Proxy<Sidecar>>) {
     let holder = Arc::new(Sidecar::new(
         policy(codec, min_bytes),
         Options::default(),
@@ -89,8 +99,15 @@ async fn through_sidecars(
         Options::default(),
         None,
     ));
-    let inbound = support::proxy(Role::Inbound, server, holder.clone()).await;
-    let outbound = support::proxy(Role::Outbound, inbound.local_addrs()[0], requester).await;
+    let inbound = support::proxy_configured(Role::Inbound, server, holder.clone(), |c| {
+        c.peer_sessions = sessions
+    })
+    .await;
+    let outbound =
+        support::proxy_configured(Role::Outbound, inbound.local_addrs()[0], requester, |c| {
+            c.peer_sessions = sessions
+        })
+        .await;
     let client = Client::connect(outbound.local_addrs()[0]).await;
     (client, holder, vec![outbound, inbound])
 }
@@ -107,6 +124,23 @@ async fn small_calls(client: &Client, n: usize) -> (f64, f64) {
         recv(client, &key, step).await;
     }
     let per = |x: f64| x * 1e6 / calls as f64;
+    (per(t.elapsed().as_secs_f64()), per(cpu_seconds() - cpu))
+}
+
+/// Per call of the 256 B tensor, `parallel` calls at a time: wall µs and
+/// process CPU µs.
+async fn concurrent_calls(client: &Client, parallel: usize) -> (f64, f64) {
+    for step in 0..20 {
+        recv(client, SMALL_KEY, step).await;
+    }
+    let rounds = 4000 / parallel;
+    let (t, cpu) = (Instant::now(), cpu_seconds());
+    for round in 0..rounds {
+        let calls = (0..parallel).map(|i| recv(client, SMALL_KEY, (round * parallel + i) as i64));
+        futures_util::future::join_all(calls).await;
+    }
+    let calls = (rounds * parallel) as f64;
+    let per = |x: f64| x * 1e6 / calls;
     (per(t.elapsed().as_secs_f64()), per(cpu_seconds() - cpu))
 }
 
@@ -188,6 +222,24 @@ fn main() {
                 &m,
                 Some(bytes / extra / 1e9),
             );
+            for proxy in proxies {
+                proxy.shutdown().await;
+            }
+        }
+        println!();
+        println!("256 B tensors through 2 sidecars (passed through), their calls in one session or a stream each");
+        println!(
+            "{:<10} {:>10} {:>14} {:>14}",
+            "calls", "at a time", "wall µs/call", "CPU µs/call"
+        );
+        for sessions in [false, true] {
+            let never = tlc_core::bounds::MIN_BYTES.max;
+            let (client, _, proxies) = through_sidecars_with(server, "3lc", never, sessions).await;
+            let name = if sessions { "session" } else { "streams" };
+            for parallel in [1, 32] {
+                let (wall, cpu) = concurrent_calls(&client, parallel).await;
+                println!("{name:<10} {parallel:>10} {wall:>14.1} {cpu:>14.1}");
+            }
             for proxy in proxies {
                 proxy.shutdown().await;
             }

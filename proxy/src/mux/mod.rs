@@ -46,7 +46,7 @@ pub const MAX_CALLS: usize = 1024;
 /// Response bytes sent for a call before its reader grants more.
 pub const WINDOW: u32 = 8 << 20;
 /// Data bytes of one frame at most: the grain at which calls interleave.
-pub const CHUNK: usize = 16 << 10;
+pub const CHUNK: usize = 64 << 10;
 /// Bytes a session's reader holds unread for all its calls at most.
 pub const SESSION_BUFFER: usize = 64 << 20;
 /// The largest batch the writer builds from frames ready together.
@@ -155,17 +155,22 @@ impl Outgoing {
 }
 
 /// A new writer: its queues, and the body that carries its batches as
-/// gRPC messages, ending with `trailers` once every [`Outgoing`] is gone.
+/// gRPC messages, ending with `trailers` once every [`Outgoing`] is gone
+/// or [`Outgoing::finish`] was called.
 pub(crate) fn writer(trailers: Option<HeaderMap>) -> (Outgoing, ProxyBody) {
     let (control, control_rx) = mpsc::unbounded_channel();
     let (data, data_rx) = mpsc::channel(QUEUE);
-    let (sink, batches) = mpsc::channel(1);
-    tokio::spawn(write_batches(control_rx, data_rx, sink, trailers));
-    let body = ChannelBody { frames: batches };
+    let body = Batches {
+        control: control_rx,
+        data: data_rx,
+        tables: Tables::default(),
+        trailers,
+        control_closed: false,
+        finishing: false,
+        done: false,
+    };
     (Outgoing { control, data }, body.boxed_unsync())
 }
-
-type BodyResult = Result<BodyFrame<Bytes>, BoxError>;
 
 /// What the control queue carries.
 enum Control {
@@ -173,41 +178,90 @@ enum Control {
     Finish,
 }
 
-async fn write_batches(
-    mut control: mpsc::UnboundedReceiver<Control>,
-    mut data: mpsc::Receiver<Frame>,
-    sink: mpsc::Sender<BodyResult>,
+/// The session stream's body: each time HTTP/2 can send more, the frames
+/// queued by then are written as one batch. Written when polled, in the
+/// connection's own task, so that a frame costs no hand-over to a task
+/// of the session's.
+struct Batches {
+    control: mpsc::UnboundedReceiver<Control>,
+    data: mpsc::Receiver<Frame>,
+    tables: Tables,
     trailers: Option<HeaderMap>,
-) {
-    let mut tables = Tables::default();
-    let mut finishing = false;
-    while !finishing {
-        let first = tokio::select! {
-            biased;
-            Some(control) = control.recv() => match control {
-                Control::Frame(frame) => frame,
-                Control::Finish => break,
-            },
-            Some(frame) = data.recv() => frame,
-            else => break,
+    control_closed: bool,
+    /// `Finish` was read: the batch being written is the last.
+    finishing: bool,
+    done: bool,
+}
+
+impl Batches {
+    fn end(&mut self) -> Poll<Option<Result<BodyFrame<Bytes>, BoxError>>> {
+        self.done = true;
+        Poll::Ready(self.trailers.take().map(|t| Ok(BodyFrame::trailers(t))))
+    }
+
+    /// The next frame ready now: control frames first.
+    fn next_ready(&mut self) -> Option<Frame> {
+        if !self.control_closed {
+            match self.control.try_recv() {
+                Ok(Control::Frame(frame)) => return Some(frame),
+                Ok(Control::Finish) => {
+                    self.finishing = true;
+                    return None;
+                }
+                Err(mpsc::error::TryRecvError::Disconnected) => self.control_closed = true,
+                Err(mpsc::error::TryRecvError::Empty) => {}
+            }
+        }
+        self.data.try_recv().ok()
+    }
+
+    /// The first frame of a batch, or why there is none.
+    fn poll_first(&mut self, cx: &mut Context<'_>) -> Poll<Option<Frame>> {
+        if !self.control_closed {
+            match self.control.poll_recv(cx) {
+                Poll::Ready(Some(Control::Frame(frame))) => return Poll::Ready(Some(frame)),
+                Poll::Ready(Some(Control::Finish)) => return Poll::Ready(None),
+                Poll::Ready(None) => self.control_closed = true,
+                Poll::Pending => {}
+            }
+        }
+        match self.data.poll_recv(cx) {
+            Poll::Ready(Some(frame)) => Poll::Ready(Some(frame)),
+            Poll::Ready(None) if self.control_closed => Poll::Ready(None),
+            Poll::Ready(None) | Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Body for Batches {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<BodyFrame<Bytes>, BoxError>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        if self.finishing {
+            return self.end();
+        }
+        let first = match self.poll_first(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(None) => return self.end(),
+            Poll::Ready(Some(frame)) => frame,
         };
+        let this = &mut *self;
         let mut batch = BytesMut::with_capacity(frame::GRPC_PREFIX + 256);
         batch.put_slice(&[0; frame::GRPC_PREFIX]);
-        let mut written = tables.write(&first, &mut batch);
+        let mut written = this.tables.write(&first, &mut batch);
         // Whatever else is ready goes in the same message.
         while batch.len() < BATCH {
-            let next = match control.try_recv() {
-                Ok(Control::Frame(frame)) => frame,
-                Ok(Control::Finish) => {
-                    finishing = true;
-                    break;
-                }
-                Err(_) => match data.try_recv() {
-                    Ok(frame) => frame,
-                    Err(_) => break,
-                },
+            let Some(next) = this.next_ready() else {
+                break;
             };
-            let more = tables.write(&next, &mut batch);
+            let more = this.tables.write(&next, &mut batch);
             written.headers += more.headers;
             written.data += more.data;
         }
@@ -224,33 +278,11 @@ async fn write_batches(
             .fetch_add(written.data as u64, Ordering::Relaxed);
         let len = batch.len() - frame::GRPC_PREFIX;
         batch[..frame::GRPC_PREFIX].copy_from_slice(&frame::batch_prefix(len));
-        if sink
-            .send(Ok(BodyFrame::data(batch.freeze())))
-            .await
-            .is_err()
-        {
-            return;
-        }
+        Poll::Ready(Some(Ok(BodyFrame::data(batch.freeze()))))
     }
-    if let Some(trailers) = trailers {
-        let _ = sink.send(Ok(BodyFrame::trailers(trailers))).await;
-    }
-}
 
-/// A body fed from a channel.
-struct ChannelBody {
-    frames: mpsc::Receiver<BodyResult>,
-}
-
-impl Body for ChannelBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<BodyFrame<Bytes>, BoxError>>> {
-        self.frames.poll_recv(cx)
+    fn is_end_stream(&self) -> bool {
+        self.done
     }
 
     fn size_hint(&self) -> SizeHint {
