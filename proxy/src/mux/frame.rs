@@ -124,10 +124,16 @@ pub struct Written {
 /// was written.
 #[derive(Debug, Default)]
 pub struct Tables {
-    pairs: Ring<(Bytes, Bytes)>,
-    names: Ring<Bytes>,
+    dictionary: Dictionary,
     last_head: Pairs,
     last_tail: Pairs,
+}
+
+/// The pairs and names written literally lately, by slot.
+#[derive(Debug, Default)]
+struct Dictionary {
+    pairs: Ring<(Bytes, Bytes)>,
+    names: Ring<Bytes>,
 }
 
 /// A table of `N` slots filled in turn, the oldest entry replaced, with an
@@ -228,12 +234,9 @@ impl Tables {
         out.put_u8(flags);
         varint(out, u64::from(id));
         if let (Some(plan), Some(pairs)) = (head, &part.head) {
-            if !plan.same() {
-                let before = out.len();
-                self.write_block(&plan, pairs, out);
-                written.headers += out.len() - before;
-            }
-            self.last_head = plan.order(&self.last_head, pairs);
+            written.headers += self
+                .dictionary
+                .write_list(&plan, pairs, &mut self.last_head, out);
         }
         if let Some(data) = &part.data {
             varint(out, data.len() as u64);
@@ -241,43 +244,11 @@ impl Tables {
             written.data += data.len();
         }
         if let (Some(plan), Some(pairs)) = (tail, &part.tail) {
-            if !plan.same() {
-                let before = out.len();
-                self.write_block(&plan, pairs, out);
-                written.headers += out.len() - before;
-            }
-            self.last_tail = plan.order(&self.last_tail, pairs);
+            written.headers += self
+                .dictionary
+                .write_list(&plan, pairs, &mut self.last_tail, out);
         }
         written
-    }
-
-    fn write_block(&mut self, plan: &Plan, pairs: &Pairs, out: &mut BytesMut) {
-        varint(out, plan.keep as u64);
-        varint(out, plan.extra.len() as u64);
-        for &at in &plan.extra {
-            let (name, value) = &pairs[at];
-            let pair = (name.clone(), value.clone());
-            if let Some(&slot) = self.pairs.index.get(&pair) {
-                varint(out, (slot as u64) << 1 | 1);
-                continue;
-            }
-            match self.names.index.get(name) {
-                Some(&slot) => varint(out, (slot as u64 + 1) << 1),
-                None => {
-                    varint(out, 0);
-                    varint(out, name.len() as u64);
-                    out.put_slice(name);
-                    if name.len() <= MAX_REMEMBERED {
-                        self.names.insert(name.clone());
-                    }
-                }
-            }
-            varint(out, value.len() as u64);
-            out.put_slice(value);
-            if name.len() + value.len() <= MAX_REMEMBERED {
-                self.pairs.insert(pair);
-            }
-        }
     }
 
     /// Reads the next frame from `batch`, updating the tables as the writer
@@ -307,14 +278,11 @@ impl Tables {
             ..Part::default()
         };
         if flags & HEAD != 0 {
-            let pairs = if flags & SAME_HEAD != 0 {
-                self.last_head.clone()
-            } else {
-                let last = std::mem::take(&mut self.last_head);
-                self.read_block(&last, batch)?
-            };
-            self.last_head.clone_from(&pairs);
-            part.head = Some(pairs);
+            let same = flags & SAME_HEAD != 0;
+            part.head = Some(
+                self.dictionary
+                    .read_list(same, &mut self.last_head, batch)?,
+            );
         }
         if flags & DATA != 0 {
             let len = usize::try_from(number(batch)?).map_err(|_| FrameError::Short)?;
@@ -324,16 +292,79 @@ impl Tables {
             part.data = Some(batch.split_to(len));
         }
         if flags & TAIL != 0 {
-            let pairs = if flags & SAME_TAIL != 0 {
-                self.last_tail.clone()
-            } else {
-                let last = std::mem::take(&mut self.last_tail);
-                self.read_block(&last, batch)?
-            };
-            self.last_tail.clone_from(&pairs);
-            part.tail = Some(pairs);
+            let same = flags & SAME_TAIL != 0;
+            part.tail = Some(
+                self.dictionary
+                    .read_list(same, &mut self.last_tail, batch)?,
+            );
         }
         Ok(Frame::Call(id, part))
+    }
+}
+
+impl Dictionary {
+    /// Writes `pairs` by `plan` (nothing where they are the same as
+    /// `last`), makes them the new `last` as the reader will have them,
+    /// and returns the bytes written.
+    fn write_list(
+        &mut self,
+        plan: &Plan,
+        pairs: &Pairs,
+        last: &mut Pairs,
+        out: &mut BytesMut,
+    ) -> usize {
+        let before = out.len();
+        if !plan.same() {
+            self.write_block(plan, pairs, out);
+        }
+        *last = plan.order(last, pairs);
+        out.len() - before
+    }
+
+    /// Reads a list written by [`Dictionary::write_list`] (`same`: none
+    /// was written, it is `last`) and makes it the new `last`.
+    fn read_list(
+        &mut self,
+        same: bool,
+        last: &mut Pairs,
+        batch: &mut Bytes,
+    ) -> Result<Pairs, FrameError> {
+        let pairs = if same {
+            last.clone()
+        } else {
+            self.read_block(last, batch)?
+        };
+        last.clone_from(&pairs);
+        Ok(pairs)
+    }
+
+    fn write_block(&mut self, plan: &Plan, pairs: &Pairs, out: &mut BytesMut) {
+        varint(out, plan.keep as u64);
+        varint(out, plan.extra.len() as u64);
+        for &at in &plan.extra {
+            let (name, value) = &pairs[at];
+            let pair = (name.clone(), value.clone());
+            if let Some(&slot) = self.pairs.index.get(&pair) {
+                varint(out, (slot as u64) << 1 | 1);
+                continue;
+            }
+            match self.names.index.get(name) {
+                Some(&slot) => varint(out, (slot as u64 + 1) << 1),
+                None => {
+                    varint(out, 0);
+                    varint(out, name.len() as u64);
+                    out.put_slice(name);
+                    if name.len() <= MAX_REMEMBERED {
+                        self.names.insert(name.clone());
+                    }
+                }
+            }
+            varint(out, value.len() as u64);
+            out.put_slice(value);
+            if name.len() + value.len() <= MAX_REMEMBERED {
+                self.pairs.insert(pair);
+            }
+        }
     }
 
     fn read_block(&mut self, last: &Pairs, batch: &mut Bytes) -> Result<Pairs, FrameError> {
