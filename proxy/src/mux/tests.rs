@@ -30,6 +30,8 @@ use tlc_core::Role;
 struct Toy {
     stats: ConnectionStats,
     ended: Arc<AtomicUsize>,
+    /// Body bytes the answers have handed on so far.
+    produced: Arc<AtomicUsize>,
 }
 
 struct Ends(Arc<AtomicUsize>);
@@ -89,6 +91,13 @@ impl Handler for Toy {
             });
             body::stream(http_body_util::StreamBody::new(stream))
         };
+        let produced = Arc::clone(&self.produced);
+        let body = body::stream(body.map_frame(move |frame| {
+            if let Some(data) = frame.data_ref() {
+                produced.fetch_add(data.len(), Ordering::SeqCst);
+            }
+            frame
+        }));
         let mut response = Response::new(body::holding(body, ends));
         response
             .headers_mut()
@@ -106,6 +115,7 @@ impl Handler for Toy {
 
 struct Pair {
     session: Session,
+    sender: hyper::client::conn::http2::SendRequest<ProxyBody>,
     toy: Arc<Toy>,
     ending: CancellationToken,
     activity: Arc<Activity>,
@@ -156,6 +166,7 @@ async fn pair(sessions: bool) -> Option<Pair> {
         .expect("opened")?;
     Some(Pair {
         session,
+        sender,
         toy,
         ending,
         activity,
@@ -311,4 +322,68 @@ async fn requests_too_large_or_still_coming_take_their_own_stream() {
     tx.send(Bytes::from_static(b"late")).await.expect("send");
     drop(tx);
     assert_eq!(whole_request(unsent).await, "late");
+}
+
+#[tokio::test]
+async fn a_caller_that_stops_reading_holds_at_most_a_window() {
+    let pair = pair(true).await.expect("a session");
+    let size = 4 * super::WINDOW as usize;
+    let big = pair
+        .session
+        .send(call(&format!("/big/{size}"), b"", "big"))
+        .await
+        .unwrap_or_else(|_| panic!("taken"));
+    let mut body = big.into_body();
+    body.frame().await.expect("a frame").expect("data");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let produced = pair.toy.produced.load(Ordering::SeqCst);
+    // A window, and what the answer's last body frame (100 KiB) held.
+    let most = super::WINDOW as usize + (100 << 10) + super::CHUNK;
+    assert!(
+        produced <= most,
+        "{produced} bytes read from the answer, at most {most}"
+    );
+    assert!(produced >= super::WINDOW as usize / 2, "{produced}");
+    // Reading on, the rest comes.
+    let mut read = 0;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.expect("a frame").into_data() {
+            read += data.len();
+        }
+    }
+    assert!(read > size - super::WINDOW as usize);
+}
+
+#[tokio::test]
+async fn a_peer_that_breaks_the_rules_loses_its_session_not_the_connection() {
+    let mut pair = pair(true).await.expect("a session");
+    let broken = super::counters().broken.load(Ordering::SeqCst);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(2);
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, Infallible>(http_body::Frame::data(b)), rx))
+    });
+    let request = Request::post(format!("http://peer:1{}", super::frame::PATH))
+        .header("content-type", "application/grpc")
+        .header(super::ACCEPT_HEADER, "1")
+        .body(body::stream(http_body_util::StreamBody::new(stream)))
+        .expect("request");
+    let response = pair.sender.send_request(request).await.expect("answered");
+    assert!(response.headers().contains_key(super::ACCEPT_HEADER));
+    // A request's head without its end: not a whole request.
+    let frame = [0x01, 0x01, 0x00, 0x00];
+    let mut batch = super::frame::batch_prefix(frame.len()).to_vec();
+    batch.extend_from_slice(&frame);
+    tx.send(Bytes::from(batch)).await.expect("sent");
+    let ended = tokio::time::timeout(Duration::from_secs(5), response.into_body().collect()).await;
+    assert!(ended.is_ok(), "the session ended");
+    assert!(super::counters().broken.load(Ordering::SeqCst) > broken);
+    // The other session, on the same connection, goes on.
+    let answer = pair
+        .session
+        .send(call("/echo", b"still", "x"))
+        .await
+        .unwrap_or_else(|_| panic!("taken"));
+    assert_eq!(whole(answer).await.0, grpc(b"still"));
 }
