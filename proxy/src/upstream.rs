@@ -209,6 +209,7 @@ impl Upstream {
             let next = match opened {
                 Err(_) => {
                     debug!(upstream = %authority, "the peer did not answer the session call; a stream per call");
+                    crate::mux::count(&crate::mux::counters().refused);
                     SessionState::Refused
                 }
                 Ok(Ok(Some(session))) => {
@@ -221,6 +222,7 @@ impl Upstream {
                 }
                 Ok(Err(err)) => {
                     debug!(upstream = %authority, error = %err, "opening a session failed");
+                    crate::mux::count(&crate::mux::counters().refused);
                     SessionState::Refused
                 }
             };
