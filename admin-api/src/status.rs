@@ -114,6 +114,28 @@ pub struct Totals {
     /// sidecars.
     #[serde(default)]
     pub hop: HopTotals,
+    /// Sessions with peers' sidecars (a connection's calls as frames of
+    /// one stream), this process's.
+    #[serde(default)]
+    pub sessions: SessionTotals,
+}
+
+/// Sessions with peers' sidecars.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionTotals {
+    /// Opened to a peer's sidecar.
+    pub opened: u64,
+    /// Not taken by the peer (no sidecar, an older one, no answer in time):
+    /// a stream per call on that connection.
+    pub refused: u64,
+    /// Opened by a peer's sidecar to this one.
+    pub served: u64,
+    /// Ended on a broken rule or stream; their calls in progress failed.
+    pub broken: u64,
+    /// Calls carried in a session.
+    pub calls: u64,
+    /// Calls sent on a stream of their own while a session was open.
+    pub calls_on_streams: u64,
 }
 
 /// Rows sent by row id (encoding side).
@@ -143,6 +165,10 @@ pub struct HopTotals {
     pub received_raw_bytes: u64,
     /// Compressed messages that could not be restored.
     pub failures: u64,
+    /// Bytes of messages sent as they came: compressing did not make them
+    /// smaller (float values of small tensors, mostly).
+    #[serde(default)]
+    pub unshrunk_bytes: u64,
 }
 
 /// Totals of one direction.

@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_json::{json, Number, Value};
 use tlc_admin_api::status::{
     Contexts, DirectionTotals, HopTotals, LinkRate, Links, Listener, Reloads, Role, RowTotals,
-    StepEvent, TableSize, Totals, Training,
+    SessionTotals, StepEvent, TableSize, Totals, Training,
 };
 use tlc_admin_api::{
     CodecView, ConfigPatch, ConfigView, Directions, ErrorBody, LogLevel, PolicyChanged,
@@ -134,6 +134,15 @@ fn status_example() -> Status {
                 received_wire_bytes: 98304,
                 received_raw_bytes: 614400,
                 failures: 0,
+                unshrunk_bytes: 153600,
+            },
+            sessions: SessionTotals {
+                opened: 2,
+                refused: 0,
+                served: 2,
+                broken: 0,
+                calls: 1918,
+                calls_on_streams: 3,
             },
         },
         training: Training {

@@ -57,6 +57,24 @@ fn status_table_has_one_row_per_target() {
 }
 
 #[test]
+fn status_shows_the_sessions_with_peers() {
+    let mut with_sessions = status(251658240, 2893212);
+    with_sessions["totals"]["sessions"] = serde_json::json!({
+        "opened": 2, "refused": 0, "served": 0, "broken": 1,
+        "calls": 1918, "calls_on_streams": 3
+    });
+    let a = FakeAdmin::answering("GET", "/v1/status", with_sessions);
+    let (code, stdout, stderr) = run(&["status", "--admin", a.addr()]);
+    assert_eq!(code, 0, "{stderr}");
+    let line = format!(
+        "{}: peer sessions: 2 opened, 0 served, 0 refused, 1 broken; \
+         1918 call(s) in sessions, 3 on streams of their own",
+        a.addr()
+    );
+    assert!(stdout.lines().any(|l| l == line), "{stdout}");
+}
+
+#[test]
 fn status_shows_a_model_reset_prominently() {
     let mut body = status(1, 1);
     body["training"]["global_step"] = json!(0);

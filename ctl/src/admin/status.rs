@@ -156,6 +156,19 @@ fn rows_and_hop(target: &str, status: &Status) -> Vec<String> {
             hop.failures,
         ));
     }
+    let sessions = &status.totals.sessions;
+    if sessions.opened + sessions.served + sessions.refused + sessions.broken > 0 {
+        lines.push(format!(
+            "{target}: peer sessions: {} opened, {} served, {} refused, {} broken; \
+             {} call(s) in sessions, {} on streams of their own",
+            sessions.opened,
+            sessions.served,
+            sessions.refused,
+            sessions.broken,
+            sessions.calls,
+            sessions.calls_on_streams,
+        ));
+    }
     lines
 }
 

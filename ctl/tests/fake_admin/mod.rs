@@ -323,6 +323,7 @@ pub fn status(push_raw: u64, push_wire: u64) -> Value {
             passed: [("small".to_string(), 480)].into(),
             rows: Default::default(),
             hop: Default::default(),
+            sessions: Default::default(),
         },
         training: Training {
             global_step: Some(99),

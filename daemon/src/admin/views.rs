@@ -87,6 +87,20 @@ pub fn contexts(sidecar: &Sidecar) -> Contexts {
     }
 }
 
+/// The process's sessions with peers' sidecars.
+fn sessions() -> api::status::SessionTotals {
+    use std::sync::atomic::Ordering::Relaxed;
+    let c = tlc_proxy::mux::counters();
+    api::status::SessionTotals {
+        opened: c.opened.load(Relaxed),
+        refused: c.refused.load(Relaxed),
+        served: c.served.load(Relaxed),
+        broken: c.broken.load(Relaxed),
+        calls: c.calls.load(Relaxed),
+        calls_on_streams: c.unsent.load(Relaxed),
+    }
+}
+
 /// The sidecar's running totals.
 pub fn totals(sidecar: &Sidecar) -> Totals {
     let totals = sidecar.stats().totals();
@@ -125,7 +139,9 @@ pub fn totals(sidecar: &Sidecar) -> Totals {
             received_wire_bytes: totals.hop.restored.wire_bytes,
             received_raw_bytes: totals.hop.restored.raw_bytes,
             failures: totals.hop.failures,
+            unshrunk_bytes: totals.hop.unshrunk_bytes,
         },
+        sessions: sessions(),
     }
 }
 
