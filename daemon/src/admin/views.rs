@@ -89,15 +89,14 @@ pub fn contexts(sidecar: &Sidecar) -> Contexts {
 
 /// The process's sessions with peers' sidecars.
 fn sessions() -> api::status::SessionTotals {
-    use std::sync::atomic::Ordering::Relaxed;
-    let c = tlc_proxy::mux::counters();
+    let c = tlc_proxy::mux::totals();
     api::status::SessionTotals {
-        opened: c.opened.load(Relaxed),
-        refused: c.refused.load(Relaxed),
-        served: c.served.load(Relaxed),
-        broken: c.broken.load(Relaxed),
-        calls: c.calls.load(Relaxed),
-        calls_on_streams: c.unsent.load(Relaxed),
+        opened: c.opened,
+        refused: c.refused,
+        served: c.served,
+        broken: c.broken,
+        calls: c.calls,
+        calls_on_streams: c.unsent,
     }
 }
 

@@ -51,13 +51,12 @@ fn gauge(value: u64) -> Gauge {
 
 /// The sessions between sidecars (`tlc_proxy::mux`), process-wide.
 fn register_sessions(registry: &mut Registry) {
-    use std::sync::atomic::Ordering::Relaxed;
-    let c = tlc_proxy::mux::counters();
+    let c = tlc_proxy::mux::totals();
     let events = [
-        ("opened", c.opened.load(Relaxed)),
-        ("refused", c.refused.load(Relaxed)),
-        ("served", c.served.load(Relaxed)),
-        ("broken", c.broken.load(Relaxed)),
+        ("opened", c.opened),
+        ("refused", c.refused),
+        ("served", c.served),
+        ("broken", c.broken),
     ];
     registry.register(
         "peer_sessions",
@@ -66,14 +65,11 @@ fn register_sessions(registry: &mut Registry) {
          broken rule or stream; their calls in progress failed)",
         counters_by(events.map(|(event, n)| (EventLabel { event }, n))),
     );
-    let carried = [
-        ("session", c.calls.load(Relaxed)),
-        ("stream", c.unsent.load(Relaxed)),
-    ];
+    let carried = [("session", c.calls), ("stream", c.unsent)];
     let parts = [
-        ("framing", c.framing_bytes.load(Relaxed)),
-        ("headers", c.header_bytes.load(Relaxed)),
-        ("data", c.data_bytes.load(Relaxed)),
+        ("framing", c.framing_bytes),
+        ("headers", c.header_bytes),
+        ("data", c.data_bytes),
     ];
     registry.register_with_unit(
         "peer_session",

@@ -466,21 +466,35 @@ pub fn batch_prefix(len: usize) -> [u8; GRPC_PREFIX] {
     prefix
 }
 
+/// The length of the batch at the front of `bytes` once it is all there;
+/// an error for a batch flagged compressed or over [`MAX_BATCH`].
+fn whole_len(bytes: &[u8]) -> Result<Option<usize>, FrameError> {
+    let Some(prefix) = bytes.get(..GRPC_PREFIX) else {
+        return Ok(None);
+    };
+    let len = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+    if prefix[0] != 0 || len > MAX_BATCH {
+        return Err(FrameError::Batch(len, prefix[0]));
+    }
+    Ok((bytes.len() >= GRPC_PREFIX + len).then_some(len))
+}
+
 /// Takes one whole batch off the front of `buffer`, if one is there.
 pub fn next_batch(buffer: &mut BytesMut) -> Result<Option<Bytes>, FrameError> {
-    if buffer.len() < GRPC_PREFIX {
+    let Some(len) = whole_len(buffer)? else {
         return Ok(None);
-    }
-    let flag = buffer[0];
-    let len = u32::from_be_bytes([buffer[1], buffer[2], buffer[3], buffer[4]]) as usize;
-    if flag != 0 || len > MAX_BATCH {
-        return Err(FrameError::Batch(len, flag));
-    }
-    if buffer.len() < GRPC_PREFIX + len {
-        return Ok(None);
-    }
+    };
     buffer.advance(GRPC_PREFIX);
     Ok(Some(buffer.split_to(len).freeze()))
+}
+
+/// [`next_batch`] from a chunk as it came, without copying it.
+pub fn take_batch(chunk: &mut Bytes) -> Result<Option<Bytes>, FrameError> {
+    let Some(len) = whole_len(chunk)? else {
+        return Ok(None);
+    };
+    chunk.advance(GRPC_PREFIX);
+    Ok(Some(chunk.split_to(len)))
 }
 
 /// The message of `body` if it is exactly one uncompressed gRPC message.

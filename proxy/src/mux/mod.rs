@@ -56,30 +56,44 @@ const BATCH: usize = 256 << 10;
 const QUEUE: usize = 16;
 
 /// What sessions did since the process started, every connection
-/// together: read by the metrics endpoint.
-#[derive(Debug, Default)]
-pub struct Counters {
+/// together: read by the metrics endpoint and the admin API.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
     /// Sessions this sidecar opened to a peer's.
-    pub opened: AtomicU64,
+    pub opened: u64,
     /// Peers that answered the opening call without taking a session (or
     /// not in time): their connection keeps a stream per call.
-    pub refused: AtomicU64,
+    pub refused: u64,
     /// Sessions a peer's sidecar opened to this one.
-    pub served: AtomicU64,
+    pub served: u64,
     /// Sessions that ended on a broken rule or a broken stream.
-    pub broken: AtomicU64,
+    pub broken: u64,
     /// Calls sent over a session.
-    pub calls: AtomicU64,
+    pub calls: u64,
     /// Calls a session did not take (not whole, too large, the session
     /// full, going away or refused), sent on a stream of their own.
-    pub unsent: AtomicU64,
+    pub unsent: u64,
     /// Bytes this sidecar wrote into sessions: framing (gRPC prefixes of
     /// batches, flags, ids, lengths, control frames).
-    pub framing_bytes: AtomicU64,
+    pub framing_bytes: u64,
     /// The same: header blocks (requests' and responses' heads, tails).
-    pub header_bytes: AtomicU64,
+    pub header_bytes: u64,
     /// The same: body bytes.
-    pub data_bytes: AtomicU64,
+    pub data_bytes: u64,
+}
+
+/// The counters behind [`Totals`], one per field.
+#[derive(Debug)]
+pub(crate) struct Counters {
+    pub(crate) opened: AtomicU64,
+    pub(crate) refused: AtomicU64,
+    pub(crate) served: AtomicU64,
+    pub(crate) broken: AtomicU64,
+    pub(crate) calls: AtomicU64,
+    pub(crate) unsent: AtomicU64,
+    pub(crate) framing_bytes: AtomicU64,
+    pub(crate) header_bytes: AtomicU64,
+    pub(crate) data_bytes: AtomicU64,
 }
 
 static COUNTERS: Counters = Counters {
@@ -94,9 +108,25 @@ static COUNTERS: Counters = Counters {
     data_bytes: AtomicU64::new(0),
 };
 
-/// The process's session counters.
-pub fn counters() -> &'static Counters {
+pub(crate) fn counters() -> &'static Counters {
     &COUNTERS
+}
+
+/// What the process's sessions did so far.
+pub fn totals() -> Totals {
+    let c = &COUNTERS;
+    let read = |n: &AtomicU64| n.load(Ordering::Relaxed);
+    Totals {
+        opened: read(&c.opened),
+        refused: read(&c.refused),
+        served: read(&c.served),
+        broken: read(&c.broken),
+        calls: read(&c.calls),
+        unsent: read(&c.unsent),
+        framing_bytes: read(&c.framing_bytes),
+        header_bytes: read(&c.header_bytes),
+        data_bytes: read(&c.data_bytes),
+    }
 }
 
 pub(crate) fn count(counter: &AtomicU64) {
@@ -343,7 +373,7 @@ where
         // A batch that is whole in its chunk (the usual case: one batch
         // per HTTP/2 DATA frame) is read where it lies, without a copy.
         if pending.is_empty() {
-            while let Some(batch) = whole_batch(&mut chunk)? {
+            while let Some(batch) = frame::take_batch(&mut chunk)? {
                 read_batch(&mut tables, batch, &mut route)?;
             }
         }
@@ -352,22 +382,6 @@ where
             read_batch(&mut tables, batch, &mut route)?;
         }
     }
-}
-
-fn whole_batch(chunk: &mut Bytes) -> Result<Option<Bytes>, FrameError> {
-    if chunk.len() < frame::GRPC_PREFIX {
-        return Ok(None);
-    }
-    let len = u32::from_be_bytes([chunk[1], chunk[2], chunk[3], chunk[4]]) as usize;
-    if chunk[0] != 0 || len > frame::MAX_BATCH {
-        return Err(FrameError::Batch(len, chunk[0]));
-    }
-    if chunk.len() < frame::GRPC_PREFIX + len {
-        return Ok(None);
-    }
-    let batch = chunk.slice(frame::GRPC_PREFIX..frame::GRPC_PREFIX + len);
-    *chunk = chunk.slice(frame::GRPC_PREFIX + len..);
-    Ok(Some(batch))
 }
 
 fn read_batch<F>(tables: &mut Tables, mut batch: Bytes, route: &mut F) -> Result<(), SessionError>

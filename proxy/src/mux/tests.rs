@@ -48,6 +48,16 @@ fn grpc(message: &[u8]) -> Bytes {
     Bytes::from(bytes)
 }
 
+/// A body of what arrives on `rx`, ending when it closes.
+fn channel_body(rx: tokio::sync::mpsc::Receiver<Bytes>) -> ProxyBody {
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, Infallible>(http_body::Frame::data(b)), rx))
+    });
+    body::stream(http_body_util::StreamBody::new(stream))
+}
+
 fn ok_trailers() -> HeaderMap {
     let mut trailers = HeaderMap::new();
     trailers.insert("grpc-status", HeaderValue::from_static("0"));
@@ -84,12 +94,7 @@ impl Handler for Toy {
             tokio::spawn(async move {
                 tx.closed().await;
             });
-            let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-                rx.recv()
-                    .await
-                    .map(|b| (Ok::<_, Infallible>(http_body::Frame::data(b)), rx))
-            });
-            body::stream(http_body_util::StreamBody::new(stream))
+            channel_body(rx)
         };
         let produced = Arc::clone(&self.produced);
         let body = body::stream(body.map_frame(move |frame| {
@@ -308,13 +313,8 @@ async fn requests_too_large_or_still_coming_take_their_own_stream() {
     };
     assert_eq!(whole_request(unsent).await, grpc(&large));
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|b| (Ok::<_, Infallible>(http_body::Frame::data(b)), rx))
-    });
     let request = Request::post("http://peer:1/echo")
-        .body(body::stream(http_body_util::StreamBody::new(stream)))
+        .body(channel_body(rx))
         .expect("request");
     let Err(unsent) = pair.session.send(request).await else {
         panic!("still coming");
@@ -357,17 +357,12 @@ async fn a_caller_that_stops_reading_holds_at_most_a_window() {
 #[tokio::test]
 async fn a_peer_that_breaks_the_rules_loses_its_session_not_the_connection() {
     let mut pair = pair(true).await.expect("a session");
-    let broken = super::counters().broken.load(Ordering::SeqCst);
+    let broken = super::totals().broken;
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(2);
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|b| (Ok::<_, Infallible>(http_body::Frame::data(b)), rx))
-    });
     let request = Request::post(format!("http://peer:1{}", super::frame::PATH))
         .header("content-type", "application/grpc")
         .header(super::ACCEPT_HEADER, "1")
-        .body(body::stream(http_body_util::StreamBody::new(stream)))
+        .body(channel_body(rx))
         .expect("request");
     let response = pair.sender.send_request(request).await.expect("answered");
     assert!(response.headers().contains_key(super::ACCEPT_HEADER));
@@ -378,7 +373,7 @@ async fn a_peer_that_breaks_the_rules_loses_its_session_not_the_connection() {
     tx.send(Bytes::from(batch)).await.expect("sent");
     let ended = tokio::time::timeout(Duration::from_secs(5), response.into_body().collect()).await;
     assert!(ended.is_ok(), "the session ended");
-    assert!(super::counters().broken.load(Ordering::SeqCst) > broken);
+    assert!(super::totals().broken > broken);
     // The other session, on the same connection, goes on.
     let answer = pair
         .session
