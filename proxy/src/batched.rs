@@ -15,6 +15,11 @@
 //! connection and reads at the start of the next one, so bytes wait at
 //! most for the turn their task was just woken for. A full buffer and a
 //! shutdown send at once.
+//!
+//! An idle stream holds no buffer, but a few idle streams' buffers are
+//! kept for the next stream that needs one ([`spare`]): a sidecar's connection
+//! goes idle between a step's calls, and allocating and zeroing 64 and
+//! 128 KiB anew for each of its turns cost more CPU than the calls.
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -104,7 +109,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Batched<T> {
                 return Pin::new(&mut this.inner).poll_read(cx, buf);
             }
             if this.read.is_empty() {
-                this.read = vec![0; READ].into_boxed_slice();
+                this.read = spare::read_buffer();
             }
             let mut into = ReadBuf::new(&mut this.read);
             match Pin::new(&mut this.inner).poll_read(cx, &mut into) {
@@ -112,7 +117,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Batched<T> {
                 other => {
                     // Nothing to read for now (or never again): hold no
                     // buffer meanwhile.
-                    this.read = Box::default();
+                    spare::keep_read(std::mem::take(&mut this.read));
                     return other;
                 }
             }
@@ -150,7 +155,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Batched<T> {
             return Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
         }
         if this.buf.capacity() == 0 {
-            this.buf.reserve_exact(BATCH);
+            this.buf = spare::write_buffer();
         }
         for b in bufs {
             this.buf.extend_from_slice(b);
@@ -175,7 +180,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Batched<T> {
         }
         std::task::ready!(this.poll_send(cx))?;
         // Quiet: an idle connection holds no buffer.
-        this.buf = Vec::new();
+        spare::keep_write(std::mem::take(&mut this.buf));
         Pin::new(&mut this.inner).poll_flush(cx)
     }
 
@@ -183,6 +188,86 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Batched<T> {
         let this = self.get_mut();
         std::task::ready!(this.poll_send(cx))?;
         Pin::new(&mut this.inner).poll_shutdown(cx)
+    }
+}
+
+impl<T> Drop for Batched<T> {
+    fn drop(&mut self) {
+        spare::keep_read(std::mem::take(&mut self.read));
+        spare::keep_write(std::mem::take(&mut self.buf));
+    }
+}
+
+/// Buffers of idle streams, kept for the next busy one.
+mod spare {
+    use std::sync::Mutex;
+
+    use super::{BATCH, READ};
+
+    /// Buffers of each kind kept at most, for the whole process: a few
+    /// streams turn at once; more would only hold memory (at most
+    /// `KEPT * (READ + BATCH)` bytes, 1.5 MiB).
+    pub const KEPT: usize = 8;
+
+    static READS: Pool<Box<[u8]>> = Pool::new();
+    static WRITES: Pool<Vec<u8>> = Pool::new();
+
+    /// A read buffer of [`READ`] bytes, kept or new.
+    pub fn read_buffer() -> Box<[u8]> {
+        READS
+            .take()
+            .unwrap_or_else(|| vec![0; READ].into_boxed_slice())
+    }
+
+    /// Keeps `buffer` for the next stream, if it is a read buffer.
+    pub fn keep_read(buffer: Box<[u8]>) {
+        if buffer.len() == READ {
+            READS.keep(buffer);
+        }
+    }
+
+    /// An empty write buffer with room for a batch, kept or new.
+    pub fn write_buffer() -> Vec<u8> {
+        WRITES.take().unwrap_or_else(|| Vec::with_capacity(BATCH))
+    }
+
+    /// Keeps `buffer`, emptied, for the next stream, if it holds a batch
+    /// and no more (one a large write grew is let go).
+    pub fn keep_write(mut buffer: Vec<u8>) {
+        if buffer.capacity() == BATCH {
+            buffer.clear();
+            WRITES.keep(buffer);
+        }
+    }
+
+    /// At most [`KEPT`] buffers of one kind.
+    pub struct Pool<T>(Mutex<Vec<T>>);
+
+    impl<T> Pool<T> {
+        /// An empty pool.
+        pub const fn new() -> Pool<T> {
+            Pool(Mutex::new(Vec::new()))
+        }
+
+        /// A kept buffer, if any.
+        pub fn take(&self) -> Option<T> {
+            self.0.lock().ok().and_then(|mut kept| kept.pop())
+        }
+
+        /// Keeps `buffer` unless [`KEPT`] are kept already.
+        pub fn keep(&self, buffer: T) {
+            if let Ok(mut kept) = self.0.lock() {
+                if kept.len() < KEPT {
+                    kept.push(buffer);
+                }
+            }
+        }
+
+        /// How many are kept.
+        #[cfg(test)]
+        pub fn len(&self) -> usize {
+            self.0.lock().map_or(0, |kept| kept.len())
+        }
     }
 }
 
@@ -298,6 +383,29 @@ mod tests {
         .await;
         assert!(pending, "nothing more to read");
         assert!(ours.read.is_empty(), "the read buffer is freed");
+    }
+
+    #[test]
+    fn a_pool_hands_back_what_it_kept_and_keeps_no_more_than_its_bound() {
+        let pool = spare::Pool::new();
+        let first = vec![0u8; READ].into_boxed_slice();
+        let at = first.as_ptr();
+        pool.keep(first);
+        assert_eq!(pool.take().map(|b| b.as_ptr()), Some(at), "reused");
+        assert!(pool.take().is_none());
+        for _ in 0..spare::KEPT + 3 {
+            pool.keep(vec![0u8; READ].into_boxed_slice());
+        }
+        assert_eq!(pool.len(), spare::KEPT);
+        // The process's own: a new write buffer has room for one batch;
+        // buffers of other sizes are not kept.
+        let write = spare::write_buffer();
+        assert!(write.is_empty() && write.capacity() == BATCH);
+        assert_eq!(spare::read_buffer().len(), READ);
+        spare::keep_read(Box::default());
+        spare::keep_write(Vec::with_capacity(3 * BATCH));
+        assert_ne!(spare::read_buffer().len(), 0);
+        assert_eq!(spare::write_buffer().capacity(), BATCH);
     }
 
     /// Flushes `stream` once (it does not wait on a socket this small);

@@ -355,14 +355,14 @@ impl Dictionary {
                     varint(out, name.len() as u64);
                     out.put_slice(name);
                     if name.len() <= MAX_REMEMBERED {
-                        self.names.insert(name.clone());
+                        self.names.insert(owned(name));
                     }
                 }
             }
             varint(out, value.len() as u64);
             out.put_slice(value);
             if name.len() + value.len() <= MAX_REMEMBERED {
-                self.pairs.insert(pair);
+                self.pairs.insert((owned(name), owned(value)));
             }
         }
     }
@@ -390,7 +390,7 @@ impl Dictionary {
                     0 => {
                         let name = bytes(batch, MAX_BLOCK_BYTES - size)?;
                         if name.len() <= MAX_REMEMBERED {
-                            self.names.insert(name.clone());
+                            self.names.insert(owned(&name));
                         }
                         name
                     }
@@ -399,7 +399,7 @@ impl Dictionary {
                 let room = MAX_BLOCK_BYTES.saturating_sub(size + name.len());
                 let value = bytes(batch, room)?;
                 if name.len() + value.len() <= MAX_REMEMBERED {
-                    self.pairs.insert((name.clone(), value.clone()));
+                    self.pairs.insert((owned(&name), owned(&value)));
                 }
                 (name, value)
             };
@@ -411,6 +411,13 @@ impl Dictionary {
         }
         Ok(pairs)
     }
+}
+
+/// A copy of `bytes` of its own, for a table slot: `bytes` may be a
+/// slice of a batch of up to [`MAX_BATCH`] bytes, which a slot that holds
+/// the slice would keep whole for as long as the slot lasts.
+fn owned(bytes: &Bytes) -> Bytes {
+    Bytes::copy_from_slice(bytes)
 }
 
 /// How a header list is written against the last one: the first `keep`

@@ -382,3 +382,63 @@ async fn a_peer_that_breaks_the_rules_loses_its_session_not_the_connection() {
         .unwrap_or_else(|_| panic!("taken"));
     assert_eq!(whole(answer).await.0, grpc(b"still"));
 }
+
+#[test]
+fn a_small_call_in_a_large_batch_holds_its_own_bytes_not_the_batch() {
+    use super::frame::{Frame, Part, Tables};
+    let head = |value: &str| {
+        Some(vec![
+            (Bytes::from_static(b":path"), Bytes::from_static(b"/x")),
+            (
+                Bytes::from_static(b"tag"),
+                Bytes::copy_from_slice(value.as_bytes()),
+            ),
+        ])
+    };
+    let small = Part {
+        head: head("small"),
+        data: Some(Bytes::from(vec![1u8; 100])),
+        end: true,
+        ..Part::default()
+    };
+    let large = Part {
+        head: head("large"),
+        data: Some(Bytes::from(vec![2u8; 2 * super::COMPACT_ABOVE])),
+        end: true,
+        ..Part::default()
+    };
+    for (parts, compacted) in [(vec![small.clone()], false), (vec![small, large], true)] {
+        let mut out = bytes::BytesMut::new();
+        let mut writer = Tables::default();
+        for (id, part) in parts.iter().enumerate() {
+            writer.write(&Frame::Call(id as u32, part.clone()), &mut out);
+        }
+        let batch = out.freeze();
+        let range = batch.as_ptr() as usize..batch.as_ptr() as usize + batch.len();
+        let inside = |b: &Bytes| range.contains(&(b.as_ptr() as usize));
+        let mut read = Vec::new();
+        super::read_batch(&mut Tables::default(), batch.clone(), &mut |frame| {
+            read.push(frame);
+            Ok(())
+        })
+        .expect("read");
+        let Frame::Call(_, first) = &read[0] else {
+            panic!("{:?}", read[0])
+        };
+        assert_eq!(first, &parts[0], "the same call either way");
+        let pieces = first.head.iter().flatten().flat_map(|(n, v)| [n, v]);
+        let data = first.data.as_ref().expect("data");
+        // A batch of small calls is read where it lies; in a large one,
+        // a small call's bytes are its own.
+        assert_eq!(inside(data), !compacted);
+        assert!(pieces
+            .filter(|b| !b.is_empty())
+            .all(|b| inside(b) != compacted));
+        if let Some(Frame::Call(_, second)) = read.get(1) {
+            assert!(
+                inside(second.data.as_ref().expect("data")),
+                "the large piece is not copied"
+            );
+        }
+    }
+}
