@@ -202,7 +202,7 @@ impl<T> Drop for Batched<T> {
 mod spare {
     use std::sync::Mutex;
 
-    use super::{BATCH, READ};
+    use crate::batched::{BATCH, READ};
 
     /// Buffers of each kind kept at most, for the whole process: a few
     /// streams turn at once; more would only hold memory (at most
