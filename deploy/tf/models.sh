@@ -294,7 +294,7 @@ def sidecars(d):
     tot = {"push_tensors": 0, "push_raw": 0, "push_wire": 0, "pull_tensors": 0, "pull_raw": 0, "pull_wire": 0,
            "restored": 0, "decode_failures": 0, "fallbacks": 0, "fallbacks_served": 0, "drift_resets": 0,
            "keyframes_served": 0, "keyframes_applied": 0, "passed": {}, "passed_bytes": 0, "refinements": 0,
-           "sidecars": [], "missing": []}
+           "sidecars": [], "missing": [], "cpu_seconds": 0.0, "recv_tensor_calls": 0}
     for log in sorted(glob.glob(f"{d}/sidecars/tlcd-*.log")):
         name = os.path.basename(log)[5:-4]
         tot["sidecars"].append(name)
@@ -321,6 +321,12 @@ def sidecars(d):
         except OSError:
             metrics = ""
             tot["missing"].append(f"metrics-{name}")
+        # What the sidecars cost on the CPU per call: each RecvTensor call
+        # between tasks is counted once, where it arrives (inbound).
+        m = re.search(r"^process_cpu_seconds_total (\S+)", metrics, re.M)
+        tot["cpu_seconds"] += float(m.group(1)) if m else 0.0
+        for count in re.findall(r'^tlc_recv_tensor_seconds_count\{role="inbound"[^}]*\} (\d+)', metrics, re.M):
+            tot["recv_tensor_calls"] += int(count)
         for side, key in (("holder", "keyframes_served"), ("requester", "keyframes_applied")):
             m = re.search(r'^tlc_keyframes_total\{side="' + side + r'"\} (\d+)', metrics, re.M)
             tot[key] += int(m.group(1)) if m else 0
@@ -417,7 +423,8 @@ head = ["case", "model", "mode", "ps", "run", "steps (local)", "test acc", "Δ a
         "push raw MB", "push wire MB", "push ratio", "pull raw MB", "pull wire MB", "pull ratio",
         "passed MB", "all ratio",
         "hop req MB", "hop resp MB", "hop MB", "hop MB w/ hdr", "hop ratio", "refinements",
-        "decode fail", "fallbacks", "keyframes", "drift resets", "step ms", "TF wall s", "run wall s"]
+        "decode fail", "fallbacks", "keyframes", "drift resets", "step ms", "TF wall s", "run wall s",
+        "sidecar CPU s", "CPU µs/call"]
 lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 for row in rows:
     for kind, label in (("base", "without"), ("tlcd", "tlcd")):
@@ -445,7 +452,10 @@ for row in rows:
                  str(r.get("keyframes_served", "-")) if sc else "-",
                  str(r.get("drift_resets", "-")) if sc else "-",
                  fmt(r.get("step_seconds"), ".1f", 1000), fmt(r.get("wall_seconds"), ".1f"),
-                 fmt(r.get("script_seconds"), ".1f")]
+                 fmt(r.get("script_seconds"), ".1f"),
+                 fmt(r.get("cpu_seconds"), ".2f") if sc else "-",
+                 fmt(r["cpu_seconds"] / r["recv_tensor_calls"], ".1f", 1e6)
+                 if sc and r.get("recv_tensor_calls") else "-"]
         lines.append("| " + " | ".join(cells) + " |")
 meta = dict(l.rstrip("\n").split("=", 1) for l in open(f"{out}/meta.txt") if "=" in l)
 md = [f"# train.py models through tlcd", "",
@@ -464,7 +474,9 @@ md = [f"# train.py models through tlcd", "",
       "(IP bytes less 52 per packet), w/ hdr = IP bytes; hop ratio = hop MB without / through tlcd; "
       "'-' = not measured (needs root and iptables). "
       "Step ms: training loop per local step. TF wall: first task start to last exit; run wall: the whole "
-      "run_local.sh / run_with_tlcd.sh call.", ""] + lines + [""]
+      "run_local.sh / run_with_tlcd.sh call. Sidecar CPU: every sidecar's CPU-seconds (process_cpu_seconds_total "
+      "at the end); µs/call: those over the RecvTensor calls between tasks (each counted where it arrives), "
+      "both ends of a call together.", ""] + lines + [""]
 checks = [f"- {row['case']}: " + "; ".join(row["check"]) for row in rows if row["check"]]
 if checks:
     md += ["Cases --check would fail:", ""] + checks + [""]
