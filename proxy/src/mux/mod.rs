@@ -437,8 +437,8 @@ fn hop_by_hop(name: &HeaderName) -> bool {
 }
 
 /// `headers` as a frame's pairs, after `first` (pseudo-headers). Their
-/// bytes are copied into one buffer that the pairs share: two allocations
-/// a header were a tenth of a sidecar's allocations per call.
+/// bytes are copied into one buffer that the pairs share, not into two
+/// allocations a header: this runs for every call a session carries.
 pub(crate) fn to_pairs(first: Pairs, headers: &HeaderMap) -> Pairs {
     let carried = || headers.iter().filter(|(name, _)| !hop_by_hop(name));
     let size = carried().map(|(n, v)| n.as_str().len() + v.len()).sum();
