@@ -413,10 +413,10 @@ impl Dictionary {
     }
 }
 
-/// A copy of `bytes` of its own, for a table slot: `bytes` may be a
-/// slice of a batch of up to [`MAX_BATCH`] bytes, which a slot that holds
-/// the slice would keep whole for as long as the slot lasts.
-fn owned(bytes: &Bytes) -> Bytes {
+/// A copy of `bytes` of its own, for what outlives the batch it came in
+/// (a table slot, a call): `bytes` may be a slice of a batch of up to
+/// [`MAX_BATCH`] bytes, which the slice would keep whole meanwhile.
+pub(crate) fn owned(bytes: &Bytes) -> Bytes {
     Bytes::copy_from_slice(bytes)
 }
 

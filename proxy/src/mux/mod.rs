@@ -410,12 +410,12 @@ where
 fn own_small_pieces(part: &mut frame::Part, whole: usize) {
     for pairs in [&mut part.head, &mut part.tail].into_iter().flatten() {
         for (name, value) in pairs.iter_mut() {
-            *name = Bytes::copy_from_slice(name);
-            *value = Bytes::copy_from_slice(value);
+            *name = frame::owned(name);
+            *value = frame::owned(value);
         }
     }
     if let Some(data) = part.data.as_mut().filter(|d| d.len() * 2 <= whole) {
-        *data = Bytes::copy_from_slice(data);
+        *data = frame::owned(data);
     }
 }
 
