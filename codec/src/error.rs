@@ -114,6 +114,11 @@ pub enum DecodeError {
     /// [`DecodeError::PayloadLength`].
     #[error("entropy stage: {0}")]
     Entropy(&'static str),
+    /// A frame in its compact form (`crate::compact`) is malformed: a
+    /// number that runs past its bytes or past 64 bits, or a length that
+    /// runs past the frame.
+    #[error("compact frame: {0}")]
+    Compact(&'static str),
     /// The output buffer has the wrong length for the frame.
     #[error("output holds {actual} values but the frame has {expected}")]
     OutputLength {

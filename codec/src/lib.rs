@@ -12,12 +12,15 @@
 //! An encoder may also pass each payload through an entropy stage (zstd,
 //! [`EntropyStage`], off by default); decoding handles both kinds of frame.
 //!
-//! The frame layout is documented byte by byte in `FORMAT.md`.
+//! The frame layout is documented byte by byte in `FORMAT.md`, and so is its
+//! compact form ([`compact`]), which two sidecars that agree on it use on
+//! the hop.
 
 #![warn(missing_docs)]
 
 pub mod bitmap;
 mod codec;
+pub mod compact;
 mod decoder;
 mod dispatch;
 mod encoder;

@@ -300,3 +300,66 @@ async fn small_tensors_and_calls_without_a_peer_pass_unchanged() {
         "no peer: untouched"
     );
 }
+
+/// A requester that reads compact envelopes (`tlc-compact`) gets them, and
+/// they unpack to the envelope another requester gets in full; their
+/// fallback token still fetches the original.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compact_envelope_goes_only_to_a_requester_that_reads_it() {
+    use tlc_wire::envelope::Envelope;
+    use tlc_wire::{compact, peer};
+    let values: Vec<f32> = (0..40_000).map(|i| (i as f32 * 0.1).sin()).collect();
+    let served = values.clone();
+    let tf = start_tensor_server(Arc::new(move |_, _| (vec![40_000], served.clone()))).await;
+    let sidecar = compressing_unclassified();
+    let proxy = support::proxy(Role::Inbound, tf, sidecar.clone()).await;
+    let client = support::Client::connect(proxy.local_addrs()[0]).await;
+    let key = "/job:worker/replica:0/task:0/device:CPU:0;0000000000000001;/job:ps/replica:0/task:0/device:CPU:0;edge_3_g;0:0";
+    let content = |reply: &support::Reply| {
+        assert!(peer::has_envelope(&reply.headers), "compressed for a peer");
+        let message = tlc_wire::tf::grpc::parse_single(reply.body.clone(), usize::MAX).unwrap();
+        let response = tlc_wire::tf::recv_tensor::decode_response(message).unwrap();
+        response.tensor.unwrap().tensor_content
+    };
+    let limits = tlc_codec::Limits {
+        max_elements: 40_000,
+    };
+    let mut sizes = Vec::new();
+    for (step, compact_asked) in [(1, false), (2, true), (3, false), (4, true)] {
+        let mut headers = vec![(peer::PEER, peer::PROTOCOL)];
+        if compact_asked {
+            headers.push((peer::COMPACT, "1"));
+        }
+        let reply = client
+            .call(
+                tlc_wire::tf::RECV_TENSOR_PATH,
+                &headers,
+                support::tf::request_body(key, step),
+            )
+            .await;
+        let bytes = content(&reply);
+        assert_eq!(compact::is_compact(&bytes), compact_asked);
+        let envelope = if compact_asked {
+            let mut full = Vec::new();
+            compact::unpack(&bytes, &limits, &mut full).unwrap();
+            assert!(full.len() > bytes.len());
+            assert_eq!(
+                compact::token(&bytes),
+                Some(u64::from_le_bytes(full[8..16].try_into().unwrap()))
+            );
+            full
+        } else {
+            bytes.to_vec()
+        };
+        Envelope::parse(&envelope, &limits).unwrap();
+        sizes.push((bytes.len(), envelope.len()));
+    }
+    assert_eq!(
+        sidecar.stats().totals().pull.wire_bytes,
+        0,
+        "a gradient, not a pull"
+    );
+    let push = sidecar.stats().totals().push.wire_bytes;
+    let crossed: usize = sizes.iter().map(|(crossed, _)| crossed).sum();
+    assert_eq!(push, crossed as u64, "the wire bytes count what crossed");
+}

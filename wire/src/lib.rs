@@ -23,6 +23,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod compact;
 pub mod envelope;
 pub mod graph;
 pub mod hop;

@@ -12,8 +12,8 @@ use http::{HeaderMap, HeaderValue};
 
 use crate::peer::{
     self, ClassHint, IdsAgainHeader, LinkHeader, ReplicaHeader, RowsHeader, ACK, AGREE, CLASS,
-    ENTROPY, ENVELOPE, IDS, IDS_AGAIN, KEYFRAME, LINK, MAX_TENSOR, MIRROR, PEER, PROTOCOL, REPLICA,
-    ROWS,
+    COMPACT, ENTROPY, ENVELOPE, IDS, IDS_AGAIN, KEYFRAME, LINK, MAX_TENSOR, MIRROR, PEER, PROTOCOL,
+    REPLICA, ROWS,
 };
 
 /// Everything a requester's sidecar says in a `RecvTensor` request.
@@ -29,6 +29,8 @@ pub struct Ask {
     pub max_tensor: Option<u64>,
     /// Whether it reads frames with the entropy stage (`tlc-entropy`).
     pub entropy: bool,
+    /// Whether it reads compact envelopes (`tlc-compact`, [`crate::compact`]).
+    pub compact: bool,
     /// Whether it reads a tensor's first keyframe as int8 (`tlc-keyframe`).
     pub int8_keyframes: bool,
     /// Whether it checks what it restores against the holder's hash
@@ -64,6 +66,9 @@ impl Ask {
         }
         if self.entropy {
             headers.insert(ENTROPY, HeaderValue::from_static("zstd"));
+        }
+        if self.compact {
+            headers.insert(COMPACT, HeaderValue::from_static("1"));
         }
         if self.int8_keyframes {
             headers.insert(KEYFRAME, HeaderValue::from_static("int8"));
@@ -104,6 +109,7 @@ impl Ask {
         Some(Ask {
             max_tensor: peer::max_tensor(headers),
             entropy: is(ENTROPY, "zstd"),
+            compact: is(COMPACT, "1"),
             int8_keyframes: is(KEYFRAME, "int8"),
             mirror: is(MIRROR, "1"),
             class: peer::class(headers),

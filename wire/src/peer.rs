@@ -12,6 +12,7 @@
 //! | `tlc-fallback: TOKEN` | request to [`FALLBACK_PATH`] | asks for the original response of an envelope |
 //! | `tlc-rows: EPOCH-VERSION-BYTES` | request | for gathered rows and gradient rows the graph pairs with their ids: the requester decodes row-keyed envelopes; for gathered rows, the rows it holds (epoch in hex, `0-0` for none) and the most bytes of rows it keeps for the tensor |
 //! | `tlc-entropy: zstd` | request | the requester reads frames with the entropy stage (`codec/FORMAT.md`) |
+//! | `tlc-compact: 1` | request | the requester reads envelopes in their compact form ([`crate::compact`], `wire/ENVELOPE.md`): the holder's sidecar sends them so |
 //! | `tlc-keyframe: int8` | request | the requester reads a tensor's first keyframe as an int8 frame (`wire/ENVELOPE.md`) |
 //! | `tlc-hop: 1` | request | the caller is a sidecar that restores hop-compressed responses ([`crate::hop`]); with `grpc-encoding: zstd`, this request's messages are hop-compressed |
 //! | `tlc-hop-ref: ID` | request | hop-compressed against the earlier request `ID` (hex), which the holder's sidecar keeps |
@@ -52,6 +53,9 @@ pub const HOP_MISS: &str = "tlc-hop-miss";
 pub const HOP_AGAIN: &str = "tlc-hop-again";
 /// Request header: the requester reads frames with the entropy stage.
 pub const ENTROPY: &str = "tlc-entropy";
+/// Request header: the requester reads compact envelopes
+/// ([`crate::compact`]).
+pub const COMPACT: &str = "tlc-compact";
 /// Request header: the requester reads int8 first keyframes.
 pub const KEYFRAME: &str = "tlc-keyframe";
 /// Request header: the requester decodes row-keyed envelopes, and holds
@@ -438,9 +442,9 @@ pub fn parse_acks(value: &HeaderValue) -> Option<Vec<u64>> {
 }
 
 /// Every header of the table above (all of them start with [`PREFIX`]).
-pub const ALL: [&str; 20] = [
-    PEER, REPLICA, CLASS, MAX_TENSOR, ENVELOPE, FALLBACK, HOP, ROWS, ENTROPY, KEYFRAME, HOP_REF,
-    HOP_MISS, HOP_AGAIN, HOP_PATHS, IDS, IDS_AGAIN, LINK, ACK, MIRROR, AGREE,
+pub const ALL: [&str; 21] = [
+    PEER, REPLICA, CLASS, MAX_TENSOR, ENVELOPE, FALLBACK, HOP, ROWS, ENTROPY, COMPACT, KEYFRAME,
+    HOP_REF, HOP_MISS, HOP_AGAIN, HOP_PATHS, IDS, IDS_AGAIN, LINK, ACK, MIRROR, AGREE,
 ];
 
 /// What every sidecar header's name starts with.

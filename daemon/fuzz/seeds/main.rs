@@ -46,8 +46,10 @@ const KEYS: &[&str] = &[
 fn main() -> Result<()> {
     let dir = PathBuf::from(std::env::args().nth(1).ok_or("usage: seeds DIR")?);
     let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../wire/tests/fixtures");
-    let targets: [(&str, Seeds); 15] = [
-        ("envelope", envelope()?),
+    let envelopes = envelope()?;
+    let targets: [(&str, Seeds); 16] = [
+        ("compact_envelope", compact_envelope(&envelopes)?),
+        ("envelope", envelopes),
         ("hop_body", hop_body(&fixtures)?),
         ("row_ids", row_ids(&fixtures)?),
         ("rows_envelope", rows_envelope()),
@@ -153,6 +155,20 @@ fn envelope() -> Result<Seeds> {
             (name, seed)
         })
         .collect())
+}
+
+/// The envelope seeds in their compact form, as the holder's sidecar sends
+/// them to a requester that reads it: the same mode byte (fix the checksum
+/// after mutation) and declared element count, then the compact envelope.
+fn compact_envelope(envelopes: &Seeds) -> Result<Seeds> {
+    let mut seeds = Seeds::new();
+    for (name, seed) in envelopes {
+        let (head, envelope) = seed.split_at(5);
+        let mut compact = head.to_vec();
+        tlc_wire::compact::pack(envelope, &mut compact)?;
+        seeds.push((name.clone(), compact));
+    }
+    Ok(seeds)
 }
 
 /// gRPC bodies as they cross the hop: the recorded requests and responses

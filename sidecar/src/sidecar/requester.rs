@@ -128,6 +128,7 @@ fn asked(sidecar: &Sidecar, policy: &Policy, call: &mut TensorCall, span: &Span)
     let mut ask = Ask {
         max_tensor: Some(sidecar.options().max_tensor_bytes),
         entropy: true,
+        compact: true,
         int8_keyframes: true,
         mirror: policy.check().mirror,
         ..Ask::default()

@@ -9,6 +9,7 @@ fn full_ask() -> Ask {
     Ask {
         max_tensor: Some(256 << 20),
         entropy: true,
+        compact: true,
         int8_keyframes: true,
         mirror: true,
         class: Some(ClassHint {
@@ -46,8 +47,8 @@ fn an_ask_round_trips_through_its_headers_in_a_fixed_order() {
     assert_eq!(
         names,
         [
-            PEER, MAX_TENSOR, ENTROPY, KEYFRAME, MIRROR, CLASS, IDS, ROWS, AGREE, LINK, ACK,
-            REPLICA
+            PEER, MAX_TENSOR, ENTROPY, COMPACT, KEYFRAME, MIRROR, CLASS, IDS, ROWS, AGREE, LINK,
+            ACK, REPLICA
         ]
     );
 
@@ -70,6 +71,7 @@ fn no_peer_no_ask_and_a_garbled_field_costs_only_itself() {
     let garbled = [
         (MAX_TENSOR, "12x"),
         (ENTROPY, "lz4"),
+        (COMPACT, "2"),
         (KEYFRAME, "int4"),
         (MIRROR, "yes"),
         (CLASS, "tensor;fn"),
@@ -89,6 +91,7 @@ fn no_peer_no_ask_and_a_garbled_field_costs_only_itself() {
         match name {
             MAX_TENSOR => expected.max_tensor = Some(0),
             ENTROPY => expected.entropy = false,
+            COMPACT => expected.compact = false,
             KEYFRAME => expected.int8_keyframes = false,
             MIRROR => expected.mirror = false,
             CLASS => expected.class = None,

@@ -93,6 +93,9 @@ pub(super) fn compress(
         exact,
     };
     let mut encoded = encode(sidecar, policy, (call, classified), ask, &tensor, how)?;
+    if ask.compact {
+        encoded.bytes = compacted(encoded.bytes);
+    }
     let wire_bytes = encoded.bytes.len();
     let built = recv_tensor::build_response_with_content(
         &tensor.meta,
@@ -118,6 +121,20 @@ pub(super) fn compress(
         },
         keyframe: encoded.keyframe,
     })
+}
+
+/// `envelope` in its compact form, for a requester that reads it; as it is
+/// if it cannot be packed, which only a bug here would cause (it is
+/// logged): the requester reads both forms.
+fn compacted(envelope: Vec<u8>) -> Vec<u8> {
+    let mut compact = Vec::with_capacity(envelope.len());
+    match tlc_wire::compact::pack(&envelope, &mut compact) {
+        Ok(()) => compact,
+        Err(err) => {
+            warn!(error = %err, "cannot pack an envelope compact; sending it as it is");
+            envelope
+        }
+    }
 }
 
 /// Counts a tensor encoded `raw_bytes` → `wire_bytes`, in the call's span,

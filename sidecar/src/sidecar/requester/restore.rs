@@ -15,6 +15,7 @@ use tlc_codec::{CodecId, Limits};
 use tlc_context::Restored as Decoded;
 use tlc_core::TensorCall;
 use tlc_proxy::body::Collected;
+use tlc_wire::compact;
 use tlc_wire::envelope::EnvelopeHeader;
 use tlc_wire::tf::proto::RecvTensorResponse;
 use tlc_wire::tf::{grpc, recv_tensor};
@@ -59,17 +60,24 @@ pub(super) struct Prepared {
     pub rows: bool,
     /// What the entropy stage writes for its largest frame.
     pub entropy_bytes: u64,
+    /// Bytes of the envelope as it crossed (its compact form, where it
+    /// came so).
+    pub wire_len: usize,
+    /// Bytes of the full form a compact envelope was turned back into (0
+    /// for one that came in full).
+    pub unpacked_bytes: u64,
 }
 
 /// What decoding `prepared` holds at its peak, charged before it starts: a
 /// keyframe's or a push's values, their copy as bytes, and the entropy
 /// stage's output (the codec payload a frame's zstd decompresses to,
-/// before the codec decodes it).
+/// before the codec decodes it), and the full form of a compact envelope.
 pub(super) fn decode_charge(prepared: &Prepared) -> u64 {
     prepared
         .content_len
         .saturating_mul(2)
         .saturating_add(prepared.entropy_bytes)
+        .saturating_add(prepared.unpacked_bytes)
 }
 
 /// The most bytes the entropy stage writes for one frame of `envelope`
@@ -88,20 +96,37 @@ fn entropy_output_bytes(envelope: &[u8], content_len: u64) -> u64 {
 }
 
 /// Reads the response around an envelope and checks the shape it declares
-/// against `max_tensor` bytes.
+/// against `max_tensor` bytes; a compact envelope is turned back into its
+/// full form here, so everything after reads one form.
 pub(super) fn prepare(collected: &Collected, max_tensor: u64) -> Result<Prepared, Failure> {
     let message =
         grpc::parse_single(collected.to_bytes(), MAX_RESPONSE).map_err(|e| fail(None, e))?;
-    let response: RecvTensorResponse =
+    let mut response: RecvTensorResponse =
         recv_tensor::decode_response(message).map_err(|e| fail(None, e))?;
-    let Some(tensor) = &response.tensor else {
+    let Some(tensor) = &mut response.tensor else {
         return Err(fail(None, "response without a tensor"));
     };
-    let token = EnvelopeHeader::parse(&tensor.tensor_content)
-        .ok()
-        .map(|h| h.fallback_token);
+    let wire_len = tensor.tensor_content.len();
+    let token = if compact::is_compact(&tensor.tensor_content) {
+        compact::token(&tensor.tensor_content)
+    } else {
+        EnvelopeHeader::parse(&tensor.tensor_content)
+            .ok()
+            .map(|h| h.fallback_token)
+    };
     let dims = dims_of(tensor).ok_or_else(|| fail(token, "bad tensor shape"))?;
     let content_len = content_bytes(&dims, max_tensor).map_err(|e| fail(token, e))?;
+    let mut unpacked_bytes = 0;
+    if compact::is_compact(&tensor.tensor_content) {
+        let limits = Limits {
+            max_elements: content_len / 4,
+        };
+        let mut envelope = Vec::with_capacity(wire_len.saturating_add(256));
+        compact::unpack(&tensor.tensor_content, &limits, &mut envelope)
+            .map_err(|e| fail(token, e))?;
+        unpacked_bytes = envelope.len() as u64;
+        tensor.tensor_content = Bytes::from(envelope);
+    }
     let rows = crate::sidecar::rows::is_rows_envelope(&tensor.tensor_content);
     let entropy_bytes = entropy_output_bytes(&tensor.tensor_content, content_len);
     Ok(Prepared {
@@ -111,6 +136,8 @@ pub(super) fn prepare(collected: &Collected, max_tensor: u64) -> Result<Prepared
         token,
         rows,
         entropy_bytes,
+        wire_len,
+        unpacked_bytes,
     })
 }
 
@@ -129,6 +156,7 @@ pub(super) fn restore(
         dims,
         content_len,
         token,
+        wire_len,
         ..
     } = prepared;
     let Some(tensor) = &response.tensor else {
@@ -164,7 +192,7 @@ pub(super) fn restore(
     if let Some(window) = checks.agreement_window {
         count_in_agreement(sidecar, call, &content, window);
     }
-    calls::record_sizes(span, codec.name(), content.len(), envelope.len());
+    calls::record_sizes(span, codec.name(), content.len(), wire_len);
     let meta = recv_tensor::ResponseMeta::of(&response);
     let built =
         recv_tensor::build_standard_response(&meta, &dims, content).map_err(|e| fail(token, e))?;

@@ -28,8 +28,19 @@ fn the_decode_charge_covers_the_entropy_stage_output() {
         token: Some(7),
         rows: false,
         entropy_bytes: entropy_output_bytes(&envelope, content_len),
+        wire_len: envelope.len(),
+        unpacked_bytes: 0,
     };
     assert_eq!(decode_charge(&prepared), 2 * content_len + raw_len);
+    // A compact envelope's full form is charged too.
+    let unpacked = Prepared {
+        unpacked_bytes: envelope.len() as u64,
+        ..prepared
+    };
+    assert_eq!(
+        decode_charge(&unpacked),
+        2 * content_len + raw_len + envelope.len() as u64
+    );
     // Without the stage, nothing more; junk charges nothing more either.
     let mut plain = Vec::new();
     header.write(&mut plain);
@@ -58,4 +69,66 @@ fn a_shape_no_response_can_carry_is_refused_before_decoding() {
     // Products and byte counts that overflow u64.
     assert!(content_bytes(&[u64::MAX, 2], max).is_err());
     assert!(content_bytes(&[1 << 62], max).is_err());
+}
+
+/// The response around `content` as it crosses the hop, for `n` values.
+fn collected_with(content: Vec<u8>, n: u64) -> Collected {
+    let meta = recv_tensor::ResponseMeta {
+        is_dead: false,
+        send_start_micros: 1,
+        transport_options: None,
+        require_ack: false,
+    };
+    let built = recv_tensor::build_response_with_content(
+        &meta,
+        &[n],
+        tlc_wire::tf::proto::DataType::DtFloat as i32,
+        Bytes::from(content),
+    )
+    .unwrap();
+    Collected {
+        chunks: built.into_grpc_chunks().unwrap().to_vec(),
+        trailers: None,
+    }
+}
+
+/// A compact envelope is turned back into the full one before anything
+/// reads it, within the declared shape's element limit; a damaged one is
+/// refused with its token, so that the original can still be fetched.
+#[test]
+fn a_compact_envelope_is_read_as_its_full_form() {
+    let n = 1000u64;
+    let values: Vec<f32> = (0..n).map(|i| (i as f32 * 0.3).sin()).collect();
+    let mut encoder = tlc_codec::Encoder::new(
+        tlc_codec::Codec::ThreeLc {
+            sparsity: tlc_codec::Sparsity::ONE,
+        },
+        tlc_codec::Feedback::On,
+    );
+    let mut envelope = Vec::new();
+    EnvelopeHeader::push(0xfeed).write(&mut envelope);
+    encoder.encode(&values, &mut envelope).unwrap();
+    let mut packed = Vec::new();
+    compact::pack(&envelope, &mut packed).unwrap();
+
+    let prepared = prepare(&collected_with(packed.clone(), n), 1 << 20)
+        .unwrap_or_else(|f| panic!("{}", f.reason));
+    let tensor = prepared.response.tensor.as_ref().unwrap();
+    assert_eq!(&tensor.tensor_content[..], &envelope[..]);
+    assert_eq!(prepared.token, Some(0xfeed));
+    assert_eq!(prepared.wire_len, packed.len());
+    assert_eq!(prepared.unpacked_bytes, envelope.len() as u64);
+
+    // Declared as fewer values than its frame holds: over the limit.
+    let fewer = prepare(&collected_with(packed.clone(), n - 1), 1 << 20);
+    assert_eq!(fewer.err().and_then(|f| f.token), Some(0xfeed));
+    let mut damaged = packed;
+    let last = damaged.len() - 1;
+    damaged[last] ^= 1;
+    let refused = prepare(&collected_with(damaged, n), 1 << 20);
+    let failure = refused
+        .err()
+        .expect("a damaged compact envelope is refused");
+    assert_eq!(failure.token, Some(0xfeed));
+    assert!(failure.reason.contains("checksum"), "{}", failure.reason);
 }
