@@ -114,7 +114,7 @@ pub enum DecodeError {
     /// [`DecodeError::PayloadLength`].
     #[error("entropy stage: {0}")]
     Entropy(&'static str),
-    /// A frame in its compact form (`crate::compact`) is malformed: a
+    /// A frame in its compact form (`FORMAT.md`) is malformed: a
     /// number that runs past its bytes or past 64 bits, or a length that
     /// runs past the frame.
     #[error("compact frame: {0}")]

@@ -244,9 +244,14 @@ async fn captured_calls_through_two_sidecars() {
             }
             // A first pull of a large tensor is an int8 keyframe, within
             // the pull bound (1%, L2) of the value: the replica both
-            // sidecars now hold.
+            // sidecars now hold. A value of zeros (a bias before
+            // training) has no norm to be within: it comes back exactly.
             _ if name.starts_with("pull_") && large_float(name) => {
                 let (original, restored) = original_and_restored(name, message);
+                if original.values().all(|v| v == 0.0) {
+                    assert!(restored.values().eq(original.values()), "{name}");
+                    continue;
+                }
                 let relative = relative_l2(&restored, &original);
                 assert!(
                     relative > 0.0 && relative <= 0.01,

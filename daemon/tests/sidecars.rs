@@ -275,7 +275,7 @@ async fn the_graph_picks_the_synchronous_or_asynchronous_pull_bound() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_tensors_and_calls_without_a_peer_pass_unchanged() {
     let tensors: Tensors = Arc::new(|key: &str, step: i64| {
-        let n = if key.contains("big") { 50_000 } else { 100 };
+        let n = if key.contains("big") { 50_000 } else { 10 };
         (vec![n as u64], gradient(n, step))
     });
     let server = start_tensor_server(tensors).await;
@@ -284,7 +284,7 @@ async fn small_tensors_and_calls_without_a_peer_pass_unchanged() {
     let got = recv(&path.client, &small, 1).await;
     assert_eq!(
         got.body,
-        response_body(&[100], &gradient(100, 1)),
+        response_body(&[10], &gradient(10, 1)),
         "small tensor byte for byte"
     );
     assert_eq!(path.holder.stats().totals().passed.get("small"), Some(&1));

@@ -1,9 +1,9 @@
 //! The compact envelope: an envelope as two sidecars that agreed on it
-//! (`tlc-compact` in the request, [`crate::negotiation`]) send it on the
-//! hop. The same fields and frames, without what the hop does not need:
-//! no magic, version or reserved bytes, small numbers as varints, each
-//! frame in its compact form ([`tlc_codec::compact`]) and one checksum for
-//! the whole instead of one per part. A push of one 3LC frame is framed in
+//! (the requester's `tlc-compact` header) send it on the hop. The same
+//! fields and frames, without what the hop does not need: no magic,
+//! version or reserved bytes, small numbers as varints, each frame in its
+//! compact form ([`tlc_codec::compact`]) and one checksum for the whole
+//! instead of one per part. A push of one 3LC frame is framed in
 //! about 30 bytes instead of 81, and each further frame of a chain or a
 //! refinement in about 12 instead of 33.
 //!

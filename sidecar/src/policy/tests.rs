@@ -20,7 +20,7 @@ fn defaults_compress_large_tensors_with_3lc() {
     assert!(p.is_parameter_job("ps"));
     assert!(!p.is_parameter_job("worker"));
     assert_eq!(
-        p.decide(Direction::Push, TensorClass::DenseGradient, "w1", 1000, 2),
+        p.decide(Direction::Push, TensorClass::DenseGradient, "w1", 60, 2),
         Decision::Pass(PassReason::Small)
     );
     let Decision::Compress(choice, Treatment::Replica) =
@@ -188,7 +188,7 @@ fn memoryless_classes_refuse_feedback_and_take_3lc_without_it() {
 
 #[test]
 fn row_keyed_tensors_compress_from_their_own_threshold() {
-    let p = policy("").unwrap();
+    let p = policy("[policy]\nmin_bytes = 1024\n").unwrap();
     // 130 rows of a one-column table: under min_bytes, over min_row_bytes.
     assert_eq!(
         p.decide(Direction::Push, TensorClass::Sparse, "wide", 520, 2),
@@ -203,12 +203,15 @@ fn row_keyed_tensors_compress_from_their_own_threshold() {
         Decision::Pass(PassReason::Small)
     );
     // Overrides still apply; without row memory, min_bytes does.
-    let p = policy("[[policy.overrides]]\ntensor = \"wide\"\nskip = true\n").unwrap();
+    let p = policy(
+        "[policy]\nmin_bytes = 1024\n[[policy.overrides]]\ntensor = \"wide\"\nskip = true\n",
+    )
+    .unwrap();
     assert_eq!(
         p.decide_rows(Direction::Push, "wide", 520, 2),
         Decision::Pass(PassReason::Skipped)
     );
-    let p = policy("[policy]\nrow_memory = false\n").unwrap();
+    let p = policy("[policy]\nrow_memory = false\nmin_bytes = 1024\n").unwrap();
     assert_eq!(
         p.decide_rows(Direction::Push, "wide", 520, 2),
         Decision::Pass(PassReason::Small)
@@ -247,7 +250,14 @@ fn warmup_takes_a_nearly_lossless_codec() {
 
 #[test]
 fn vectors_compress_from_their_own_threshold() {
+    // By default both are 64 bytes: 16 values, where a compact envelope's
+    // framing costs what the values do.
     let p = Policy::default();
+    assert_eq!(
+        (p.threshold(0), p.threshold(1), p.threshold(2)),
+        (64, 64, 64)
+    );
+    let p = policy("[policy]\nmin_bytes = 1024\nmin_vector_bytes = 4096\n").unwrap();
     let decide = |bytes, rank| {
         p.decide(
             Direction::Push,
