@@ -40,6 +40,18 @@ pub const MARK: u8 = 0xC1;
 /// Bytes of the checksum that ends a compact envelope.
 const CRC_LEN: usize = 4;
 
+/// How many times its length a compact envelope's full form may take
+/// (besides [`GROWTH_SLACK`]): the requester holds the full form before
+/// it is charged to the in-flight budget, so a peer must not make a small
+/// compact envelope into a large one. Frames of one value are the worst
+/// valid case, about 4.5 times; a tensor of 16 values or more, under 3.
+pub const MAX_GROWTH: usize = 4;
+
+/// Bytes a compact envelope's full form may take beyond [`MAX_GROWTH`]
+/// times its length: what lets a small valid envelope of tiny frames grow
+/// by its fixed headers.
+pub const GROWTH_SLACK: usize = 1024;
+
 /// Why bytes could not be packed or unpacked. Unpacking reads a peer's
 /// bytes: every variant is a peer's fault (or a bug), never a panic.
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -78,6 +90,10 @@ pub enum CompactError {
         /// What was wrong with it.
         source: DecodeError,
     },
+    /// The full form would be more than [`MAX_GROWTH`] times the compact
+    /// one (this many bytes) plus [`GROWTH_SLACK`].
+    #[error("a compact envelope of {0} bytes would grow past its bound")]
+    Grows(usize),
     /// Bytes remain after the declared frames.
     #[error("{0} trailing bytes after the compact envelope's last frame")]
     TrailingBytes(usize),
@@ -146,9 +162,13 @@ pub fn pack(envelope: &[u8], out: &mut Vec<u8>) -> Result<(), CompactError> {
 /// byte as [`pack`] read it. Checks the checksum first, then what the
 /// rebuilding needs (the header's rules, each frame's codec, flags,
 /// lengths and `limits`); the caller parses the result with
-/// [`crate::Envelope::parse`] as any envelope. What it appends is at most
-/// 49 bytes plus 19 a frame more than `compact`, and a frame takes at
-/// least 4 bytes of `compact`: bounded by the input, never by a count.
+/// [`crate::Envelope::parse`] as any envelope. What it appends is bounded
+/// by the input, never by a count: it refuses a compact envelope whose
+/// full form would be more than [`MAX_GROWTH`] times as long plus
+/// [`GROWTH_SLACK`] bytes (a valid one grows by 35 bytes plus 21 a frame,
+/// and its frames carry their values), stopping before it writes another
+/// frame past that: all told, at most `MAX_GROWTH + 1` times the input
+/// plus [`GROWTH_SLACK`] and 25 bytes.
 pub fn unpack(compact: &[u8], limits: &Limits, out: &mut Vec<u8>) -> Result<(), CompactError> {
     let first = *compact.first().ok_or(CompactError::Truncated(0))?;
     if first != MARK {
@@ -184,11 +204,19 @@ pub fn unpack(compact: &[u8], limits: &Limits, out: &mut Vec<u8>) -> Result<(), 
         frame_count,
     };
     header.validate()?;
+    let start = out.len();
     header.write(out);
     if kind.has_rows() {
         out.extend_from_slice(reader.take(ROWS_SECTION_LEN)?);
     }
+    let most = compact
+        .len()
+        .saturating_mul(MAX_GROWTH)
+        .saturating_add(GROWTH_SLACK);
     for index in 0..frame_count {
+        if out.len() - start > most {
+            return Err(CompactError::Grows(compact.len()));
+        }
         let rest = &body[reader.at..];
         let used = tlc_codec::compact::unpack(rest, limits, out)
             .map_err(|source| CompactError::Frame { index, source })?;

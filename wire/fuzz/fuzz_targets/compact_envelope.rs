@@ -4,8 +4,8 @@
 //! the shape its response declares.
 //!
 //! Must hold: no panic; what `unpack` writes is bounded by its input (at
-//! most 7 bytes a compact byte, plus 64), never by a count the input
-//! declares; a full form that parses as an envelope holds no frame beyond
+//! most `MAX_GROWTH + 1` bytes a compact byte plus `GROWTH_SLACK` and a
+//! frame's header), never by a count the input declares; a full form that parses as an envelope holds no frame beyond
 //! the limit and packs back to exactly the input.
 //!
 //! Input: a mode byte, the declared element count (u32, little-endian, at
@@ -18,7 +18,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use tlc_codec::Limits;
-use tlc_wire::compact::{pack, unpack};
+use tlc_wire::compact::{pack, unpack, GROWTH_SLACK, MAX_GROWTH};
 use tlc_wire::envelope::Envelope;
 
 fuzz_target!(|input: &[u8]| {
@@ -40,7 +40,7 @@ fuzz_target!(|input: &[u8]| {
     let mut full = Vec::new();
     let unpacked = unpack(&compact, &limits, &mut full);
     assert!(
-        full.len() <= 7 * compact.len() + 64,
+        full.len() <= (MAX_GROWTH + 1) * compact.len() + GROWTH_SLACK + 64,
         "{} compact bytes became {}",
         compact.len(),
         full.len()

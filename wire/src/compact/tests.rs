@@ -217,6 +217,30 @@ fn hostile_fields_behind_a_good_checksum_are_refused() {
 }
 
 #[test]
+fn a_compact_envelope_that_would_grow_past_its_bound_is_refused() {
+    // A chain of one version per frame, each frame of no values: 4
+    // compact bytes become 25.
+    let limits = Limits::default();
+    let frames = 2000u64;
+    let mut body = vec![MARK, Kind::Chain as u8];
+    body.extend_from_slice(&1u64.to_le_bytes());
+    body.extend_from_slice(&7u64.to_le_bytes());
+    put_varint(&mut body, 1);
+    put_varint(&mut body, frames);
+    put_varint(&mut body, frames);
+    for _ in 0..frames {
+        body.extend_from_slice(&[tlc_codec::CodecId::None as u8, 0, 0, 0]);
+    }
+    let compact = sealed(body);
+    let mut out = Vec::new();
+    assert_eq!(
+        unpack(&compact, &limits, &mut out),
+        Err(CompactError::Grows(compact.len()))
+    );
+    assert!(out.len() <= MAX_GROWTH * compact.len() + GROWTH_SLACK + 64);
+}
+
+#[test]
 fn what_unpack_writes_is_bounded_by_its_input() {
     // The most a compact byte can become: frames of no values, each 4
     // bytes compact and 25 rebuilt.
