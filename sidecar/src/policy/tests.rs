@@ -250,14 +250,11 @@ fn warmup_takes_a_nearly_lossless_codec() {
 
 #[test]
 fn vectors_compress_from_their_own_threshold() {
-    // By default both are 64 bytes: 16 values, where a compact envelope's
-    // framing costs what the values do.
     let p = Policy::default();
     assert_eq!(
         (p.threshold(0), p.threshold(1), p.threshold(2)),
-        (64, 64, 64)
+        (4096, 4096, 1024)
     );
-    let p = policy("[policy]\nmin_bytes = 1024\nmin_vector_bytes = 4096\n").unwrap();
     let decide = |bytes, rank| {
         p.decide(
             Direction::Push,
