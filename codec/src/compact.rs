@@ -11,7 +11,7 @@
 
 use crate::codec::CodecId;
 use crate::error::DecodeError;
-use crate::frame::{Frame, Limits, DTYPE_F32, FIXED_HEADER_LEN, MAGIC, TRAILER_LEN, VERSION};
+use crate::frame::{write_fixed_header, Frame, Limits, FIXED_HEADER_LEN, TRAILER_LEN};
 use crate::params::Params;
 
 /// Flags a frame may carry (feedback, entropy stage); the rest are reserved.
@@ -104,14 +104,8 @@ pub fn unpack(compact: &[u8], limits: &Limits, out: &mut Vec<u8>) -> Result<usiz
     let rest = compact.get(at..end).ok_or(truncated(end))?;
     let start = out.len();
     out.reserve(FIXED_HEADER_LEN + rest.len() + TRAILER_LEN);
-    out.extend_from_slice(&MAGIC);
-    out.push(VERSION);
-    out.push(codec as u8);
-    out.push(DTYPE_F32);
-    out.push(flags);
-    out.extend_from_slice(&elements.to_le_bytes());
-    out.extend_from_slice(&payload_len.to_le_bytes());
-    out.push(params_len as u8);
+    out.resize(start + FIXED_HEADER_LEN, 0);
+    write_fixed_header(&mut out[start..], codec, flags, elements, payload_len);
     out.extend_from_slice(rest);
     let crc = crc32c::crc32c(&out[start..]);
     out.extend_from_slice(&crc.to_le_bytes());

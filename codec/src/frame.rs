@@ -271,18 +271,32 @@ impl FrameWriter {
             raw_len,
         };
         let head = &mut out[self.start..self.payload_start()];
-        head[..4].copy_from_slice(&MAGIC);
-        head[4] = VERSION;
-        head[5] = params.codec() as u8;
-        head[6] = DTYPE_F32;
-        head[7] = (if feedback { FLAG_FEEDBACK } else { 0 })
+        let flags = (if feedback { FLAG_FEEDBACK } else { 0 })
             | (if raw_len.is_some() { FLAG_ENTROPY } else { 0 });
-        head[8..16].copy_from_slice(&header.elements.to_le_bytes());
-        head[16..20].copy_from_slice(&payload_len.to_le_bytes());
-        head[20] = Params::wire_len(params.codec()) as u8;
+        write_fixed_header(head, params.codec(), flags, header.elements, payload_len);
         params.write(&mut head[FIXED_HEADER_LEN..]);
         let crc = crc32c::crc32c(&out[self.start..]);
         out.extend_from_slice(&crc.to_le_bytes());
         Ok(header)
     }
+}
+
+/// Fills the first [`FIXED_HEADER_LEN`] bytes of `head` (magic to
+/// `params_len`): the one writer of that layout, for the encoder's frames
+/// and for frames rebuilt from their compact form.
+pub(crate) fn write_fixed_header(
+    head: &mut [u8],
+    codec: CodecId,
+    flags: u8,
+    elements: u64,
+    payload_len: u32,
+) {
+    head[..4].copy_from_slice(&MAGIC);
+    head[4] = VERSION;
+    head[5] = codec as u8;
+    head[6] = DTYPE_F32;
+    head[7] = flags;
+    head[8..16].copy_from_slice(&elements.to_le_bytes());
+    head[16..20].copy_from_slice(&payload_len.to_le_bytes());
+    head[20] = Params::wire_len(codec) as u8;
 }

@@ -107,7 +107,8 @@ pub(super) fn prepare(collected: &Collected, max_tensor: u64) -> Result<Prepared
         return Err(fail(None, "response without a tensor"));
     };
     let wire_len = tensor.tensor_content.len();
-    let token = if compact::is_compact(&tensor.tensor_content) {
+    let is_compact = compact::is_compact(&tensor.tensor_content);
+    let token = if is_compact {
         compact::token(&tensor.tensor_content)
     } else {
         EnvelopeHeader::parse(&tensor.tensor_content)
@@ -117,7 +118,7 @@ pub(super) fn prepare(collected: &Collected, max_tensor: u64) -> Result<Prepared
     let dims = dims_of(tensor).ok_or_else(|| fail(token, "bad tensor shape"))?;
     let content_len = content_bytes(&dims, max_tensor).map_err(|e| fail(token, e))?;
     let mut unpacked_bytes = 0;
-    if compact::is_compact(&tensor.tensor_content) {
+    if is_compact {
         let limits = Limits {
             max_elements: content_len / 4,
         };
