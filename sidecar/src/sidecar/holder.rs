@@ -321,7 +321,7 @@ fn compressed(
     // the answer, encoding, rebuilding it (not the wait for its bytes).
     let started = Instant::now();
     let exact = exactly.verdict == Verdict::Settle || exactly.forced;
-    let compressed = tokio::task::block_in_place(|| {
+    let compressed = super::codec_work::run(collected.len(), || {
         let asked = compress::Asked {
             ask: &peer_call.ask,
             max_tensor: peer_call.max_tensor,

@@ -25,6 +25,7 @@ pub mod call_state;
 pub mod calls;
 mod check;
 pub mod classes;
+mod codec_work;
 pub mod fallback;
 pub mod holder;
 mod ids_again;

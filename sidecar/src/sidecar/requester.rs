@@ -274,8 +274,9 @@ async fn decoded(
     let decoding = decode_charge(&prepared);
     match charge.grow(decoding, sidecar.options().memory_wait).await {
         Ok(()) => {
+            let bytes = usize::try_from(prepared.content_len).unwrap_or(usize::MAX);
             let restoring = (prepared, row_ids.as_deref(), checks);
-            tokio::task::block_in_place(|| restore(sidecar, call, restoring, span))
+            super::codec_work::run(bytes, || restore(sidecar, call, restoring, span))
         }
         Err(err) => Err(fail(prepared.token, err)),
     }
