@@ -163,19 +163,29 @@ async fn routed(
         Some(registration) => Sidecar::tap(&sidecar, registration, request),
         None => request,
     };
+    // Each branch's future is boxed: they are kilobytes each, and held
+    // inline they would make every future above this one as large, to be
+    // copied again at each level on every call (`boxed_branches` test).
     if request.uri().path() != RECV_TENSOR {
-        return sidecar.forward(role, upstream, request).await;
+        return Box::pin(sidecar.forward(role, upstream, request)).await;
     }
     if let Some(recorder) = sidecar.recorder.as_ref().filter(|_| role == Role::Outbound) {
         if let Some(n) = recorder.claim() {
-            return record::record_call(recorder, n, upstream, request).await;
+            return Box::pin(record::record_call(recorder, n, upstream, request)).await;
         }
     }
     let sidecar = &*sidecar;
     calls::measured(&sidecar.stats, role, |span| async move {
         match role {
-            Role::Inbound => holder::recv_tensor(sidecar, upstream, request, &span, state).await,
-            Role::Outbound => requester::recv_tensor(sidecar, upstream, request, &span).await,
+            Role::Inbound => {
+                Box::pin(holder::recv_tensor(
+                    sidecar, upstream, request, &span, state,
+                ))
+                .await
+            }
+            Role::Outbound => {
+                Box::pin(requester::recv_tensor(sidecar, upstream, request, &span)).await
+            }
         }
     })
     .await
@@ -226,5 +236,30 @@ impl<'a> Waiting<'a> {
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Policy;
+    use crate::sidecar::Options;
+
+    /// A call's future is built, moved into its task and polled through
+    /// every stage; boxed branches keep it to what the stages above them
+    /// hold, not the kilobytes of the holder's or requester's side.
+    #[tokio::test]
+    async fn boxed_branches() {
+        let sidecar = Arc::new(Sidecar::new(Policy::default(), Options::default(), None));
+        let upstream = Upstream::new(
+            "127.0.0.1:9".parse().unwrap(),
+            Role::Outbound,
+            None,
+            tokio_util::task::TaskTracker::new(),
+        );
+        let request = Request::new(body::empty());
+        let future = handle(sidecar, Role::Outbound, &upstream, request);
+        let size = std::mem::size_of_val(&future);
+        assert!(size <= 4096, "a call's future is {size} bytes");
     }
 }
