@@ -18,6 +18,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
+# shellcheck source=haproxy-config.sh
+source "$HERE/haproxy-config.sh"
 
 PEERS=tlcd,haproxy
 CALLS=4000
@@ -95,21 +97,7 @@ count() {
             ;;
         haproxy)
             command -v haproxy >/dev/null || die "haproxy is missing (apt-get install haproxy)"
-            cat >"$WORK/haproxy.cfg" <<EOF
-global
-    nbthread 1
-    maxconn 4096
-defaults
-    mode http
-    timeout connect 5s
-    timeout client 60s
-    timeout server 60s
-frontend bench
-    bind 127.0.0.1:$PROXY_PORT proto h2
-    default_backend nghttpd
-backend nghttpd
-    server s 127.0.0.1:$UP_PORT proto h2
-EOF
+            haproxy_config "$PROXY_PORT" "$UP_PORT" >"$WORK/haproxy.cfg"
             cmd=(haproxy -db -f "$WORK/haproxy.cfg")
             stop=TERM
             ;;

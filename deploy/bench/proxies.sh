@@ -17,6 +17,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
+# shellcheck source=haproxy-config.sh
+source "$HERE/haproxy-config.sh"
 
 RUNS=3
 ALL_PEERS=direct,tlcd,tlcd-2t,nginx,nginx-64k,haproxy,haproxy-64k
@@ -351,23 +353,10 @@ start_haproxy() {
     local log=$OUT/logs/$name.log
     port_free "$port" "$name"
     mkdir -p "$dir"
-    cat >"$dir/haproxy.cfg" <<EOF
-# Written by deploy/bench/proxies.sh for the peer "$name".
-global
-    nbthread 1
-    maxconn 4096
-$extra
-defaults
-    mode http
-    timeout connect 5s
-    timeout client 60s
-    timeout server 60s
-frontend bench
-    bind 127.0.0.1:$port proto h2
-    default_backend nghttpd
-backend nghttpd
-    server s 127.0.0.1:$UP_PORT proto h2
-EOF
+    {
+        echo "# Written by deploy/bench/proxies.sh for the peer \"$name\"."
+        haproxy_config "$port" "$UP_PORT" "$extra"
+    } >"$dir/haproxy.cfg"
     haproxy -c -q -f "$dir/haproxy.cfg" >>"$log" 2>&1 ||
         { tail -20 "$log" >&2; die "$name: its configuration $dir/haproxy.cfg is refused; log: $log"; }
     # -db: stay in the foreground, one process (no master-worker).
